@@ -1,0 +1,61 @@
+# splash: the two quick-start commands are `make run` and `make test`.
+# Every target installs what it needs (apt packages, the Python venv, the default model).
+SHELL := /bin/bash
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+JOBS ?= $(shell nproc)
+PROMPT ?= Write a Python function that checks whether a string is a palindrome.
+FUZZ_SECONDS ?= 60
+
+.PHONY: all setup build run bench test unit-test asan-test e2e-test fuzz model clean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+build: setup
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
+	@ninja -C $(BUILD) -j $(JOBS)
+
+# The main job: a streamed answer from the default model (fetched and verified on first use).
+run: build
+	@$(BUILD)/splash run "$(PROMPT)"
+
+bench: build
+	@$(BUILD)/splash bench
+
+# Fetches the default model and exports its path for the tests.
+model: build
+	@$(BUILD)/splash pull > /dev/null
+
+# Everything: unit tests (Release and ASan+UBSan), end-to-end and reference tests, a fuzz run.
+test: setup
+	@scripts/setup.sh --python
+	@$(MAKE) --no-print-directory build model
+	@$(MAKE) --no-print-directory unit-test asan-test fuzz e2e-test FUZZ_SECONDS=$(FUZZ_SECONDS)
+
+unit-test: build
+	@SPLASH_TEST_MODEL=$$($(BUILD)/splash pull) $(BUILD)/tests/unit/splash_unit_tests --gtest_brief=1
+
+asan-test: setup
+	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSPLASH_SANITIZE=ON > /dev/null
+	@ninja -C $(ASAN_BUILD) -j $(JOBS) splash_unit_tests
+	@SPLASH_TEST_MODEL=$$($(BUILD)/splash pull) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  $(ASAN_BUILD)/tests/unit/splash_unit_tests --gtest_brief=1
+
+e2e-test: build
+	@scripts/setup.sh --python
+	@SPLASH_BIN=$(abspath $(BUILD))/splash SPLASH_TEST_MODEL=$$($(BUILD)/splash pull) .venv/bin/python -m pytest -q tests/e2e
+
+fuzz: setup
+	@scripts/setup.sh --python
+	@cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DSPLASH_FUZZ=ON > /dev/null
+	@ninja -C $(FUZZ_BUILD) -j $(JOBS) fuzz_gguf
+	@mkdir -p $(FUZZ_BUILD)/corpus && .venv/bin/python tools/make_gguf_fuzz_seeds.py $(FUZZ_BUILD)/corpus
+	@$(FUZZ_BUILD)/tests/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
+	  $(FUZZ_BUILD)/corpus 2>&1 | tail -n 3
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

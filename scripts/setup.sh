@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what building and testing splash needs on a Debian/Ubuntu machine: the C++
+# toolchain and -dev libraries from apt, and (with --python) a venv with the test tools.
+# Safe to re-run: it installs only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(g++ cmake ninja-build pkg-config make git ca-certificates
+  libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev
+  libcurl4-openssl-dev libssl-dev libzip-dev zlib1g-dev clang libclang-rt-14-dev)
+
+missing=()
+for package in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+fi
+
+if [ "${1:-}" = "--python" ]; then
+  if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv"
+    python3 -m venv .venv
+  fi
+  if ! .venv/bin/python -c "import pytest, numpy, gguf, transformers, tokenizers, jinja2" 2>/dev/null ||
+     [ requirements-test.txt -nt .venv/.installed ]; then
+    .venv/bin/pip install -q -r requirements-test.txt
+    touch .venv/.installed
+  fi
+fi

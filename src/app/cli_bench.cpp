@@ -1,0 +1,119 @@
+// `splash bench`: prompt-processing and decode speed on this machine, beside the decode
+// ceiling (weight bytes read per token over measured memory bandwidth).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "app/commands.h"
+#include "app/model_loading.h"
+#include "kernels/cpu/memory_bandwidth.h"
+
+namespace splash::app {
+namespace {
+
+struct BenchFlags {
+  ModelFlags model;
+  std::vector<int> prompt_sizes{512, 2048};
+  int decode_tokens = 128;
+  int repetitions = 3;
+  bool json = false;
+};
+
+// The same pseudo-random token ids bench/llamacpp_peer.py feeds the peer engine.
+std::vector<int32_t> bench_tokens(int count, int vocab) {
+  std::vector<int32_t> ids(count);
+  for (int i = 0; i < count; ++i)
+    ids[i] = static_cast<int32_t>(100 + (static_cast<uint64_t>(i) * 2654435761ull) % static_cast<uint64_t>(vocab - 100));
+  return ids;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+template <typename Fn>
+double seconds_of(Fn&& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void bench(BenchFlags flags) {
+  const int longest = *std::max_element(flags.prompt_sizes.begin(), flags.prompt_sizes.end());
+  if (flags.model.load.max_context == 0) flags.model.load.max_context = std::max(longest, 16 + flags.decode_tokens) + 16;
+  auto loaded = load_model(resolve_model_path(flags.model.model), flags.model.load);
+  auto& model = *loaded->model;
+  const auto& info = model.info();
+  print_summary(*loaded, stderr);
+
+  double bandwidth;
+  {
+    kernels::ThreadPool pool(info.threads);
+    bandwidth = kernels::measure_read_bandwidth(pool);
+  }
+  const auto tokens = bench_tokens(longest, info.vocab);
+  nlohmann::json report{{"model", info.name}, {"isa", info.isa}, {"threads", info.threads},
+                        {"kernel_shapes", info.kernel_shapes}};
+
+  fmt::print("{:<28} {:>12}\n", "test", "tok/s");
+  model.truncate(0);
+  model.forward({tokens.data(), 32});  // warm-up: page in weights, size scratch buffers
+  for (int size : flags.prompt_sizes) {
+    std::vector<double> runs;
+    for (int r = 0; r < flags.repetitions; ++r) {
+      model.truncate(0);
+      runs.push_back(seconds_of([&] { model.forward({tokens.data(), static_cast<size_t>(size)}); }));
+    }
+    const double rate = size / median(runs);
+    fmt::print("{:<28} {:>12.1f}\n", fmt::format("prefill {} tokens", size), rate);
+    report["prefill"][std::to_string(size)] = rate;
+  }
+
+  std::vector<double> runs;
+  for (int r = 0; r < flags.repetitions; ++r) {
+    model.truncate(0);
+    auto logits = model.forward({tokens.data(), 16});
+    runs.push_back(seconds_of([&] {
+      for (int i = 0; i < flags.decode_tokens; ++i) {
+        const auto next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        logits = model.forward({&next, 1});
+      }
+    }));
+  }
+  const double decode_rate = flags.decode_tokens / median(runs);
+  const double ceiling = bandwidth / static_cast<double>(info.decode_read_bytes);
+  fmt::print("{:<28} {:>12.1f}\n", fmt::format("decode {} tokens", flags.decode_tokens), decode_rate);
+  fmt::print("\nmemory read bandwidth {:.1f} GB/s; a decode step reads {:.1f} MB of weights\n", bandwidth / 1e9,
+             info.decode_read_bytes / 1e6);
+  fmt::print("decode ceiling {:.1f} tok/s; measured decode is {:.0f}% of it\n", ceiling, 100.0 * decode_rate / ceiling);
+  report["decode"] = decode_rate;
+  report["decode_ceiling"] = ceiling;
+  report["bandwidth_gb_s"] = bandwidth / 1e9;
+  report["decode_read_mb"] = info.decode_read_bytes / 1e6;
+  if (flags.json) fmt::print("{}\n", report.dump());
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto flags = std::make_shared<BenchFlags>();
+  auto* command = app.add_subcommand("bench", "Measure prompt processing and decode speed");
+  add_model_flags(*command, flags->model);
+  command->add_option("--prompt-sizes", flags->prompt_sizes, "Prompt lengths to time")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 17))
+      ->capture_default_str();
+  command->add_option("--decode-tokens", flags->decode_tokens, "Tokens to decode")->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  command->add_option("--repetitions", flags->repetitions, "Runs per test (the median is reported)")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  command->add_flag("--json", flags->json, "Also print a JSON line with the results");
+  command->callback([flags] { bench(*flags); });
+}
+
+}  // namespace splash::app

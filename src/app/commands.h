@@ -1,0 +1,35 @@
+#pragma once
+// Each subcommand registers its flags and its action on the CLI11 app (one file each).
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "engine/sampler.h"
+#include "model/model.h"
+
+namespace splash::app {
+
+void add_run_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
+void add_pull_command(CLI::App& app);
+
+// Flags shared by the subcommands that load a model.
+struct ModelFlags {
+  std::string model;
+  model::LoadOptions load;
+};
+void add_model_flags(CLI::App& command, ModelFlags& flags);
+
+// Sampling flags shared by run (and later serve's defaults).
+struct SamplingFlags {
+  engine::SamplingParams params;
+  std::vector<std::string> logit_bias;  // "TOKEN=BIAS"
+  int64_t seed = -1;
+};
+void add_sampling_flags(CLI::App& command, SamplingFlags& flags);
+// Completes params from the raw flags; throws splash::Error on malformed values.
+engine::SamplingParams sampling_params(const SamplingFlags& flags);
+
+}  // namespace splash::app

@@ -1,0 +1,92 @@
+// splash: a local inference engine for coding agents. This file wires the subcommands and
+// turns every error into one line on stderr and a non-zero exit.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "app/commands.h"
+#include "common/error.h"
+
+namespace splash::app {
+
+void add_model_flags(CLI::App& command, ModelFlags& flags) {
+  command.add_option("-m,--model", flags.model, "GGUF model file (default: SmolLM2-135M-Instruct, fetched on first use)")
+      ->check(CLI::ExistingFile);
+  command.add_option("-c,--max-context", flags.load.max_context, "Largest context in tokens (default: the model's)")
+      ->check(CLI::Range(16, 1 << 20));
+  command.add_option("-t,--threads", flags.load.threads, "Threads (default: all cores)")->check(CLI::Range(1, 1024));
+}
+
+void add_sampling_flags(CLI::App& command, SamplingFlags& flags) {
+  auto& p = flags.params;
+  command.add_option("--temperature,--temp", p.temperature, "Sampling temperature; 0 is greedy")
+      ->capture_default_str();
+  command.add_option("--top-k", p.top_k, "Keep the k most likely tokens (0: off)")->capture_default_str();
+  command.add_option("--top-p", p.top_p, "Nucleus sampling mass (1: off)")->capture_default_str();
+  command.add_option("--min-p", p.min_p, "Drop tokens below min-p times the best one's probability (0: off)")
+      ->capture_default_str();
+  command.add_option("--repeat-penalty", p.repetition_penalty, "Repetition penalty (1: off)")->capture_default_str();
+  command.add_option("--penalty-window", p.penalty_window, "Tokens the penalties look back at (-1: all)")
+      ->capture_default_str();
+  command.add_option("--presence-penalty", p.presence_penalty, "Presence penalty")->capture_default_str();
+  command.add_option("--frequency-penalty", p.frequency_penalty, "Frequency penalty")->capture_default_str();
+  command.add_option("--logit-bias", flags.logit_bias, "TOKEN_ID=BIAS, repeatable");
+  command.add_option("--seed", flags.seed, "Random seed (default: random)");
+}
+
+engine::SamplingParams sampling_params(const SamplingFlags& flags) {
+  engine::SamplingParams params = flags.params;
+  if (flags.seed >= 0) params.seed = static_cast<uint64_t>(flags.seed);
+  for (const auto& entry : flags.logit_bias) {
+    const auto eq = entry.find('=');
+    try {
+      if (eq == std::string::npos) throw std::invalid_argument("no '='");
+      size_t used_id = 0, used_bias = 0;
+      const int id = std::stoi(entry.substr(0, eq), &used_id);
+      const float bias = std::stof(entry.substr(eq + 1), &used_bias);
+      if (used_id != eq || used_bias != entry.size() - eq - 1) throw std::invalid_argument("trailing text");
+      params.logit_bias[id] = bias;
+    } catch (const std::exception&) {
+      fail("--logit-bias expects TOKEN_ID=BIAS, got '{}'", entry);
+    }
+  }
+  return params;
+}
+
+}  // namespace splash::app
+
+int main(int argc, char** argv) {
+  CLI::App app{"splash: a local LLM inference engine for coding agents"};
+  app.set_version_flag("-V,--version", std::string("splash ") + SPLASH_VERSION);
+  app.require_subcommand(1);
+  splash::app::add_run_command(app);
+  splash::app::add_tokenize_command(app);
+  splash::app::add_bench_command(app);
+  splash::app::add_eval_command(app);
+  splash::app::add_pull_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line, then a pointer to --help, instead of CLI11's multi-line dump.
+    std::fprintf(stderr, "splash: error: %s (see splash --help)\n", e.what());
+    return e.get_exit_code() == 0 ? 2 : e.get_exit_code();
+  } catch (const splash::Error& e) {
+    // On a terminal a progress line may still be open; end it first.
+    std::fprintf(stderr, "%ssplash: error: %s\n", isatty(STDERR_FILENO) ? "\n" : "", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%ssplash: internal error: %s\n", isatty(STDERR_FILENO) ? "\n" : "", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,50 @@
+#include "app/model_loading.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "hub/model_cache.h"
+#include "hub/model_source.h"
+#include "hub/progress.h"
+
+namespace splash::app {
+
+std::string resolve_model_path(const std::string& model_flag) {
+  if (!model_flag.empty()) return model_flag;
+  const auto& source = hub::default_model_source();
+  return hub::ensure_model(source, hub::terminal_progress(source.name)).string();
+}
+
+std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::LoadOptions& options,
+                                        bool tokenizer_only) {
+  const auto start = std::chrono::steady_clock::now();
+  auto file = gguf::File::open(path);
+  auto tokenizer = tokenizer::Tokenizer::from_gguf(file);
+  auto loaded = std::unique_ptr<LoadedModel>(new LoadedModel{path, std::move(file), nullptr, std::move(tokenizer), nullptr, 0.0});
+  loaded->chat = chat::chat_format_for(loaded->file);
+  // The model keeps a reference to the file (embedding rows are read from the mapping), so
+  // it is loaded only once the file sits at its final address inside LoadedModel.
+  if (!tokenizer_only) loaded->model = model::load_model(loaded->file, options);
+  loaded->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return loaded;
+}
+
+void print_summary(const LoadedModel& loaded, std::FILE* out) {
+  const auto& info = loaded.model->info();
+  const double mib = 1024.0 * 1024.0;
+  fmt::print(out, "model        {} ({})\n", info.name, loaded.path);
+  fmt::print(out, "architecture {}: {} layers, d_model {}, {} heads / {} kv heads of {}, ffn {}, vocab {}\n",
+             info.architecture, info.n_layers, info.d_model, info.n_heads, info.n_kv_heads, info.head_dim, info.ffn,
+             info.vocab);
+  fmt::print(out, "weights      {} in file, {:.1f} MiB packed; types {}\n",
+             fmt::format("{:.1f} MiB", loaded.file.file_size() / mib), info.packed_weight_bytes / mib,
+             info.weight_types);
+  fmt::print(out, "kernels      {} path, {}, {} threads\n", info.isa, info.kernel_shapes, info.threads);
+  fmt::print(out, "context      {} tokens (model window {}), KV cache {:.1f} MiB\n", info.context,
+             info.native_context, info.kv_cache_bytes / mib);
+  fmt::print(out, "chat format  {}\n", loaded.chat->description());
+  fmt::print(out, "loaded in    {:.2f} s\n", loaded.load_seconds);
+}
+
+}  // namespace splash::app

@@ -1,0 +1,33 @@
+#pragma once
+// Everything a subcommand needs to use a model: the mapped file, the loaded weights, the
+// tokenizer and the chat format, plus the start-up summary printed before work begins.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "chat/chat_format.h"
+#include "formats/gguf.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace splash::app {
+
+struct LoadedModel {
+  std::string path;
+  gguf::File file;
+  std::unique_ptr<model::Model> model;
+  tokenizer::Tokenizer tokenizer;
+  std::unique_ptr<chat::ChatFormat> chat;
+  double load_seconds = 0.0;
+};
+
+// The --model flag, or the default model, fetched and verified on first use.
+std::string resolve_model_path(const std::string& model_flag);
+
+// Opens the GGUF and loads tokenizer, chat format and (unless tokenizer_only) the weights.
+std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::LoadOptions& options,
+                                        bool tokenizer_only = false);
+
+void print_summary(const LoadedModel& loaded, std::FILE* out);
+
+}  // namespace splash::app

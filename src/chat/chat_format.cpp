@@ -1,0 +1,144 @@
+#include "chat/chat_format.h"
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+#include "common/error.h"
+#include "formats/gguf.h"
+
+namespace splash::chat {
+
+ChatFormat::~ChatFormat() = default;
+std::vector<std::string> ChatFormat::stop_texts() const { return {}; }
+std::string ChatFormat::name() const { return "unknown"; }
+bool ChatFormat::recognized() const { return false; }
+std::string ChatFormat::description() const { return name(); }
+
+// --- ChatML ------------------------------------------------------------------------------
+
+ChatMlFormat::ChatMlFormat(std::string name, std::string default_system_prompt, bool recognized,
+                           std::string description)
+    : name_(std::move(name)),
+      default_system_prompt_(std::move(default_system_prompt)),
+      recognized_(recognized),
+      description_(std::move(description)) {}
+
+namespace {
+
+void append_turn(std::string& out, std::string_view role, std::string_view content) {
+  out += "<|im_start|>";
+  out += role;
+  out += '\n';
+  out += content;
+  out += "<|im_end|>\n";
+}
+
+}  // namespace
+
+std::string ChatMlFormat::render(std::span<const ChatMessage> messages,
+                                 bool add_generation_prompt) const {
+  std::string out;
+  // The SmolLM2 template checks only the first message's role, and only inside its loop:
+  // an empty conversation gets no system prompt, and any first role other than exactly
+  // "system" (even "System" or "tool") gets the default one in front of it.
+  if (!default_system_prompt_.empty() && !messages.empty() && messages.front().role != "system") {
+    append_turn(out, "system", default_system_prompt_);
+  }
+  for (const ChatMessage& m : messages) append_turn(out, m.role, m.content);
+  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+std::vector<std::string> ChatMlFormat::stop_texts() const {
+  // <|im_end|> closes the reply; <|im_start|> would open another turn, which a reply
+  // never contains.
+  return {"<|im_end|>", "<|im_start|>"};
+}
+
+// --- recognising templates ---------------------------------------------------------------
+
+namespace {
+
+constexpr std::string_view kSmolLm2SystemPrompt =
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+
+// Templates are compared as text after normalisation, so the table stays readable and a
+// template that differs in any meaningful character is not mistaken for a known one.
+// SmolLM2-135M/360M/1.7B-Instruct ship this template.
+constexpr std::string_view kSmolLm2Template =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+// The canonical plain ChatML template (SmolLM v1 and many fine-tunes): the SmolLM2 one
+// without the default system prompt.
+constexpr std::string_view kPlainChatMlTemplate =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+// Architectures whose unknown templates are taken to be ChatML. Others are refused rather
+// than guessed at.
+constexpr std::array<std::string_view, 3> kChatMlArchitectures = {"llama", "qwen2", "qwen3"};
+
+// Converters and editors differ only in line endings and surrounding whitespace.
+std::string normalise(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n') continue;
+    out += text[i];
+  }
+  const auto first = out.find_first_not_of(" \t\n");
+  if (first == std::string::npos) return {};
+  const auto last = out.find_last_not_of(" \t\n");
+  return out.substr(first, last - first + 1);
+}
+
+// A short fingerprint so that a user can report which unknown template they have.
+std::string fingerprint(std::string_view text) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return fmt::format("fnv1a:{:016x}, {} bytes", h, text.size());
+}
+
+}  // namespace
+
+std::unique_ptr<ChatFormat> chat_format_for_template(const std::string& architecture,
+                                                     const std::string& chat_template) {
+  const std::string text = normalise(chat_template);
+  if (text == kSmolLm2Template) {
+    return std::make_unique<ChatMlFormat>(
+        "smollm2", std::string(kSmolLm2SystemPrompt), true,
+        "smollm2: ChatML with SmolLM2's default system prompt (recognised chat template)");
+  }
+  if (text == kPlainChatMlTemplate) {
+    return std::make_unique<ChatMlFormat>("chatml", "", true,
+                                          "chatml: plain ChatML (recognised chat template)");
+  }
+  bool chatml_arch = false;
+  for (std::string_view a : kChatMlArchitectures) chatml_arch = chatml_arch || a == architecture;
+  if (!chatml_arch) {
+    fail("no chat format for architecture '{}' with this chat template ({})", architecture,
+         fingerprint(chat_template));
+  }
+  const std::string why =
+      chat_template.empty()
+          ? std::string("the GGUF has no chat template")
+          : fmt::format("the GGUF's chat template is not one splash knows ({})",
+                        fingerprint(chat_template));
+  return std::make_unique<ChatMlFormat>(
+      "chatml", "", false,
+      fmt::format("chatml (fallback): {}; using plain ChatML without a default system prompt",
+                  why));
+}
+
+std::unique_ptr<ChatFormat> chat_format_for(const splash::gguf::File& file) {
+  return chat_format_for_template(file.get_string("general.architecture"),
+                                  file.opt_string("tokenizer.chat_template").value_or(""));
+}
+
+}  // namespace splash::chat

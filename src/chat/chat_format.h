@@ -1,0 +1,77 @@
+#pragma once
+// Chat formats: turning a conversation into the exact prompt text a model was trained on.
+//
+// A chat format belongs to a model family. Each implementation writes byte for byte what
+// that family's GGUF chat template (tokenizer.chat_template, a Jinja program) writes, but
+// in C++: splash recognises known templates instead of interpreting Jinja, so a prompt can
+// never silently differ from what the model expects. tools/make_chat_golden.py renders
+// the real templates with Python jinja2 and tests/unit/test_chat_format.cpp holds each
+// renderer to those bytes.
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace splash::gguf {
+class File;
+}
+
+namespace splash::chat {
+
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant", "tool", ... written as the template does
+  std::string content;
+};
+
+class ChatFormat {
+ public:
+  virtual ~ChatFormat();
+  // The prompt text for `messages`; with add_generation_prompt, followed by the header
+  // that opens the assistant's reply. Content is inserted verbatim (no escaping), exactly
+  // as the template does; keeping user text from acting as control tokens is the
+  // tokenizer's job (it must not parse special tokens inside message content).
+  virtual std::string render(std::span<const ChatMessage> messages,
+                             bool add_generation_prompt) const = 0;
+  // Texts that end the assistant's reply when they appear in generated text.
+  virtual std::vector<std::string> stop_texts() const;
+  // Short identifier, e.g. "smollm2" or "chatml".
+  virtual std::string name() const;
+  // Whether the GGUF's template was recognised as one this format reproduces exactly.
+  virtual bool recognized() const;
+  // One line for the startup summary: which format, and why it was chosen.
+  virtual std::string description() const;
+};
+
+// ChatML (<|im_start|>role\ncontent<|im_end|>\n per message). With a default system
+// prompt, a conversation whose first message is not "system" starts with that prompt,
+// as the SmolLM2 template does; without one, it is plain ChatML.
+class ChatMlFormat : public ChatFormat {
+ public:
+  ChatMlFormat(std::string name, std::string default_system_prompt, bool recognized,
+               std::string description);
+  std::string render(std::span<const ChatMessage> messages,
+                     bool add_generation_prompt) const override;
+  std::vector<std::string> stop_texts() const override;
+  std::string name() const override { return name_; }
+  bool recognized() const override { return recognized_; }
+  std::string description() const override { return description_; }
+
+ private:
+  std::string name_;
+  std::string default_system_prompt_;  // empty: none is inserted
+  bool recognized_;
+  std::string description_;
+};
+
+// Picks the renderer for a model from its chat template. A known template gets its
+// family's renderer; an unknown or missing template on an architecture that splash
+// supports falls back to plain ChatML with recognized() == false; any other
+// architecture is refused with splash::Error.
+std::unique_ptr<ChatFormat> chat_format_for(const splash::gguf::File& file);
+
+// The same choice from the template text alone (empty: the GGUF has none), for tests
+// and for tools that do not hold a File.
+std::unique_ptr<ChatFormat> chat_format_for_template(const std::string& architecture,
+                                                     const std::string& chat_template);
+
+}  // namespace splash::chat

@@ -1,0 +1,115 @@
+#include "engine/sampler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+namespace splash::engine {
+
+std::string validate(const SamplingParams& p, int vocab_size) {
+  if (!std::isfinite(p.temperature) || p.temperature < 0.0f || p.temperature > 100.0f)
+    return "temperature must be between 0 and 100";
+  if (p.top_k < 0) return "top_k must be >= 0";
+  if (!std::isfinite(p.top_p) || p.top_p <= 0.0f || p.top_p > 1.0f) return "top_p must be in (0, 1]";
+  if (!std::isfinite(p.min_p) || p.min_p < 0.0f || p.min_p > 1.0f) return "min_p must be in [0, 1]";
+  if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0.0f || p.repetition_penalty > 10.0f)
+    return "repetition_penalty must be in (0, 10]";
+  if (!std::isfinite(p.presence_penalty) || std::fabs(p.presence_penalty) > 2.0f)
+    return "presence_penalty must be between -2 and 2";
+  if (!std::isfinite(p.frequency_penalty) || std::fabs(p.frequency_penalty) > 2.0f)
+    return "frequency_penalty must be between -2 and 2";
+  if (p.penalty_window < -1) return "penalty window must be >= -1";
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0 || id >= vocab_size) return fmt::format("logit_bias token {} is outside the vocabulary", id);
+    if (!std::isfinite(bias) || std::fabs(bias) > 100.0f) return "logit_bias values must be between -100 and 100";
+  }
+  return {};
+}
+
+Sampler::Sampler(const SamplingParams& params)
+    : params_(params), seed_(params.seed ? *params.seed : std::random_device{}()), rng_(seed_) {}
+
+double Sampler::next_uniform() {
+  // 53 random bits -> [0, 1): std::uniform_real_distribution is implementation-defined.
+  return static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
+}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  adjusted_.assign(logits.begin(), logits.end());
+  for (const auto& [id, bias] : params_.logit_bias)
+    if (id >= 0 && static_cast<size_t>(id) < adjusted_.size()) adjusted_[id] += bias;
+
+  const bool penalize = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+                        params_.frequency_penalty != 0.0f;
+  if (penalize && !history.empty()) {
+    const size_t window = params_.penalty_window < 0 ? history.size()
+                                                     : std::min<size_t>(history.size(), params_.penalty_window);
+    std::unordered_map<int32_t, int> counts;
+    for (int32_t id : history.subspan(history.size() - window)) ++counts[id];
+    for (const auto& [id, count] : counts) {
+      if (id < 0 || static_cast<size_t>(id) >= adjusted_.size()) continue;
+      float& logit = adjusted_[id];
+      if (params_.repetition_penalty != 1.0f)
+        logit = logit > 0.0f ? logit / params_.repetition_penalty : logit * params_.repetition_penalty;
+      logit -= params_.frequency_penalty * static_cast<float>(count) + params_.presence_penalty;
+    }
+  }
+
+  if (params_.greedy())
+    return static_cast<int32_t>(std::max_element(adjusted_.begin(), adjusted_.end()) - adjusted_.begin());
+
+  // Candidates: with top-k, only the k best; otherwise every token within 30 nats of the
+  // best (the rest have probability below e^-30 each and cannot change top-p/min-p choices).
+  candidates_.clear();
+  const float best = *std::max_element(adjusted_.begin(), adjusted_.end());
+  for (size_t i = 0; i < adjusted_.size(); ++i)
+    if (adjusted_[i] >= best - 30.0f * std::max(params_.temperature, 1.0f))
+      candidates_.push_back({static_cast<int32_t>(i), adjusted_[i]});
+  auto by_logit = [](const Candidate& a, const Candidate& b) {
+    return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
+  };
+  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < candidates_.size()) {
+    std::partial_sort(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.end(), by_logit);
+    candidates_.resize(params_.top_k);
+  } else {
+    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  }
+
+  // Probabilities at the requested temperature.
+  std::vector<double> probs(candidates_.size());
+  double total = 0.0;
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    probs[i] = std::exp(static_cast<double>(candidates_[i].logit - candidates_[0].logit) / params_.temperature);
+    total += probs[i];
+  }
+  size_t keep = candidates_.size();
+  if (params_.top_p < 1.0f) {
+    double cumulative = 0.0;
+    for (size_t i = 0; i < candidates_.size(); ++i) {
+      cumulative += probs[i] / total;
+      if (cumulative >= params_.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  if (params_.min_p > 0.0f) {
+    const double threshold = params_.min_p * probs[0];
+    size_t above = 1;
+    while (above < keep && probs[above] >= threshold) ++above;
+    keep = above;
+  }
+  double kept_total = 0.0;
+  for (size_t i = 0; i < keep; ++i) kept_total += probs[i];
+  const double target = next_uniform() * kept_total;
+  double cumulative = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    cumulative += probs[i];
+    if (target < cumulative) return candidates_[i].id;
+  }
+  return candidates_[keep - 1].id;
+}
+
+}  // namespace splash::engine

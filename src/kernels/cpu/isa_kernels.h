@@ -1,0 +1,52 @@
+#pragma once
+// The table of kernels one instruction-set translation unit provides. matmul.cpp and
+// ops.cpp pick a table once (cpu_features.h) and call through it; nothing else sees ISAs.
+#include <cstdint>
+
+#include "kernels/cpu/packed_weight.h"
+
+namespace splash::kernels {
+
+// Activations for a matmul: N rows of K floats, plus their int8 quantization (per 32
+// values one scale; per 16 values the scaled sum of codes, for the m terms).
+struct MatmulInput {
+  const float* x = nullptr;
+  const int8_t* codes = nullptr;
+  const float* scales = nullptr;
+  const float* sums = nullptr;
+  int n = 0;
+  int k = 0;
+};
+
+struct AttentionArgs {
+  const float* q;        // [n_tokens][q_stride], heads at [h * head_dim]
+  int q_stride;
+  const float* k_tiles;  // this layer's keys: [n_kv][max_tiles][head_dim][16]
+  const float* v;        // this layer's values: [n_kv][max_positions][head_dim]
+  float* out;            // [n_tokens][n_heads * head_dim]
+  int n_tokens;
+  int first_position;    // position of q's first token; token i attends to 0..first_position+i
+  int n_heads;
+  int n_kv_heads;
+  int head_dim;
+  int max_positions;     // capacity of the cache (multiple of 16)
+  float scale;
+};
+
+struct IsaKernels {
+  const char* name;
+  void (*quantize_rows)(const float* x, int n, int k, int8_t* codes, float* scales, float* sums);
+  // y[token][row] for rows of tiles [tile_begin, tile_end) and tokens [0, in.n).
+  void (*matmul_tiles)(const PackedWeight& w, int tile_begin, int tile_end, const MatmulInput& in, float* y,
+                       int ldy);
+  // One (kv head, query token) work item of causal attention.
+  void (*attention_item)(const AttentionArgs& args, int kv_head, int token);
+  void (*rms_norm)(const float* x, const float* weight, float* out, int n, int dim, float eps);
+  void (*silu_mul)(const float* gate_up, float* out, int n, int ffn);  // gate_up = [n][2*ffn]
+};
+
+const IsaKernels& avx2_kernels();
+const IsaKernels& avx512_kernels();
+const IsaKernels& selected_kernels();
+
+}  // namespace splash::kernels

@@ -1,0 +1,194 @@
+// AVX2 + FMA + F16C kernels: the path for x86-64 CPUs without AVX-512/VNNI. Same packed
+// layout as the AVX-512 kernels; each 16-row tile is processed as two 8-row halves, and the
+// u8 x s8 products use maddubs (exact here: codes are small, or made signed for Q8_0).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/shipped_shapes.h"
+
+namespace splash::kernels::avx2 {
+#include "kernels/cpu/portable_ops_impl.h"
+
+namespace {
+
+template <PackedKind KIND>
+struct IntKind;
+template <>
+struct IntKind<PackedKind::U4_F16> { static constexpr int sub = 32, code_bytes = 256, scale_bytes = 64; static constexpr bool nibbles = true, half = true, offset128 = false; };
+template <>
+struct IntKind<PackedKind::U4_F32> { static constexpr int sub = 32, code_bytes = 256, scale_bytes = 128; static constexpr bool nibbles = true, half = false, offset128 = false; };
+template <>
+struct IntKind<PackedKind::U8_F16> { static constexpr int sub = 32, code_bytes = 512, scale_bytes = 64; static constexpr bool nibbles = false, half = true, offset128 = true; };
+template <>
+struct IntKind<PackedKind::U6_F32> { static constexpr int sub = 16, code_bytes = 256, scale_bytes = 128; static constexpr bool nibbles = false, half = false, offset128 = false; };
+
+inline int32_t load_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+inline void store_rows(const PackedWeight& w, int tile, int half, __m256 value, float* dst) {
+  const int first_row = tile * kTileRows + half * 8;
+  const int left = w.rows - first_row;
+  if (left >= 8) {
+    _mm256_storeu_ps(dst, value);
+  } else if (left > 0) {
+    alignas(32) float tmp[8];
+    _mm256_store_ps(tmp, value);
+    std::memcpy(dst, tmp, sizeof(float) * left);
+  }
+}
+
+template <PackedKind KIND, int KCT, int NB>
+void int_tile(const PackedWeight& w, int tile, const MatmulInput& in, int token0, float* y, int ldy) {
+  using T = IntKind<KIND>;
+  constexpr int kGroups = T::sub / 4;
+  constexpr int kRecord = T::code_bytes + T::scale_bytes;
+  const int k = KCT ? KCT : in.k;
+  const int subs = k / T::sub;
+  const __m256i low_nibble = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i offset = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* record = w.data.data() + static_cast<size_t>(tile) * subs * kRecord;
+    __m256 acc[NB];
+    for (int n = 0; n < NB; ++n) acc[n] = _mm256_setzero_ps();
+    for (int b = 0; b < subs; ++b, record += kRecord) {
+      __m256 d, m;
+      if constexpr (T::half) {
+        d = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(record + T::code_bytes + 16 * half)));
+        m = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(record + T::code_bytes + 32 + 16 * half)));
+      } else {
+        d = _mm256_load_ps(reinterpret_cast<const float*>(record + T::code_bytes + 32 * half));
+        m = _mm256_load_ps(reinterpret_cast<const float*>(record + T::code_bytes + 64 + 32 * half));
+      }
+      for (int n = 0; n < NB; ++n) {
+        const int8_t* xq = in.codes + static_cast<size_t>(token0 + n) * k + b * T::sub;
+        __m256i dot = _mm256_setzero_si256();
+        for (int g = 0; g < kGroups; ++g) {
+          __m256i wg;
+          if constexpr (T::nibbles) {
+            const __m256i packed = _mm256_load_si256(reinterpret_cast<const __m256i*>(record + 64 * (g / 2) + 32 * half));
+            wg = (g % 2 == 0) ? _mm256_and_si256(packed, low_nibble)
+                              : _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_nibble);
+          } else {
+            wg = _mm256_load_si256(reinterpret_cast<const __m256i*>(record + 64 * g + 32 * half));
+          }
+          const __m256i xb = _mm256_set1_epi32(load_i32(xq + 4 * g));
+          __m256i products;
+          if constexpr (T::offset128) {
+            // Q8_0 codes were stored as q + 128; flip back to signed and use |w| * sign(x, w)
+            // so maddubs cannot saturate. The m term then must not be applied.
+            const __m256i signed_w = _mm256_xor_si256(wg, offset);
+            products = _mm256_maddubs_epi16(_mm256_abs_epi8(signed_w), _mm256_sign_epi8(xb, signed_w));
+          } else {
+            products = _mm256_maddubs_epi16(wg, xb);
+          }
+          dot = _mm256_add_epi32(dot, _mm256_madd_epi16(products, ones));
+        }
+        const int t = token0 + n;
+        const float dx = in.scales[static_cast<size_t>(t) * (k / 32) + (b * T::sub) / 32];
+        acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc[n]);
+        if constexpr (!T::offset128) {
+          const float* s = in.sums + static_cast<size_t>(t) * (k / 16);
+          const float sx = T::sub == 32 ? s[2 * b] + s[2 * b + 1] : s[b];
+          acc[n] = _mm256_fmadd_ps(m, _mm256_set1_ps(sx), acc[n]);
+        }
+      }
+    }
+    for (int n = 0; n < NB; ++n)
+      store_rows(w, tile, half, acc[n], y + static_cast<size_t>(token0 + n) * ldy + tile * kTileRows + half * 8);
+  }
+}
+
+template <PackedKind KIND, int NB>
+void float_tile(const PackedWeight& w, int tile, const MatmulInput& in, int token0, float* y, int ldy) {
+  constexpr int kRecord = KIND == PackedKind::F32 ? 64 : 32;
+  constexpr int kHalfBytes = kRecord / 2;
+  const int k = in.k;
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* record = w.data.data() + static_cast<size_t>(tile) * k * kRecord + half * kHalfBytes;
+    __m256 acc[NB];
+    for (int n = 0; n < NB; ++n) acc[n] = _mm256_setzero_ps();
+    for (int i = 0; i < k; ++i, record += kRecord) {
+      __m256 wv;
+      if constexpr (KIND == PackedKind::F32) {
+        wv = _mm256_load_ps(reinterpret_cast<const float*>(record));
+      } else if constexpr (KIND == PackedKind::F16) {
+        wv = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(record)));
+      } else {
+        const __m256i widened = _mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(record)));
+        wv = _mm256_castsi256_ps(_mm256_slli_epi32(widened, 16));
+      }
+      for (int n = 0; n < NB; ++n)
+        acc[n] = _mm256_fmadd_ps(wv, _mm256_set1_ps(in.x[static_cast<size_t>(token0 + n) * k + i]), acc[n]);
+    }
+    for (int n = 0; n < NB; ++n)
+      store_rows(w, tile, half, acc[n], y + static_cast<size_t>(token0 + n) * ldy + tile * kTileRows + half * 8);
+  }
+}
+
+using TileFn = void (*)(const PackedWeight&, int, const MatmulInput&, int, float*, int);
+struct TileSet {
+  TileFn by_tokens[3];  // 4, 2, 1 tokens at a time
+};
+
+template <PackedKind KIND, int KCT>
+constexpr TileSet int_set() {
+  return {{int_tile<KIND, KCT, 4>, int_tile<KIND, KCT, 2>, int_tile<KIND, KCT, 1>}};
+}
+template <PackedKind KIND>
+constexpr TileSet float_set() {
+  return {{float_tile<KIND, 4>, float_tile<KIND, 2>, float_tile<KIND, 1>}};
+}
+
+template <PackedKind KIND>
+TileSet int_set_for_width(int k) {
+  static_assert(kShippedWidths[0] == 576 && kShippedWidths[1] == 1536, "instantiate the new shipped widths here");
+  if (k == 576) return int_set<KIND, 576>();
+  if (k == 1536) return int_set<KIND, 1536>();
+  return int_set<KIND, 0>();
+}
+
+TileSet tile_set(PackedKind kind, int k) {
+  switch (kind) {
+    case PackedKind::U4_F16: return int_set_for_width<PackedKind::U4_F16>(k);
+    case PackedKind::U4_F32: return int_set_for_width<PackedKind::U4_F32>(k);
+    case PackedKind::U8_F16: return int_set_for_width<PackedKind::U8_F16>(k);
+    case PackedKind::U6_F32: return int_set_for_width<PackedKind::U6_F32>(k);
+    case PackedKind::F32: return float_set<PackedKind::F32>();
+    case PackedKind::F16: return float_set<PackedKind::F16>();
+    case PackedKind::BF16: return float_set<PackedKind::BF16>();
+  }
+  return float_set<PackedKind::F32>();
+}
+
+void matmul_tiles(const PackedWeight& w, int tile_begin, int tile_end, const MatmulInput& in, float* y, int ldy) {
+  const TileSet set = tile_set(w.kind, in.k);
+  for (int tile = tile_begin; tile < tile_end; ++tile) {
+    int token = 0;
+    for (; token + 4 <= in.n; token += 4) set.by_tokens[0](w, tile, in, token, y, ldy);
+    if (in.n - token >= 2) { set.by_tokens[1](w, tile, in, token, y, ldy); token += 2; }
+    if (in.n - token >= 1) set.by_tokens[2](w, tile, in, token, y, ldy);
+  }
+}
+
+}  // namespace
+}  // namespace splash::kernels::avx2
+
+namespace splash::kernels {
+
+const IsaKernels& avx2_kernels() {
+  static const IsaKernels table{"avx2", avx2::quantize_rows_impl, avx2::matmul_tiles, avx2::attention_item_impl,
+                                avx2::rms_norm_impl, avx2::silu_mul_impl};
+  return table;
+}
+
+}  // namespace splash::kernels

@@ -1,0 +1,182 @@
+// AVX-512 (F, BW, VL, DQ) + VNNI kernels. Compiled with those target flags only; reached
+// only through avx512_kernels() after cpu_features.cpp confirmed the CPU has them.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/shipped_shapes.h"
+
+namespace splash::kernels::avx512 {
+#include "kernels/cpu/portable_ops_impl.h"
+
+namespace {
+
+template <PackedKind KIND>
+struct IntKind;
+template <>
+struct IntKind<PackedKind::U4_F16> { static constexpr int sub = 32, code_bytes = 256, scale_bytes = 64; static constexpr bool nibbles = true, half = true; };
+template <>
+struct IntKind<PackedKind::U4_F32> { static constexpr int sub = 32, code_bytes = 256, scale_bytes = 128; static constexpr bool nibbles = true, half = false; };
+template <>
+struct IntKind<PackedKind::U8_F16> { static constexpr int sub = 32, code_bytes = 512, scale_bytes = 64; static constexpr bool nibbles = false, half = true; };
+template <>
+struct IntKind<PackedKind::U6_F32> { static constexpr int sub = 16, code_bytes = 256, scale_bytes = 128; static constexpr bool nibbles = false, half = false; };
+
+inline int32_t load_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+inline __mmask16 row_mask(const PackedWeight& w, int tile) {
+  const int left = w.rows - tile * kTileRows;
+  return left >= kTileRows ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+}
+
+// One 16-row tile times NB activation rows. Per sub-block: unpack the codes once, then per
+// token 4 or 8 VNNI dot products give the 16 rows' integer sums, which are scaled by
+// d * dx and corrected by m * sum(x) in float.
+template <PackedKind KIND, int KCT, int NB>
+void int_tile(const PackedWeight& w, int tile, const MatmulInput& in, int token0, float* y, int ldy) {
+  using T = IntKind<KIND>;
+  constexpr int kGroups = T::sub / 4;
+  constexpr int kRecord = T::code_bytes + T::scale_bytes;
+  const int k = KCT ? KCT : in.k;
+  const int subs = k / T::sub;
+  const uint8_t* record = w.data.data() + static_cast<size_t>(tile) * subs * kRecord;
+  const int8_t* codes[NB];
+  const float* scales[NB];
+  const float* sums[NB];
+  for (int n = 0; n < NB; ++n) {
+    codes[n] = in.codes + static_cast<size_t>(token0 + n) * k;
+    scales[n] = in.scales + static_cast<size_t>(token0 + n) * (k / 32);
+    sums[n] = in.sums + static_cast<size_t>(token0 + n) * (k / 16);
+  }
+  __m512 acc[NB];
+  for (int n = 0; n < NB; ++n) acc[n] = _mm512_setzero_ps();
+  const __m512i low_nibble = _mm512_set1_epi8(0x0F);
+  for (int b = 0; b < subs; ++b, record += kRecord) {
+    __m512i wv[kGroups];
+    if constexpr (T::nibbles) {
+      for (int j = 0; j < kGroups / 2; ++j) {
+        const __m512i packed = _mm512_load_si512(record + 64 * j);
+        wv[2 * j] = _mm512_and_si512(packed, low_nibble);
+        wv[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low_nibble);
+      }
+    } else {
+      for (int g = 0; g < kGroups; ++g) wv[g] = _mm512_load_si512(record + 64 * g);
+    }
+    __m512 d, m;
+    if constexpr (T::half) {
+      d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(record + T::code_bytes)));
+      m = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(record + T::code_bytes + 32)));
+    } else {
+      d = _mm512_load_ps(record + T::code_bytes);
+      m = _mm512_load_ps(record + T::code_bytes + 64);
+    }
+    for (int n = 0; n < NB; ++n) {
+      const int8_t* xq = codes[n] + b * T::sub;
+      __m512i dot = _mm512_setzero_si512();
+      for (int g = 0; g < kGroups; ++g) dot = _mm512_dpbusd_epi32(dot, wv[g], _mm512_set1_epi32(load_i32(xq + 4 * g)));
+      const float dx = scales[n][(b * T::sub) / 32];
+      const float sx = T::sub == 32 ? sums[n][2 * b] + sums[n][2 * b + 1] : sums[n][b];
+      acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[n]);
+      acc[n] = _mm512_fmadd_ps(m, _mm512_set1_ps(sx), acc[n]);
+    }
+  }
+  const __mmask16 mask = row_mask(w, tile);
+  for (int n = 0; n < NB; ++n)
+    _mm512_mask_storeu_ps(y + static_cast<size_t>(token0 + n) * ldy + tile * kTileRows, mask, acc[n]);
+}
+
+// Float weights: one 16-row column vector per k, times NB broadcast activations.
+template <PackedKind KIND, int NB>
+void float_tile(const PackedWeight& w, int tile, const MatmulInput& in, int token0, float* y, int ldy) {
+  constexpr int kRecord = KIND == PackedKind::F32 ? 64 : 32;
+  const int k = in.k;
+  const uint8_t* record = w.data.data() + static_cast<size_t>(tile) * k * kRecord;
+  __m512 acc[NB];
+  for (int n = 0; n < NB; ++n) acc[n] = _mm512_setzero_ps();
+  for (int i = 0; i < k; ++i, record += kRecord) {
+    __m512 wv;
+    if constexpr (KIND == PackedKind::F32) {
+      wv = _mm512_load_ps(record);
+    } else if constexpr (KIND == PackedKind::F16) {
+      wv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(record)));
+    } else {
+      const __m512i widened = _mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(record)));
+      wv = _mm512_castsi512_ps(_mm512_slli_epi32(widened, 16));
+    }
+    for (int n = 0; n < NB; ++n)
+      acc[n] = _mm512_fmadd_ps(wv, _mm512_set1_ps(in.x[static_cast<size_t>(token0 + n) * k + i]), acc[n]);
+  }
+  const __mmask16 mask = row_mask(w, tile);
+  for (int n = 0; n < NB; ++n)
+    _mm512_mask_storeu_ps(y + static_cast<size_t>(token0 + n) * ldy + tile * kTileRows, mask, acc[n]);
+}
+
+using TileFn = void (*)(const PackedWeight&, int, const MatmulInput&, int, float*, int);
+
+// Tile kernels for 8, 4, 2 and 1 tokens at a time.
+struct TileSet {
+  TileFn by_tokens[4];
+};
+
+template <PackedKind KIND, int KCT>
+constexpr TileSet int_set() {
+  return {{int_tile<KIND, KCT, 8>, int_tile<KIND, KCT, 4>, int_tile<KIND, KCT, 2>, int_tile<KIND, KCT, 1>}};
+}
+template <PackedKind KIND>
+constexpr TileSet float_set() {
+  return {{float_tile<KIND, 8>, float_tile<KIND, 4>, float_tile<KIND, 2>, float_tile<KIND, 1>}};
+}
+
+template <PackedKind KIND>
+TileSet int_set_for_width(int k) {
+  static_assert(kShippedWidths[0] == 576 && kShippedWidths[1] == 1536, "instantiate the new shipped widths here");
+  if (k == 576) return int_set<KIND, 576>();
+  if (k == 1536) return int_set<KIND, 1536>();
+  return int_set<KIND, 0>();
+}
+
+TileSet tile_set(PackedKind kind, int k) {
+  switch (kind) {
+    case PackedKind::U4_F16: return int_set_for_width<PackedKind::U4_F16>(k);
+    case PackedKind::U4_F32: return int_set_for_width<PackedKind::U4_F32>(k);
+    case PackedKind::U8_F16: return int_set_for_width<PackedKind::U8_F16>(k);
+    case PackedKind::U6_F32: return int_set_for_width<PackedKind::U6_F32>(k);
+    case PackedKind::F32: return float_set<PackedKind::F32>();
+    case PackedKind::F16: return float_set<PackedKind::F16>();
+    case PackedKind::BF16: return float_set<PackedKind::BF16>();
+  }
+  return float_set<PackedKind::F32>();
+}
+
+void matmul_tiles(const PackedWeight& w, int tile_begin, int tile_end, const MatmulInput& in, float* y, int ldy) {
+  const TileSet set = tile_set(w.kind, in.k);
+  for (int tile = tile_begin; tile < tile_end; ++tile) {
+    int token = 0;
+    for (; token + 8 <= in.n; token += 8) set.by_tokens[0](w, tile, in, token, y, ldy);
+    if (in.n - token >= 4) { set.by_tokens[1](w, tile, in, token, y, ldy); token += 4; }
+    if (in.n - token >= 2) { set.by_tokens[2](w, tile, in, token, y, ldy); token += 2; }
+    if (in.n - token >= 1) set.by_tokens[3](w, tile, in, token, y, ldy);
+  }
+}
+
+}  // namespace
+}  // namespace splash::kernels::avx512
+
+namespace splash::kernels {
+
+const IsaKernels& avx512_kernels() {
+  static const IsaKernels table{"avx512", avx512::quantize_rows_impl, avx512::matmul_tiles,
+                                avx512::attention_item_impl, avx512::rms_norm_impl, avx512::silu_mul_impl};
+  return table;
+}
+
+}  // namespace splash::kernels

@@ -1,0 +1,57 @@
+#include "kernels/cpu/ops.h"
+
+#include <algorithm>
+
+namespace splash::kernels {
+
+namespace {
+// Splits n rows into at most pool.size() contiguous ranges; small inputs stay on one thread.
+template <typename Fn>
+void for_row_ranges(int n, int min_rows_per_task, ThreadPool& pool, Fn&& fn) {
+  const int tasks = std::clamp(n / std::max(1, min_rows_per_task), 1, pool.size());
+  if (tasks == 1) return fn(0, n);
+  pool.run(tasks, [&](int task) { fn(n * task / tasks, n * (task + 1) / tasks); });
+}
+}  // namespace
+
+void rms_norm(const float* x, const float* weight, float* out, int n, int dim, float eps, ThreadPool& pool) {
+  const auto& kernels = selected_kernels();
+  for_row_ranges(n, 8, pool, [&](int begin, int end) {
+    kernels.rms_norm(x + static_cast<size_t>(begin) * dim, weight, out + static_cast<size_t>(begin) * dim,
+                     end - begin, dim, eps);
+  });
+}
+
+void silu_mul(const float* gate_up, float* out, int n, int ffn, ThreadPool& pool) {
+  const auto& kernels = selected_kernels();
+  for_row_ranges(n, 4, pool, [&](int begin, int end) {
+    kernels.silu_mul(gate_up + static_cast<size_t>(begin) * 2 * ffn, out + static_cast<size_t>(begin) * ffn,
+                     end - begin, ffn);
+  });
+}
+
+void attention(const AttentionArgs& args, ThreadPool& pool) {
+  const auto& kernels = selected_kernels();
+  const int items = args.n_kv_heads * args.n_tokens;
+  // Later queries see more keys; interleaving tokens across tasks balances the work.
+  pool.run(items, [&](int item) { kernels.attention_item(args, item % args.n_kv_heads, item / args.n_kv_heads); });
+}
+
+void rope_adjacent(float* x, int n_tokens, int row_stride, int n_heads, int head_dim, const int* positions,
+                   const float* cos_table, const float* sin_table) {
+  const int half = head_dim / 2;
+  for (int t = 0; t < n_tokens; ++t) {
+    const float* c = cos_table + static_cast<size_t>(positions[t]) * half;
+    const float* s = sin_table + static_cast<size_t>(positions[t]) * half;
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + static_cast<size_t>(t) * row_stride + static_cast<size_t>(h) * head_dim;
+      for (int i = 0; i < half; ++i) {
+        const float a = v[2 * i], b = v[2 * i + 1];
+        v[2 * i] = a * c[i] - b * s[i];
+        v[2 * i + 1] = a * s[i] + b * c[i];
+      }
+    }
+  }
+}
+
+}  // namespace splash::kernels

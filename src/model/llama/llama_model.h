@@ -1,0 +1,12 @@
+#pragma once
+// The llama family (SmolLM2, Llama 2/3 style): RMSNorm, adjacent-pair RoPE, grouped-query
+// attention, SwiGLU, optionally tied embeddings.
+#include <memory>
+
+#include "model/model.h"
+
+namespace splash::model::llama {
+
+std::unique_ptr<Model> load_llama(const gguf::File& file, const LoadOptions& options);
+
+}  // namespace splash::model::llama

@@ -1,0 +1,37 @@
+// The registry of supported architectures: adding a model family is adding a directory
+// under model/ and a line here.
+#include <string>
+
+#include "common/error.h"
+#include "model/llama/llama_model.h"
+#include "model/model.h"
+
+namespace splash::model {
+namespace {
+
+struct Family {
+  const char* architecture;
+  std::unique_ptr<Model> (*load)(const gguf::File&, const LoadOptions&);
+};
+
+constexpr Family kFamilies[] = {
+    {"llama", llama::load_llama},
+};
+
+}  // namespace
+
+std::string supported_architectures() {
+  std::string names;
+  for (const auto& family : kFamilies) names += (names.empty() ? "" : ", ") + std::string(family.architecture);
+  return names;
+}
+
+std::unique_ptr<Model> load_model(const gguf::File& file, const LoadOptions& options) {
+  const auto architecture = file.opt_string("general.architecture");
+  if (!architecture) fail("{}: no general.architecture in the file; is it a model GGUF?", file.path());
+  for (const auto& family : kFamilies)
+    if (*architecture == family.architecture) return family.load(file, options);
+  fail("{}: architecture '{}' is not supported (supported: {})", file.path(), *architecture, supported_architectures());
+}
+
+}  // namespace splash::model

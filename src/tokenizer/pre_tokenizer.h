@@ -1,0 +1,35 @@
+#pragma once
+// Pre-tokenization: cuts text into the pieces that BPE merges never cross (words, number
+// groups, whitespace runs, punctuation runs). Which cuts a vocabulary was trained with is named
+// by the GGUF key tokenizer.ggml.pre; using another split silently changes the ids, so an
+// unknown name is refused instead of approximated.
+//
+// A pre-tokenizer is a sequence of regex stages, each applied to every piece the previous stage
+// produced, keeping both the matches and the text between them ("isolated", as Hugging Face's
+// Split and ByteLevel pre-tokenizers do). Regexes run in PCRE2 with UTF + UCP and JIT.
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace splash::tokenizer {
+
+class PreTokenizer {
+ public:
+  // Throws splash::Error naming the supported values when `name` is unknown.
+  static PreTokenizer for_name(std::string_view name);
+  static std::vector<std::string> supported_names();
+
+  const std::string& name() const { return name_; }
+
+  // Appends the pieces of `text` to `pieces`, in order; they concatenate back to `text`.
+  // `text` must be valid UTF-8 (the Tokenizer repairs its input first).
+  void split(std::string_view text, std::vector<std::string_view>& pieces) const;
+
+ private:
+  struct Stage;
+  std::string name_;
+  std::vector<std::shared_ptr<const Stage>> stages_;
+};
+
+}  // namespace splash::tokenizer

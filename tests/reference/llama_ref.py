@@ -1,0 +1,326 @@
+"""Independent numpy reference forward pass for llama-family GGUF models.
+
+This file is the yardstick the engine is measured against, so it is written to be
+read top to bottom and checked by eye rather than to be fast: weights are
+dequantized once to float32 with the `gguf` package, every step below is plain
+numpy, and nothing is shared with the C++ code.
+
+    m = load("SmolLM2-135M-Instruct.Q4_1.gguf")
+    m.logits([1, 2, 3])            # float32 logits of the last position, shape [vocab]
+    m.greedy([1, 2, 3], 64)        # (64 token ids, 64 top-2 logit margins)
+
+Two optional knobs reproduce the rounding a quantized engine does, so that the
+tolerance of tests/e2e/test_reference.py can be calibrated from measurements:
+  act_quant: round the input of every matmul with a quantized weight to int8 per
+             32-element block (q = round(x/d), d = max|x|/127, d kept as float16),
+             as ggml does before its Q4_1 x Q8_1 / Q8_0 x Q8_0 integer dot products.
+  kv_f16:    store the attention keys and values as float16, as a float16 KV cache does.
+
+Run as a script for a sanity check (greedy continuation of a chat prompt):
+    python tests/reference/llama_ref.py --model M.gguf --prompt "What is the capital of France?"
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFReader
+from gguf.quants import dequantize
+
+# Architectures whose GGUF Q/K weights are stored permuted for ggml's "normal" RoPE
+# (rotate adjacent pairs); the converter leaves qwen weights unpermuted, so ggml runs
+# them with NEOX RoPE (rotate the first half against the second half).
+NEOX_ROPE_ARCHS = {"qwen2", "qwen3"}
+UNQUANTIZED = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
+
+
+@dataclass
+class Config:
+    arch: str
+    n_layer: int
+    d_model: int
+    n_head: int
+    n_kv_head: int
+    head_dim: int
+    n_rot: int  # how many leading dims of each head RoPE rotates (== head_dim here)
+    ffn: int
+    vocab: int
+    rope_base: float
+    eps: float
+
+
+class Linear:
+    """y = x @ W.T for a GGUF weight stored [out, in]; remembers whether it was quantized,
+    because only matmuls against quantized weights have their input rounded to int8."""
+
+    def __init__(self, w: np.ndarray, quantized: bool, bias: np.ndarray | None = None):
+        self.w = w
+        self.quantized = quantized
+        self.bias = bias
+
+    def __call__(self, x: np.ndarray, act_quant: bool) -> np.ndarray:
+        if act_quant and self.quantized:
+            x = quantize_activations(x)
+        y = x @ self.w.T
+        return y if self.bias is None else y + self.bias
+
+
+def quantize_activations(x: np.ndarray) -> np.ndarray:
+    """Round x to what an int8 block (Q8_0/Q8_1) holds: per 32 values, d = max|x|/127
+    stored as float16, q = round-half-away-from-zero(x/d). Returns q*d in float32."""
+    blocks = x.astype(np.float32).reshape(*x.shape[:-1], -1, 32)
+    d = np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(127)
+    inv = np.divide(1.0, d, out=np.zeros_like(d), where=d > 0)
+    scaled = blocks * inv
+    q = np.sign(scaled) * np.floor(np.abs(scaled) + 0.5)  # C roundf, not banker's rounding
+    return (q * d.astype(np.float16).astype(np.float32)).reshape(x.shape)
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    x64 = x.astype(np.float64)  # the mean of squares is cheap to do exactly
+    scale = 1.0 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps)
+    return (x64 * scale).astype(np.float32) * w
+
+
+def rope(x: np.ndarray, positions: np.ndarray, cfg: Config) -> np.ndarray:
+    """Rotate x [tokens, heads, head_dim] by position. Pair i is rotated by the angle
+    pos * base^(-2i/n_rot); which two elements form pair i depends on the layout."""
+    half = cfg.n_rot // 2
+    inv_freq = cfg.rope_base ** (-np.arange(half, dtype=np.float64) * 2.0 / cfg.n_rot)
+    angle = positions.astype(np.float64)[:, None] * inv_freq[None, :]  # [tokens, half]
+    cos = np.cos(angle)[:, None, :].astype(np.float32)
+    sin = np.sin(angle)[:, None, :].astype(np.float32)
+    out = x.copy()
+    if cfg.arch in NEOX_ROPE_ARCHS:
+        a, b = x[..., :half], x[..., half:cfg.n_rot]
+        out[..., :half] = a * cos - b * sin
+        out[..., half:cfg.n_rot] = a * sin + b * cos
+    else:  # ggml LLAMA_ROPE_TYPE_NORM: (x[2i], x[2i+1])
+        a, b = x[..., 0:cfg.n_rot:2], x[..., 1:cfg.n_rot:2]
+        out[..., 0:cfg.n_rot:2] = a * cos - b * sin
+        out[..., 1:cfg.n_rot:2] = a * sin + b * cos
+    return out
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+@dataclass
+class Layer:
+    attn_norm: np.ndarray
+    wq: Linear
+    wk: Linear
+    wv: Linear
+    wo: Linear
+    q_norm: np.ndarray | None  # qwen3: RMSNorm over each head before RoPE
+    k_norm: np.ndarray | None
+    ffn_norm: np.ndarray
+    w_gate: Linear
+    w_up: Linear
+    w_down: Linear
+
+
+class KVCache:
+    """Keys and values per layer, [positions, kv_heads, head_dim], grown by appending."""
+
+    def __init__(self, n_layer: int):
+        self.k: list[np.ndarray | None] = [None] * n_layer
+        self.v: list[np.ndarray | None] = [None] * n_layer
+        self.length = 0
+
+    def append(self, layer: int, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.k[layer] is None:
+            self.k[layer], self.v[layer] = k, v
+        else:
+            self.k[layer] = np.concatenate([self.k[layer], k])
+            self.v[layer] = np.concatenate([self.v[layer], v])
+        return self.k[layer], self.v[layer]
+
+
+class Model:
+    def __init__(self, cfg, tok_embd, layers, out_norm, output, act_quant=False, kv_f16=False):
+        self.cfg = cfg
+        self.tok_embd = tok_embd  # [vocab, d_model] float32
+        self.layers: list[Layer] = layers
+        self.out_norm = out_norm
+        self.output: Linear = output
+        self.act_quant = act_quant
+        self.kv_f16 = kv_f16
+
+    # --- one forward pass over new tokens, appending to the cache -----------------------
+    def forward(self, token_ids, cache: KVCache) -> np.ndarray:
+        """Runs the tokens at positions cache.length.. and returns the last position's logits."""
+        cfg, aq = self.cfg, self.act_quant
+        n = len(token_ids)
+        positions = np.arange(cache.length, cache.length + n)
+        x = self.tok_embd[np.asarray(token_ids)]  # [n, d_model]
+        for li, layer in enumerate(self.layers):
+            h = rms_norm(x, layer.attn_norm, cfg.eps)
+            q = layer.wq(h, aq).reshape(n, cfg.n_head, cfg.head_dim)
+            k = layer.wk(h, aq).reshape(n, cfg.n_kv_head, cfg.head_dim)
+            v = layer.wv(h, aq).reshape(n, cfg.n_kv_head, cfg.head_dim)
+            if layer.q_norm is not None:
+                q = rms_norm(q, layer.q_norm, cfg.eps)
+                k = rms_norm(k, layer.k_norm, cfg.eps)
+            q, k = rope(q, positions, cfg), rope(k, positions, cfg)
+            if self.kv_f16:
+                k, v = k.astype(np.float16).astype(np.float32), v.astype(np.float16).astype(np.float32)
+            keys, values = cache.append(li, k, v)
+            x = x + layer.wo(self.attention(q, keys, values, positions), aq)
+            h = rms_norm(x, layer.ffn_norm, cfg.eps)
+            x = x + layer.w_down(silu(layer.w_gate(h, aq)) * layer.w_up(h, aq), aq)
+        cache.length += n
+        last = rms_norm(x[-1:], self.out_norm, cfg.eps)
+        return self.output(last, aq)[0].astype(np.float32)
+
+    def attention(self, q, keys, values, positions) -> np.ndarray:
+        """Causal grouped-query attention: query head h reads kv head h // group."""
+        cfg = self.cfg
+        group = cfg.n_head // cfg.n_kv_head
+        n, total = q.shape[0], keys.shape[0]
+        # Query at position p may see cache positions 0..p.
+        visible = np.arange(total)[None, :] <= positions[:, None]  # [n, total]
+        out = np.empty((n, cfg.n_head, cfg.head_dim), dtype=np.float32)
+        scale = 1.0 / math.sqrt(cfg.head_dim)
+        for h in range(cfg.n_head):
+            kv = h // group
+            scores = (q[:, h, :] @ keys[:, kv, :].T).astype(np.float64) * scale
+            scores = np.where(visible, scores, -np.inf)
+            p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            p /= p.sum(axis=-1, keepdims=True)
+            out[:, h, :] = (p @ values[:, kv, :]).astype(np.float32)
+        return out.reshape(n, cfg.n_head * cfg.head_dim)
+
+    # --- the API the tests use ----------------------------------------------------------
+    def logits(self, token_ids) -> np.ndarray:
+        return self.forward(list(token_ids), KVCache(self.cfg.n_layer))
+
+    def greedy(self, token_ids, n: int) -> tuple[list[int], list[float]]:
+        """Greedy continuation of n tokens (never stops early). Also returns, per step, the
+        gap between the best and second-best logit: a small gap is a near tie that rounding
+        differences may legitimately flip."""
+        cache = KVCache(self.cfg.n_layer)
+        out = self.forward(list(token_ids), cache)
+        tokens, margins = [], []
+        for step in range(n):
+            top2 = np.argsort(out)[-2:]
+            best = int(top2[1])
+            tokens.append(best)
+            margins.append(float(out[top2[1]] - out[top2[0]]))
+            if step + 1 < n:
+                out = self.forward([best], cache)
+        return tokens, margins
+
+
+# --- loading ---------------------------------------------------------------------------
+def _field(reader: GGUFReader, key: str, default=None):
+    f = reader.fields.get(key)
+    return default if f is None else f.contents()
+
+
+def load(path: str, act_quant: bool = False, kv_f16: bool = False) -> Model:
+    reader = GGUFReader(path)
+    arch = _field(reader, "general.architecture")
+    n_head = int(_field(reader, f"{arch}.attention.head_count"))
+    d_model = int(_field(reader, f"{arch}.embedding_length"))
+    head_dim = int(_field(reader, f"{arch}.attention.key_length", d_model // n_head))
+    tensors = {t.name: t for t in reader.tensors}
+
+    def dense(name):  # dequantized [out, in] float32 (GGUF dims are reversed numpy dims)
+        t = tensors[name]
+        w = dequantize(t.data, t.tensor_type).astype(np.float32)
+        return w.reshape([int(d) for d in reversed(t.shape)])
+
+    def linear(name, bias_name=None):
+        bias = dense(bias_name) if bias_name in tensors else None
+        return Linear(dense(name), tensors[name].tensor_type not in UNQUANTIZED, bias)
+
+    tok_embd = dense("token_embd.weight")
+    cfg = Config(
+        arch=arch,
+        n_layer=int(_field(reader, f"{arch}.block_count")),
+        d_model=d_model,
+        n_head=n_head,
+        n_kv_head=int(_field(reader, f"{arch}.attention.head_count_kv", n_head)),
+        head_dim=head_dim,
+        n_rot=int(_field(reader, f"{arch}.rope.dimension_count", head_dim)),
+        ffn=int(_field(reader, f"{arch}.feed_forward_length")),
+        vocab=tok_embd.shape[0],
+        rope_base=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
+        eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
+    )
+    layers = []
+    for i in range(cfg.n_layer):
+        p = f"blk.{i}."
+        opt = lambda name: dense(p + name) if p + name in tensors else None  # noqa: E731
+        layers.append(Layer(
+            attn_norm=dense(p + "attn_norm.weight"),
+            wq=linear(p + "attn_q.weight", p + "attn_q.bias"),
+            wk=linear(p + "attn_k.weight", p + "attn_k.bias"),
+            wv=linear(p + "attn_v.weight", p + "attn_v.bias"),
+            wo=linear(p + "attn_output.weight"),
+            q_norm=opt("attn_q_norm.weight"),
+            k_norm=opt("attn_k_norm.weight"),
+            ffn_norm=dense(p + "ffn_norm.weight"),
+            w_gate=linear(p + "ffn_gate.weight"),
+            w_up=linear(p + "ffn_up.weight"),
+            w_down=linear(p + "ffn_down.weight"),
+        ))
+    # Tied embeddings: without output.weight the embedding matrix is also the output head.
+    if "output.weight" in tensors:
+        output = linear("output.weight")
+    else:
+        output = Linear(tok_embd, tensors["token_embd.weight"].tensor_type not in UNQUANTIZED)
+    return Model(cfg, tok_embd, layers, dense("output_norm.weight"), output, act_quant, kv_f16)
+
+
+def with_rounding(model: Model, act_quant: bool, kv_f16: bool = False) -> Model:
+    """The same weights with other rounding knobs (no second dequantization)."""
+    return Model(model.cfg, model.tok_embd, model.layers, model.out_norm, model.output,
+                 act_quant, kv_f16)
+
+
+def sanity_tokenizer(path: str):
+    """A `tokenizers` BPE built from the GGUF's own vocabulary and merges, for the sanity
+    check only. (transformers' gguf_file= loader needs torch, which is not installed.)
+    Pre-tokenization as for SmolLM2: every digit alone, then the GPT-2 byte-level split."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    reader = GGUFReader(path)
+    tokens = _field(reader, "tokenizer.ggml.tokens")
+    merges = [tuple(m.split(" ", 1)) for m in _field(reader, "tokenizer.ggml.merges")]
+    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    control = [t for t, kind in zip(tokens, _field(reader, "tokenizer.ggml.token_type")) if kind == 3]
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in control])
+    return tok
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--prompt", default="What is the capital of France?")
+    ap.add_argument("-n", type=int, default=64)
+    args = ap.parse_args(argv)
+    tok = sanity_tokenizer(args.model)
+    text = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+            f"<|im_end|>\n<|im_start|>user\n{args.prompt}<|im_end|>\n<|im_start|>assistant\n")
+    ids = tok.encode(text).ids
+    model = load(args.model)
+    tokens, margins = model.greedy(ids, args.n)
+    print(text + tok.decode(tokens, skip_special_tokens=False))
+    print(f"prompt ids: {ids}\ngenerated: {tokens}\nmin top-2 margin: {min(margins):.4f}",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+// The chat renderers against the golden renderings of the real GGUF template
+// (tests/golden/chat_smollm2.json, made by tools/make_chat_golden.py with Python jinja2).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "chat/chat_format.h"
+#include "common/error.h"
+#include "formats/gguf.h"
+#include "model_fixture.h"
+
+namespace {
+
+using splash::chat::ChatMessage;
+using splash::chat::chat_format_for;
+using splash::chat::chat_format_for_template;
+
+nlohmann::json load_golden() {
+  std::ifstream in(splash::testing::golden_path("chat_smollm2.json"));
+  EXPECT_TRUE(in.good()) << "missing golden file; run tools/make_chat_golden.py";
+  return nlohmann::json::parse(in);
+}
+
+std::vector<ChatMessage> messages_of(const nlohmann::json& c) {
+  std::vector<ChatMessage> out;
+  for (const auto& m : c.at("messages")) {
+    out.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
+  }
+  return out;
+}
+
+TEST(ChatFormat, SmolLm2MatchesEveryGoldenCaseByteForByte) {
+  SPLASH_REQUIRE_TEST_MODEL(model);
+  const auto file = splash::gguf::File::open(model);
+  const nlohmann::json golden = load_golden();
+  // The golden file must have been made from this model's template, or it proves nothing.
+  ASSERT_EQ(file.get_string("tokenizer.chat_template"), golden.at("template").get<std::string>());
+
+  const auto format = chat_format_for(file);
+  EXPECT_EQ(format->name(), "smollm2");
+  EXPECT_TRUE(format->recognized()) << format->description();
+
+  ASSERT_GE(golden.at("cases").size(), 20u);
+  for (const auto& c : golden.at("cases")) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    const auto messages = messages_of(c);
+    EXPECT_EQ(format->render(messages, c.at("add_generation_prompt").get<bool>()),
+              c.at("expected").get<std::string>());
+  }
+}
+
+TEST(ChatFormat, GoldenCoversTheCasesThatMatter) {
+  // Guards against the golden generator silently dropping the interesting cases.
+  const nlohmann::json golden = load_golden();
+  std::vector<std::string> names;
+  for (const auto& c : golden.at("cases")) names.push_back(c.at("name").get<std::string>());
+  for (const char* want : {"system_user_gen", "user_only_gen", "multi_turn_no_system_gen",
+                           "no_messages_gen", "empty_user_content", "tricky_content",
+                           "very_long_content", "tool_role", "capitalised_system_role"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+  }
+}
+
+TEST(ChatFormat, OtherRolesAreWrittenVerbatimAndGetTheDefaultSystemPrompt) {
+  const nlohmann::json golden = load_golden();
+  const auto format =
+      chat_format_for_template("llama", golden.at("template").get<std::string>());
+  const std::vector<ChatMessage> messages = {{"tool", "{\"ok\":true}"}, {"user", "next"}};
+  EXPECT_EQ(format->render(messages, false),
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+            "Face<|im_end|>\n<|im_start|>tool\n{\"ok\":true}<|im_end|>\n"
+            "<|im_start|>user\nnext<|im_end|>\n");
+}
+
+TEST(ChatFormat, TemplateIsRecognisedDespiteLineEndingsAndSurroundingWhitespace) {
+  const nlohmann::json golden = load_golden();
+  std::string crlf;
+  for (char ch : golden.at("template").get<std::string>()) {
+    if (ch == '\n') crlf += '\r';
+    crlf += ch;
+  }
+  const auto format = chat_format_for_template("llama", "\n  " + crlf + "\n");
+  EXPECT_EQ(format->name(), "smollm2");
+  EXPECT_TRUE(format->recognized());
+}
+
+TEST(ChatFormat, UnknownTemplateOnSupportedArchitectureFallsBackToPlainChatMl) {
+  const auto format = chat_format_for_template("llama", "{{ messages | custom_thing }}");
+  EXPECT_FALSE(format->recognized());
+  EXPECT_EQ(format->name(), "chatml");
+  EXPECT_NE(format->description().find("fallback"), std::string::npos) << format->description();
+  const std::vector<ChatMessage> messages = {{"user", "Hi"}};
+  EXPECT_EQ(format->render(messages, true),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+
+  const auto missing = chat_format_for_template("qwen2", "");
+  EXPECT_FALSE(missing->recognized());
+  EXPECT_NE(missing->description().find("no chat template"), std::string::npos);
+}
+
+TEST(ChatFormat, PlainChatMlTemplateIsRecognised) {
+  const auto format = chat_format_for_template(
+      "llama",
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
+      "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+      "{{ '<|im_start|>assistant\n' }}{% endif %}");
+  EXPECT_TRUE(format->recognized());
+  EXPECT_EQ(format->name(), "chatml");
+}
+
+TEST(ChatFormat, UnsupportedArchitectureWithUnknownTemplateIsRefused) {
+  EXPECT_THROW(chat_format_for_template("gemma3", "{{ bos_token }}"), splash::Error);
+}
+
+TEST(ChatFormat, StopTextsEndTheChatMlTurn) {
+  const auto format = chat_format_for_template("llama", "");
+  const auto stops = format->stop_texts();
+  EXPECT_NE(std::find(stops.begin(), stops.end(), "<|im_end|>"), stops.end());
+}
+
+}  // namespace

@@ -1,0 +1,191 @@
+// CPU kernels against the gguf package's dequantization (tests/golden/quant, made by
+// tools/make_quant_golden.py) and against double-precision dot products.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/packed_weight.h"
+#include "kernels/cpu/quant_formats.h"
+#include "model_fixture.h"
+
+namespace splash::kernels {
+namespace {
+
+constexpr int kRows = 18, kCols = 512;
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << path;
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+struct Golden {
+  GgmlType type;
+  std::vector<uint8_t> raw;
+  std::vector<float> dequantized;
+};
+
+Golden load_golden(const std::string& name, GgmlType type) {
+  Golden g{type, read_file(splash::testing::golden_path("quant/" + name + ".raw")), {}};
+  const auto f = read_file(splash::testing::golden_path("quant/" + name + ".f32"));
+  g.dequantized.resize(f.size() / 4);
+  std::memcpy(g.dequantized.data(), f.data(), f.size());
+  return g;
+}
+
+const std::pair<const char*, GgmlType> kTypes[] = {
+    {"F32", GgmlType::F32},   {"F16", GgmlType::F16},   {"BF16", GgmlType::BF16}, {"Q8_0", GgmlType::Q8_0},
+    {"Q4_0", GgmlType::Q4_0}, {"Q4_1", GgmlType::Q4_1}, {"Q4_K", GgmlType::Q4_K}, {"Q6_K", GgmlType::Q6_K},
+};
+
+class KernelFormat : public ::testing::TestWithParam<std::pair<const char*, GgmlType>> {};
+
+// Our scalar dequantizer equals gguf-py's up to float rounding order (1 ulp-ish).
+TEST_P(KernelFormat, DequantizeMatchesGgufPackage) {
+  const auto golden = load_golden(GetParam().first, GetParam().second);
+  ASSERT_EQ(golden.dequantized.size(), static_cast<size_t>(kRows * kCols));
+  std::vector<float> row(kCols);
+  const size_t row_bytes = golden.raw.size() / kRows;
+  for (int r = 0; r < kRows; ++r) {
+    dequantize_row(golden.type, golden.raw.data() + r * row_bytes, row.data(), kCols);
+    for (int c = 0; c < kCols; ++c) {
+      const float want = golden.dequantized[r * kCols + c];
+      ASSERT_NEAR(row[c], want, 1e-6f * std::max(1.0f, std::fabs(want))) << "row " << r << " col " << c;
+    }
+  }
+}
+
+// Packing is lossless: every packed row reads back as the dequantized row.
+TEST_P(KernelFormat, PackingIsLossless) {
+  const auto golden = load_golden(GetParam().first, GetParam().second);
+  const auto packed = pack_weight({golden.type, golden.raw.data(), kRows, kCols});
+  EXPECT_EQ(packed.tiles, 2);
+  for (int r = 0; r < kRows; ++r) {
+    const auto row = unpack_row(packed, r);
+    for (int c = 0; c < kCols; ++c) {
+      const float want = golden.dequantized[r * kCols + c];
+      ASSERT_NEAR(row[c], want, 1e-6f * std::max(1.0f, std::fabs(want))) << "row " << r << " col " << c;
+    }
+  }
+}
+
+// The matmul kernels of both instruction sets against a double-precision product with the
+// exact weights. Integer kernels quantize activations to int8 per 32 values, so each
+// product carries at most |w| * d_x / 2 of rounding error (d_x = block max / 127): the
+// tolerance is that bound summed over the row, computed exactly here, plus float slack.
+TEST_P(KernelFormat, MatmulMatchesDoublePrecision) {
+  const auto golden = load_golden(GetParam().first, GetParam().second);
+  const auto packed = pack_weight({golden.type, golden.raw.data(), kRows, kCols});
+  const bool integer = is_integer_quantized(golden.type);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<const IsaKernels*> paths{&avx2_kernels()};
+  const auto features = detect_cpu_features();
+  if (features.avx512f && features.avx512bw && features.avx512vl && features.avx512dq && features.avx512vnni)
+    paths.push_back(&avx512_kernels());
+  for (int n : {1, 2, 3, 5, 8, 13}) {
+    std::vector<float> x(static_cast<size_t>(n) * kCols);
+    for (auto& v : x) v = normal(rng);
+    x[3] = 40.0f;  // an outlier, as real activations have
+    std::vector<int8_t> codes(x.size());
+    std::vector<float> scales(x.size() / 32), sums(x.size() / 16);
+    for (const IsaKernels* kernels : paths) {
+      kernels->quantize_rows(x.data(), n, kCols, codes.data(), scales.data(), sums.data());
+      const MatmulInput input{x.data(), codes.data(), scales.data(), sums.data(), n, kCols};
+      std::vector<float> y(static_cast<size_t>(n) * kRows, -1.0f);
+      kernels->matmul_tiles(packed, 0, packed.tiles, input, y.data(), kRows);
+      for (int t = 0; t < n; ++t)
+        for (int r = 0; r < kRows; ++r) {
+          double exact = 0.0, bound = 0.0, magnitude = 0.0;
+          for (int c = 0; c < kCols; ++c) {
+            const double w = golden.dequantized[r * kCols + c];
+            exact += w * x[t * kCols + c];
+            magnitude += std::fabs(w * x[t * kCols + c]);
+            if (integer) bound += std::fabs(w) * scales[t * (kCols / 32) + c / 32] * 0.5;
+          }
+          const double tolerance = bound + 1e-5 * magnitude + 1e-6;
+          ASSERT_NEAR(y[t * kRows + r], exact, tolerance)
+              << kernels->name << " n=" << n << " token " << t << " row " << r;
+        }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, KernelFormat, ::testing::ValuesIn(kTypes),
+                         [](const auto& info) { return std::string(info.param.first); });
+
+TEST(KernelQuantize, CodesReconstructWithinHalfAStep) {
+  std::vector<float> x(64);
+  for (int i = 0; i < 64; ++i) x[i] = std::sin(i * 0.37f) * (i + 1);
+  x[40] = 0.0f;
+  std::vector<float> zeros(32, 0.0f);
+  for (const IsaKernels* kernels : {&avx2_kernels()}) {
+    std::vector<int8_t> codes(64);
+    std::vector<float> scales(2), sums(4);
+    kernels->quantize_rows(x.data(), 1, 64, codes.data(), scales.data(), sums.data());
+    for (int i = 0; i < 64; ++i) EXPECT_NEAR(codes[i] * scales[i / 32], x[i], scales[i / 32] * 0.5f + 1e-6f);
+    for (int h = 0; h < 4; ++h) {
+      int sum = 0;
+      for (int i = 0; i < 16; ++i) sum += codes[h * 16 + i];
+      EXPECT_FLOAT_EQ(sums[h], sum * scales[h / 2]);
+    }
+    kernels->quantize_rows(zeros.data(), 1, 32, codes.data(), scales.data(), sums.data());
+    EXPECT_EQ(scales[0], 0.0f);
+    EXPECT_EQ(codes[0], 0);
+  }
+}
+
+// Attention of one query against a few cached keys, both ISAs, against a direct softmax.
+TEST(KernelAttention, MatchesDirectSoftmax) {
+  constexpr int kHeadDim = 64, kHeads = 4, kKvHeads = 2, kPositions = 37, kCapacity = 48;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> keys(kKvHeads * kCapacity * kHeadDim), k_tiles(keys.size(), 0.0f), values(keys.size());
+  for (auto& v : keys) v = normal(rng);
+  for (auto& v : values) v = normal(rng);
+  for (int h = 0; h < kKvHeads; ++h)
+    for (int p = 0; p < kPositions; ++p)
+      for (int d = 0; d < kHeadDim; ++d)
+        k_tiles[(static_cast<size_t>(h) * (kCapacity / 16) + p / 16) * kHeadDim * 16 + d * 16 + p % 16] =
+            keys[(h * kCapacity + p) * kHeadDim + d];
+  std::vector<float> q(2 * kHeads * kHeadDim);
+  for (auto& v : q) v = normal(rng) * 2.0f;
+  for (const IsaKernels* kernels : {&avx2_kernels(), &avx512_kernels()}) {
+    if (kernels == &avx512_kernels() && selected_cpu_path() != CpuPath::Avx512) continue;
+    std::vector<float> out(q.size(), 0.0f);
+    const AttentionArgs args{q.data(), kHeads * kHeadDim, k_tiles.data(), values.data(), out.data(), 2,
+                             kPositions - 2, kHeads, kKvHeads, kHeadDim, kCapacity, 0.125f};
+    for (int token = 0; token < 2; ++token)
+      for (int kv = 0; kv < kKvHeads; ++kv) kernels->attention_item(args, kv, token);
+    for (int token = 0; token < 2; ++token)
+      for (int h = 0; h < kHeads; ++h) {
+        const int kv = h / (kHeads / kKvHeads), visible = kPositions - 1 + token;
+        std::vector<double> scores(visible);
+        double top = -1e30, total = 0.0;
+        for (int p = 0; p < visible; ++p) {
+          double s = 0.0;
+          for (int d = 0; d < kHeadDim; ++d)
+            s += q[(token * kHeads + h) * kHeadDim + d] * keys[(kv * kCapacity + p) * kHeadDim + d];
+          scores[p] = s * 0.125;
+          top = std::max(top, scores[p]);
+        }
+        for (auto& s : scores) total += (s = std::exp(s - top));
+        for (int d = 0; d < kHeadDim; ++d) {
+          double want = 0.0;
+          for (int p = 0; p < visible; ++p) want += scores[p] / total * values[(kv * kCapacity + p) * kHeadDim + d];
+          ASSERT_NEAR(out[(token * kHeads + h) * kHeadDim + d], want, 1e-5) << kernels->name;
+        }
+      }
+  }
+}
+
+}  // namespace
+}  // namespace splash::kernels
