@@ -288,6 +288,9 @@ def cases() -> list[dict]:
         ("math_symbols", "∀x∈ℝ: x² ≥ 0 ∧ ∑ᵢ aᵢ ≤ ∞ → ∫f(x)dx ≈ π·r²"),
         ("box_drawing", "┌──┬──┐\n│ab│cd│\n└──┴──┘"),
         ("private_use_and_rare", "\ue000\uf8ff \U000F0000 \U0010FFFD 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𓀀"),
+        # characters newer than PCRE2 10.42's Unicode 14 tables, and U+180E (not whitespace for HF)
+        ("unicode_newer_than_14", "a\u1c89b \ua7cb \U00013460\U00013461 x \U00011f50\U00011f51 y \U00011de0\U00011de1"
+         " z  \U00016ff4 1\U0001e5f1 w\u180ev \u180e \U000323af\U0001e5d0"),
         ("bom_and_zero_width", "\ufeffstart\u200bmid\u200cdle\u200dend\u2060"),
         ("control_chars", "".join(chr(i) for i in range(1, 32)) + "\x7f"),
         ("nul_bytes", "a\x00b\x00\x00c\x00"),
@@ -379,6 +382,34 @@ def encode_case(tok: Tokenizer, text: str, split_special: bool) -> list[int]:
         tok.encode_special_tokens = False
 
 
+def split_regex_pre_tokenizer(name: str):
+    """HF's Split for the single-regex pre-tokenizers, with the regexes transformers uses."""
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_PRE_TOKENIZER_SPLITS
+    from tokenizers import Regex
+
+    return pre_tokenizers.Split(Regex(GGUF_PRE_TOKENIZER_SPLITS[name]), behavior="isolated")
+
+
+def pre_tokenizer_cases(texts: list[str]) -> dict:
+    """How each supported pre-tokenizer cuts each text, as UTF-8 byte lengths of the pieces, so the
+    splits of vocabularies we have no file for (qwen2, llama3) are still checked against HF."""
+    splitters = {
+        "smollm": pre_tokenizer_for("smollm"),
+        "gpt2": pre_tokenizer_for("gpt2"),
+        "qwen2": split_regex_pre_tokenizer("qwen2"),
+        "llama3": split_regex_pre_tokenizer("llama3"),
+    }
+    out = {}
+    for name, splitter in splitters.items():
+        rows = []
+        for text in texts:
+            pieces = [text[start:end] for _, (start, end) in splitter.pre_tokenize_str(text)]
+            assert "".join(pieces) == text, (name, text)
+            rows.append([len(p.encode("utf-8")) for p in pieces])
+        out[name] = rows
+    return out
+
+
 def decode_cases(tok: Tokenizer) -> list[dict]:
     """Id sequences that end or start inside a multi-byte character, with HF's lossy decode."""
     out = []
@@ -450,7 +481,15 @@ def main() -> int:
         },
         "vocab_size": len(md["tokenizer.ggml.tokens"]),
     }
-    golden = {"header": header, "cases": records, "decode_cases": decode_cases(tok)}
+    # The pre-tokenizer rows refer to cases by index; special tokens are not the pre-tokenizer's job.
+    split_texts = [r["text"] for r in records if "text" in r]
+    golden = {
+        "header": header,
+        "cases": records,
+        "decode_cases": decode_cases(tok),
+        "pre_tokenizer_texts": [r["name"] for r in records if "text" in r],
+        "pre_tokenizer_cases": pre_tokenizer_cases(split_texts),
+    }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(golden, f, ensure_ascii=False, separators=(",", ":"))

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -199,7 +200,9 @@ void File::parse_bytes(const uint8_t* base, uint64_t size) {
     alignment_ = static_cast<uint64_t>(*a);
   }
 
-  tensors_.reserve(tensor_count);
+  // Each tensor info takes at least 32 bytes (name length, n_dims, one dim, type, offset):
+  // reserve no more than the rest of the file could describe.
+  tensors_.reserve(std::min<uint64_t>(tensor_count, (size - reader.position()) / 32));
   for (uint64_t i = 0; i < tensor_count; ++i) {
     TensorInfo info;
     info.name = reader.read_string();
@@ -236,6 +239,18 @@ void File::parse_bytes(const uint8_t* base, uint64_t size) {
            path_, info.name, info.n_bytes, data_start + info.offset, size);
     info.data = base + data_start + info.offset;
   }
+  // No two tensors may share bytes: no writer produces that (ggml's own reader refuses it),
+  // so it marks a corrupt or crafted file whose weights would silently alias each other.
+  std::vector<const TensorInfo*> by_offset;
+  by_offset.reserve(tensors_.size());
+  for (const auto& info : tensors_) by_offset.push_back(&info);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const TensorInfo* a, const TensorInfo* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const TensorInfo& previous = *by_offset[i - 1];
+    if (previous.offset + previous.n_bytes > by_offset[i]->offset)
+      fail("{}: tensors '{}' and '{}' overlap in the data section", path_, previous.name, by_offset[i]->name);
+  }
 }
 
 const TensorInfo* File::find_tensor(std::string_view name) const {
@@ -269,6 +284,8 @@ std::optional<std::string> File::opt_string(std::string_view key) const {
 std::optional<uint64_t> File::opt_uint(std::string_view key) const {
   const Value* value = find(key);
   if (!value) return std::nullopt;
+  // A uint64 above INT64_MAX still fits the uint64 returned here.
+  if (auto* u = std::get_if<uint64_t>(&value->data)) return *u;
   auto integer = as_integer(*value);
   if (!integer || *integer < 0) wrong_type(path_, key, *value, "a non-negative integer");
   return static_cast<uint64_t>(*integer);

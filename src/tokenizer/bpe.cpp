@@ -30,9 +30,32 @@ struct Candidate {
 
 }  // namespace
 
+void BpeMerges::apply_short(std::vector<int32_t>& symbols) const {
+  // Most words are a few bytes long: rescanning all pairs after each merge costs less than
+  // building the linked list and heap, and allocates nothing. Same order: lowest rank, leftmost.
+  while (symbols.size() > 1) {
+    const Merge* best = nullptr;
+    size_t best_at = 0;
+    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+      const Merge* m = find(symbols[i], symbols[i + 1]);
+      if (m && (!best || m->rank < best->rank)) {
+        best = m;
+        best_at = i;
+      }
+    }
+    if (!best) return;
+    symbols[best_at] = best->merged;
+    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best_at) + 1);
+  }
+}
+
 void BpeMerges::apply(std::vector<int32_t>& symbols) const {
   const int32_t n = static_cast<int32_t>(symbols.size());
   if (n < 2) return;
+  if (n <= kShortWord) {
+    apply_short(symbols);
+    return;
+  }
 
   // Linked list over the original positions; a merged-away symbol is marked with id -1.
   std::vector<int32_t> prev(n), next(n);

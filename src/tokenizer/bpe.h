@@ -7,6 +7,7 @@
 // Implementation: symbols form a doubly linked list over an array and candidate pairs wait in a
 // min-heap keyed by (rank, position); a candidate made stale by an earlier merge is dropped when
 // popped. That is O(n log n) per word, so a 1 MB word (one long run of letters) stays cheap.
+// Short words (the vast majority) use a plain rescan instead, which allocates nothing.
 #include <cstddef>
 #include <cstdint>
 #include <unordered_map>
@@ -33,6 +34,8 @@ class BpeMerges {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
   }
   const Merge* find(int32_t left, int32_t right) const;
+  static constexpr int32_t kShortWord = 24;  // up to this many symbols, a plain rescan is faster
+  void apply_short(std::vector<int32_t>& symbols) const;
 
   std::unordered_map<uint64_t, Merge> ranks_;
 };

@@ -19,7 +19,7 @@ namespace {
 // `tools/make_tokenizer_golden.py --print-unicode-classes`; a newer PCRE2 already contains the
 // extra ranges, which is harmless.
 #define LETTER                                                                                     \
-  "\\p{L}\\x{1C89}-\\x{1C8A}\\x{A7CB}-\\x{A7CD}\\x{A7DA}-\\x{A7DC}\\x{105C0}-\\x{105F3}"           \
+  "a-zA-Z\\p{L}\\x{1C89}-\\x{1C8A}\\x{A7CB}-\\x{A7CD}\\x{A7DA}-\\x{A7DC}\\x{105C0}-\\x{105F3}"           \
   "\\x{10D4A}-\\x{10D65}\\x{10D6F}-\\x{10D85}\\x{10EC2}-\\x{10EC4}\\x{1123F}-\\x{11240}"           \
   "\\x{11380}-\\x{11389}\\x{1138B}\\x{1138E}\\x{11390}-\\x{113B5}\\x{113B7}\\x{113D1}\\x{113D3}"   \
   "\\x{11BC0}-\\x{11BE0}\\x{11F02}\\x{11F04}-\\x{11F10}\\x{11F12}-\\x{11F33}\\x{1342F}"            \
@@ -27,7 +27,7 @@ namespace {
   "\\x{1B132}\\x{1B155}\\x{1DF25}-\\x{1DF2A}\\x{1E030}-\\x{1E06D}\\x{1E4D0}-\\x{1E4EB}"            \
   "\\x{1E5D0}-\\x{1E5ED}\\x{1E5F0}\\x{2B739}\\x{2EBF0}-\\x{2EE5D}\\x{31350}-\\x{323AF}"
 #define NUMBER                                                                                     \
-  "\\p{N}\\x{10D40}-\\x{10D49}\\x{116D0}-\\x{116E3}\\x{11BF0}-\\x{11BF9}\\x{11F50}-\\x{11F59}"     \
+  "0-9\\p{N}\\x{10D40}-\\x{10D49}\\x{116D0}-\\x{116E3}\\x{11BF0}-\\x{11BF9}\\x{11F50}-\\x{11F59}"     \
   "\\x{16130}-\\x{16139}\\x{16D70}-\\x{16D79}\\x{1CCF0}-\\x{1CCF9}\\x{1D2C0}-\\x{1D2D3}"           \
   "\\x{1E4F0}-\\x{1E4F9}\\x{1E5F1}-\\x{1E5FA}"
 // Rust's is_numeric knows two ranges more than Oniguruma's \p{N}.
@@ -130,7 +130,7 @@ struct PreTokenizer::Stage {
   Stage(const Stage&) = delete;
   Stage& operator=(const Stage&) = delete;
 
-  void split(std::string_view text, std::vector<std::string_view>& pieces) const {
+  void split(std::string_view text, const Emit& emit) const {
     MatchScratch& s = scratch();
     const auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     size_t kept_until = 0;  // text before this offset has been emitted
@@ -147,9 +147,9 @@ struct PreTokenizer::Stage {
       const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(s.data);
       const size_t start = ovector[0];
       const size_t end = ovector[1];
-      if (start > kept_until) pieces.push_back(text.substr(kept_until, start - kept_until));
+      if (start > kept_until) emit(text.substr(kept_until, start - kept_until));
       if (end > start) {
-        pieces.push_back(text.substr(start, end - start));
+        emit(text.substr(start, end - start));
         kept_until = end;
         search_from = end;
       } else {
@@ -158,7 +158,7 @@ struct PreTokenizer::Stage {
         search_from = start + utf8_char_length(text, start);
       }
     }
-    if (kept_until < text.size()) pieces.push_back(text.substr(kept_until));
+    if (kept_until < text.size()) emit(text.substr(kept_until));
   }
 };
 
@@ -181,24 +181,22 @@ std::vector<std::string> PreTokenizer::supported_names() {
   return names;
 }
 
+void PreTokenizer::split(std::string_view text, const Emit& emit) const {
+  if (!text.empty()) split_from(0, text, emit);
+}
+
 void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& pieces) const {
-  if (text.empty()) return;
-  if (stages_.empty()) {
-    pieces.push_back(text);
+  split(text, [&pieces](std::string_view piece) { pieces.push_back(piece); });
+}
+
+// Pieces flow through the stages one at a time instead of being collected per stage, so a
+// large text never materialises millions of intermediate pieces.
+void PreTokenizer::split_from(size_t stage, std::string_view text, const Emit& emit) const {
+  if (stage == stages_.size()) {
+    emit(text);
     return;
   }
-  // Each stage re-splits the pieces of the previous one; the last stage writes to `pieces`.
-  std::vector<std::string_view> current{text};
-  std::vector<std::string_view> next;
-  for (size_t i = 0; i < stages_.size(); ++i) {
-    const bool last = i + 1 == stages_.size();
-    std::vector<std::string_view>& out = last ? pieces : next;
-    for (std::string_view piece : current) stages_[i]->split(piece, out);
-    if (!last) {
-      current.swap(next);
-      next.clear();
-    }
-  }
+  stages_[stage]->split(text, [&](std::string_view piece) { split_from(stage + 1, piece, emit); });
 }
 
 }  // namespace splash::tokenizer

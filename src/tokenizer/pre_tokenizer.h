@@ -7,6 +7,7 @@
 // A pre-tokenizer is a sequence of regex stages, each applied to every piece the previous stage
 // produced, keeping both the matches and the text between them ("isolated", as Hugging Face's
 // Split and ByteLevel pre-tokenizers do). Regexes run in PCRE2 with UTF + UCP and JIT.
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -22,12 +23,16 @@ class PreTokenizer {
 
   const std::string& name() const { return name_; }
 
-  // Appends the pieces of `text` to `pieces`, in order; they concatenate back to `text`.
+  // Calls `emit` with each piece of `text`, in order; the pieces concatenate back to `text`.
   // `text` must be valid UTF-8 (the Tokenizer repairs its input first).
+  using Emit = std::function<void(std::string_view)>;
+  void split(std::string_view text, const Emit& emit) const;
+  // The same, collected (convenient for tests and tools).
   void split(std::string_view text, std::vector<std::string_view>& pieces) const;
 
  private:
   struct Stage;
+  void split_from(size_t stage, std::string_view text, const Emit& emit) const;
   std::string name_;
   std::vector<std::shared_ptr<const Stage>> stages_;
 };

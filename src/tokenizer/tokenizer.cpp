@@ -179,22 +179,20 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
 
 void Tokenizer::encode_plain(std::string_view text, std::vector<int32_t>& out) const {
   const Model& m = model();
-  std::vector<std::string_view> pieces;
-  m.pre.split(text, pieces);
   std::vector<int32_t> symbols;
-  for (std::string_view piece : pieces) {
-    if (m.cache.lookup(piece, out)) continue;
+  m.pre.split(text, [&](std::string_view piece) {
+    if (m.cache.lookup(piece, out)) return;
     symbols.clear();
     for (char c : piece) {
       const int32_t id = m.byte_ids[static_cast<uint8_t>(c)];
-      // A byte the vocabulary cannot spell is dropped, as HF's BPE (no unk_token in byte-level
-      // vocabularies) and llama.cpp both do; emitting unk would change the ids.
+      // A byte the vocabulary cannot spell is dropped before merging, as HF's BPE (no unk_token
+      // in byte-level vocabularies) and llama.cpp both do; emitting unk would change the ids.
       if (id >= 0) symbols.push_back(id);
     }
     m.merges.apply(symbols);
     m.cache.store(piece, symbols);
     out.insert(out.end(), symbols.begin(), symbols.end());
-  }
+  });
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {

@@ -9,8 +9,9 @@
 //   2. Control tokens (when parse_special) and user-defined tokens written literally in the
 //      text are matched leftmost-longest and emitted as their single id.
 //   3. The rest is pre-tokenized (see pre_tokenizer.h), each piece spelled byte-level and merged
-//      by rank (see bpe.h). A byte the vocabulary has no token for is dropped (as HF's BPE
-//      without unk_token and llama.cpp do); a complete byte-level vocabulary has all 256.
+//      by rank (see bpe.h). A byte the vocabulary has no token for is dropped before merging
+//      (as HF's BPE without unk_token and llama.cpp do). SmolLM2's vocabulary lacks 21 of the
+//      256 bytes (e.g. 0x04, 0xF1, 0xFF), so such input does not round-trip; HF agrees.
 //   encode never adds BOS: a caller that builds a prompt prepends bos() when add_bos() says so.
 // decode(ids): the bytes of each token concatenated, then repaired the same way (a cut-off
 //   multi-byte character becomes U+FFFD, as in HF's decode). Use StreamingDetokenizer to print

@@ -15,44 +15,58 @@ The reference does exact float32 math on the dequantized weights. The engine, li
 llama.cpp, rounds the input of every quantized matmul to int8 per 32-element block
 (d = max|x|/127, q = round(x/d)) so that it can use integer dot products. That rounding
 is the dominant difference; accumulation order and float16 KV storage are two orders of
-magnitude smaller (measured: f16 K/V alone moves logits by <= 0.014).
+magnitude smaller (measured: f16 K/V alone moves logits by <= 0.014), and the reference's
+own float32 arithmetic is within 3e-5 of a float64 run.
 
 To size it, the reference can run with that rounding simulated (llama_ref.load(...,
 act_quant=True)). `python tests/e2e/test_reference.py --calibrate --model M` compares the
-simulated-int8 reference with the exact one at every step of a teacher-forced 64-token
-greedy continuation of the five prompts below (320 positions per variant; int8
-activations, and int8 activations + f16 K/V). Measured on SmolLM2-135M-Instruct Q4_1:
+simulated reference with the exact one at every step of a teacher-forced 64-token greedy
+continuation of the five prompts below (320 positions per variant). Measured on
+SmolLM2-135M-Instruct Q4_1 (int8 activations / int8 activations + f16 K/V):
 
-                                     median     p99      max (of 640 positions)
-    max |logit difference|            0.66      1.34      1.78
-    KL(ref || rounded), nats          0.0015    0.012     0.018
-    change of the ref's top-2 gap       -       0.48      0.80
-    top-10 overlap                    min 7 of 10 (8 or more at 99.8% of positions)
-    top-1 flips                       13 of 640, all where the ref's top-2 gap was < 0.20
+                                     median          p99            max
+    max |logit difference|         0.60 / 0.63    1.27 / 1.47    1.74 / 1.86
+    KL(ref || rounded), nats      .0011 / .0011   .013 / .021    .030 / .024
+    change of the ref's top-2 gap  0.08 / 0.08    0.39 / 0.36    0.75 / 0.47
+    top-10 swap depth (below)      0    / 0       0.30 / 0.30    0.63 / 0.51
+    top-10 overlap                 min 7 (at 3 of 640 positions), 10 at two thirds
+    top-1 flips                    7 of 640, all where the ref's top-2 gap was <= 0.26
 
-The same script injected real bugs into the reference, to see whether the tolerances
-separate them from rounding (worst of the five prompts / the least visible one):
-    RoPE base 10000 instead of 100000   max-abs up to 4.0,  KL 0.06 .. 0.51
-    NEOX instead of adjacent-pair RoPE  max-abs 10 .. 25,   KL 0.65 .. 2.0
-    no causal mask                      max-abs 7.6 .. 17,  KL 0.49 .. 1.8
-    attention scale off by sqrt(2)      max-abs 3.6 .. 10,  KL 0.15 .. 0.31
-    wrong q-head -> kv-head mapping     max-abs 24 .. 41,   KL 2.5 .. 14
-    last layer skipped                  max-abs 18 .. 42,   KL 1.6 .. 8.9
-    (a position-independent bug is invisible on the 1-token prompt, as it should be;
-    RoPE offsets and eps 1e-6 vs 1e-5 change nothing measurable, also as they should.)
+Bugs injected into the reference, to see whether the tolerances separate them from
+rounding (range over the prompts; position-dependent bugs are invisible on the 1-token
+prompt, so it is left out of the ranges):
+    RoPE base 10000 instead of 100000   max-abs 2.5 .. 4.1,  KL 0.048 .. 0.28
+    attention scale off by sqrt(2)      max-abs 3.5 .. 9.5,  KL 0.053 .. 0.43
+    NEOX instead of adjacent-pair RoPE  max-abs 9.6 .. 24,   KL 0.92 .. 2.6
+    no causal mask                      max-abs 8.4 .. 18,   KL 0.45 .. 5.4
+    wrong q-head -> kv-head mapping     max-abs 14 .. 38,    KL 1.0 .. 12
+    last layer skipped                  max-abs 21 .. 33,    KL 0.86 .. 6.7
+    int7 instead of int8 activations    max-abs 0.9 .. 1.5,  KL 0.006 .. 0.025 (not
+        caught, and it should not be: it is the same kind of rounding, a bit coarser)
+(Shifting every RoPE position by one, or eps 1e-6 instead of 1e-5, changes nothing
+measurable: attention depends only on relative positions, and eps is tiny next to the
+mean square of the hidden state.)
 
-Hence:
-  MAX_ABS = 2.5   1.4x the worst rounding deviation seen in 640 positions (1.78): the
-                  engine's rounding is not bit-identical to the simulation (float16
-                  scales, sums, order), so it gets margin; every structural bug above
-                  except the RoPE base exceeds it.
-  MAX_KL = 0.05   ~3x the worst rounding KL (0.018); below every injected bug (0.06+).
-                  KL weighs the tokens that matter, so it is the sharper of the two.
-  NEAR_TIE = 1.0  a flip between two candidates needs the rounding to move their gap by
-                  more than the gap; the largest such move seen was 0.80, so a choice the
-                  reference prefers by >= 1.0 logit (2.7x in probability) must be kept.
-  TOP10_MIN_OVERLAP = 7  the worst overlap seen under rounding; each token that enters or
-                  leaves the top 10 must also be within NEAR_TIE of the 10th-best logit.
+Hence, for each prompt and CPU path:
+  MAX_ABS = 2.5   1.35x the worst rounding deviation seen (1.86); the engine's rounding
+                  is not bit-identical to the simulation (float16 scales and block sums,
+                  summation order), so it gets margin. Every injected structural bug
+                  exceeds it on at least one prompt.
+  MAX_KL = 0.06   2x the worst rounding KL seen (0.030). KL weighs the tokens that carry
+                  probability, so it is the sharper check; every injected bug exceeds it
+                  on at least one prompt (the closest, the RoPE base, reaches 0.28).
+  NEAR_TIE = 1.0  for the rounding to flip two candidates it must move their gap by more
+                  than the gap; the largest move seen was 0.75, so a choice the reference
+                  prefers by >= 1.0 logit (2.7x in probability) must be kept. It bounds the
+                  engine's top-1 "regret" (how much lower the reference rates the engine's
+                  choice than its own) and the greedy divergence.
+  TOP10: every token that enters or leaves the top 10 must lie within NEAR_TIE of the
+                  10th-best logit ("swap depth"; at most 0.63 seen), and at least
+                  TOP10_MIN_OVERLAP = 6 of the 10 must agree (one below the worst seen, 7;
+                  a coarse backstop, the swap depth does the precise work).
+
+Measured engine (build/splash, both paths): max-abs 0.40 .. 0.83, KL 0.0012 .. 0.0067,
+same top-1 on all five prompts; avx2 and avx512 logits differ by < 1e-5.
 """
 from __future__ import annotations
 
@@ -70,9 +84,9 @@ sys.path.insert(0, str(REPO / "tests" / "reference"))
 import llama_ref  # noqa: E402
 
 MAX_ABS = 2.5
-MAX_KL = 0.05
+MAX_KL = 0.06
 NEAR_TIE = 1.0
-TOP10_MIN_OVERLAP = 7
+TOP10_MIN_OVERLAP = 6
 GREEDY_STEPS = 64
 
 CPU_PATHS = ["avx2", "avx512"]
@@ -154,6 +168,13 @@ def prompt_ids(splash_bin, model_path) -> dict[str, list[int]]:
 @pytest.fixture(scope="module")
 def ref_logits(ref, prompt_ids) -> dict[str, np.ndarray]:
     return {name: ref.logits(ids) for name, ids in prompt_ids.items()}
+
+
+@pytest.fixture(scope="module")
+def ref_greedy(ref, prompt_ids) -> dict[str, tuple]:
+    """(tokens, margins, per-step logits) of the reference, computed once for both CPU paths."""
+    return {name: ref.greedy(prompt_ids[name], GREEDY_STEPS, keep_logits=True)
+            for name in GREEDY_PROMPTS}
 
 
 def require_cpu(cpu: str) -> None:
@@ -244,12 +265,12 @@ def test_logits_match_reference(splash_bin, model_path, prompt_ids, ref_logits, 
 
 @pytest.mark.parametrize("cpu", CPU_PATHS)
 @pytest.mark.parametrize("prompt", GREEDY_PROMPTS)
-def test_greedy_matches_reference(splash_bin, model_path, ref, prompt_ids, prompt, cpu):
+def test_greedy_matches_reference(splash_bin, model_path, ref_greedy, prompt_ids, prompt, cpu):
     require_cpu(cpu)
     ids = prompt_ids[prompt]
     eng = engine_greedy(splash_bin, model_path, ids, GREEDY_STEPS, cpu)
     assert len(eng) == GREEDY_STEPS, f"engine generated {len(eng)} tokens"
-    want, margins = ref.greedy(ids, GREEDY_STEPS)
+    want, margins, step_logits = ref_greedy[prompt]
     pos = next((i for i, (a, b) in enumerate(zip(want, eng)) if a != b), None)
     if pos is None:
         print(f"[{cpu}] {prompt}: all {GREEDY_STEPS} tokens match; "
@@ -258,8 +279,7 @@ def test_greedy_matches_reference(splash_bin, model_path, ref, prompt_ids, promp
     # After the first divergence the two continue from different contexts, so nothing
     # later can be compared. The divergence itself is acceptable only as a near tie: the
     # engine's token must be one the reference rates within NEAR_TIE of its own choice.
-    step_logits = ref.logits(ids + want[:pos])
-    regret = float(step_logits[want[pos]] - step_logits[eng[pos]])
+    regret = float(step_logits[pos][want[pos]] - step_logits[pos][eng[pos]])
     msg = (f"[{cpu}] {prompt}: diverges at generated position {pos}: reference {want[pos]}, "
            f"engine {eng[pos]}; reference top-2 margin {margins[pos]:.3f}, "
            f"engine token is {regret:.3f} below the reference's choice")

@@ -199,21 +199,24 @@ class Model:
     def logits(self, token_ids) -> np.ndarray:
         return self.forward(list(token_ids), KVCache(self.cfg.n_layer))
 
-    def greedy(self, token_ids, n: int) -> tuple[list[int], list[float]]:
-        """Greedy continuation of n tokens (never stops early). Also returns, per step, the
-        gap between the best and second-best logit: a small gap is a near tie that rounding
-        differences may legitimately flip."""
+    def greedy(self, token_ids, n: int, keep_logits: bool = False):
+        """Greedy continuation of n tokens (never stops early). Returns (tokens, margins):
+        per step, the gap between the best and second-best logit, since a small gap is a
+        near tie that rounding differences may legitimately flip. With keep_logits, also
+        the logits of every step, as a third element."""
         cache = KVCache(self.cfg.n_layer)
         out = self.forward(list(token_ids), cache)
-        tokens, margins = [], []
+        tokens, margins, steps = [], [], []
         for step in range(n):
             top2 = np.argsort(out)[-2:]
             best = int(top2[1])
             tokens.append(best)
             margins.append(float(out[top2[1]] - out[top2[0]]))
+            if keep_logits:
+                steps.append(out)
             if step + 1 < n:
                 out = self.forward([best], cache)
-        return tokens, margins
+        return (tokens, margins, steps) if keep_logits else (tokens, margins)
 
 
 # --- loading ---------------------------------------------------------------------------

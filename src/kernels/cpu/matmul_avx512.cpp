@@ -3,11 +3,14 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <iterator>
+#include <utility>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/int_kind_traits.h"
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/shipped_shapes.h"
 
@@ -15,17 +18,6 @@ namespace splash::kernels::avx512 {
 #include "kernels/cpu/portable_ops_impl.h"
 
 namespace {
-
-template <PackedKind KIND>
-struct IntKind;
-template <>
-struct IntKind<PackedKind::U4_F16> { static constexpr int sub = 32, code_bytes = 256, scale_bytes = 64; static constexpr bool nibbles = true, half = true; };
-template <>
-struct IntKind<PackedKind::U4_F32> { static constexpr int sub = 32, code_bytes = 256, scale_bytes = 128; static constexpr bool nibbles = true, half = false; };
-template <>
-struct IntKind<PackedKind::U8_F16> { static constexpr int sub = 32, code_bytes = 512, scale_bytes = 64; static constexpr bool nibbles = false, half = true; };
-template <>
-struct IntKind<PackedKind::U6_F32> { static constexpr int sub = 16, code_bytes = 256, scale_bytes = 128; static constexpr bool nibbles = false, half = false; };
 
 inline int32_t load_i32(const int8_t* p) {
   int32_t v;
@@ -120,53 +112,8 @@ void float_tile(const PackedWeight& w, int tile, const MatmulInput& in, int toke
     _mm512_mask_storeu_ps(y + static_cast<size_t>(token0 + n) * ldy + tile * kTileRows, mask, acc[n]);
 }
 
-using TileFn = void (*)(const PackedWeight&, int, const MatmulInput&, int, float*, int);
-
-// Tile kernels for 8, 4, 2 and 1 tokens at a time.
-struct TileSet {
-  TileFn by_tokens[4];
-};
-
-template <PackedKind KIND, int KCT>
-constexpr TileSet int_set() {
-  return {{int_tile<KIND, KCT, 8>, int_tile<KIND, KCT, 4>, int_tile<KIND, KCT, 2>, int_tile<KIND, KCT, 1>}};
-}
-template <PackedKind KIND>
-constexpr TileSet float_set() {
-  return {{float_tile<KIND, 8>, float_tile<KIND, 4>, float_tile<KIND, 2>, float_tile<KIND, 1>}};
-}
-
-template <PackedKind KIND>
-TileSet int_set_for_width(int k) {
-  static_assert(kShippedWidths[0] == 576 && kShippedWidths[1] == 1536, "instantiate the new shipped widths here");
-  if (k == 576) return int_set<KIND, 576>();
-  if (k == 1536) return int_set<KIND, 1536>();
-  return int_set<KIND, 0>();
-}
-
-TileSet tile_set(PackedKind kind, int k) {
-  switch (kind) {
-    case PackedKind::U4_F16: return int_set_for_width<PackedKind::U4_F16>(k);
-    case PackedKind::U4_F32: return int_set_for_width<PackedKind::U4_F32>(k);
-    case PackedKind::U8_F16: return int_set_for_width<PackedKind::U8_F16>(k);
-    case PackedKind::U6_F32: return int_set_for_width<PackedKind::U6_F32>(k);
-    case PackedKind::F32: return float_set<PackedKind::F32>();
-    case PackedKind::F16: return float_set<PackedKind::F16>();
-    case PackedKind::BF16: return float_set<PackedKind::BF16>();
-  }
-  return float_set<PackedKind::F32>();
-}
-
-void matmul_tiles(const PackedWeight& w, int tile_begin, int tile_end, const MatmulInput& in, float* y, int ldy) {
-  const TileSet set = tile_set(w.kind, in.k);
-  for (int tile = tile_begin; tile < tile_end; ++tile) {
-    int token = 0;
-    for (; token + 8 <= in.n; token += 8) set.by_tokens[0](w, tile, in, token, y, ldy);
-    if (in.n - token >= 4) { set.by_tokens[1](w, tile, in, token, y, ldy); token += 4; }
-    if (in.n - token >= 2) { set.by_tokens[2](w, tile, in, token, y, ldy); token += 2; }
-    if (in.n - token >= 1) set.by_tokens[3](w, tile, in, token, y, ldy);
-  }
-}
+constexpr int kTokenBlocks[] = {8, 4, 2, 1};
+#include "kernels/cpu/tile_dispatch_impl.h"
 
 }  // namespace
 }  // namespace splash::kernels::avx512

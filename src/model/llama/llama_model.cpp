@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <vector>
 
@@ -171,19 +172,41 @@ class LlamaModel final : public Model {
     for (const auto& [name, count] : type_counts) parts.push_back(fmt::format("{} ({})", name, count));
     info_.weight_types = fmt::format("{}", fmt::join(parts, ", "));
 
+    // Check every tensor first (errors surface here, on the calling thread), then repack
+    // the layers in parallel: packing is the bulk of the load time.
+    struct LayerSources {
+      WeightSource q, k, v, o, gate, up, down;
+    };
+    std::vector<LayerSources> sources(s.n_layers);
     layers_.resize(s.n_layers);
     for (int l = 0; l < s.n_layers; ++l) {
       const std::string p = fmt::format("blk.{}.", l);
-      auto& layer = layers_[l];
-      layer.attn_norm = vector_weight(file_, p + "attn_norm.weight", s.d_model);
-      layer.ffn_norm = vector_weight(file_, p + "ffn_norm.weight", s.d_model);
-      layer.qkv = pack_group({weight(file_, p + "attn_q.weight", q_width(), s.d_model),
-                              weight(file_, p + "attn_k.weight", kv_width(), s.d_model),
-                              weight(file_, p + "attn_v.weight", kv_width(), s.d_model)});
-      layer.attn_output = kernels::pack_weight(weight(file_, p + "attn_output.weight", s.d_model, q_width()));
-      layer.gate_up = pack_group({weight(file_, p + "ffn_gate.weight", s.ffn, s.d_model),
-                                  weight(file_, p + "ffn_up.weight", s.ffn, s.d_model)});
-      layer.down = kernels::pack_weight(weight(file_, p + "ffn_down.weight", s.d_model, s.ffn));
+      layers_[l].attn_norm = vector_weight(file_, p + "attn_norm.weight", s.d_model);
+      layers_[l].ffn_norm = vector_weight(file_, p + "ffn_norm.weight", s.d_model);
+      sources[l] = {weight(file_, p + "attn_q.weight", q_width(), s.d_model),
+                    weight(file_, p + "attn_k.weight", kv_width(), s.d_model),
+                    weight(file_, p + "attn_v.weight", kv_width(), s.d_model),
+                    weight(file_, p + "attn_output.weight", s.d_model, q_width()),
+                    weight(file_, p + "ffn_gate.weight", s.ffn, s.d_model),
+                    weight(file_, p + "ffn_up.weight", s.ffn, s.d_model),
+                    weight(file_, p + "ffn_down.weight", s.d_model, s.ffn)};
+    }
+    std::vector<std::exception_ptr> errors(s.n_layers);
+    pool_.run(s.n_layers, [&](int l) {
+      try {
+        auto& layer = layers_[l];
+        const auto& src = sources[l];
+        layer.qkv = pack_group({src.q, src.k, src.v});
+        layer.attn_output = kernels::pack_weight(src.o);
+        layer.gate_up = pack_group({src.gate, src.up});
+        layer.down = kernels::pack_weight(src.down);
+      } catch (...) {
+        errors[l] = std::current_exception();  // never let an exception escape a pool thread
+      }
+    });
+    for (const auto& error : errors)
+      if (error) std::rethrow_exception(error);
+    for (const auto& layer : layers_) {
       for (const auto& w : layer.qkv) info_.packed_weight_bytes += w.bytes();
       for (const auto& w : layer.gate_up) info_.packed_weight_bytes += w.bytes();
       info_.packed_weight_bytes += layer.attn_output.bytes() + layer.down.bytes();

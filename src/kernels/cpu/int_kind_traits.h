@@ -1,0 +1,30 @@
+#pragma once
+// Compile-time geometry of the integer packed kinds (see packed_weight.h), for the kernels.
+#include "kernels/cpu/packed_weight.h"
+
+namespace splash::kernels {
+
+template <PackedKind KIND>
+struct IntKind;
+template <>
+struct IntKind<PackedKind::U4_F16> {
+  static constexpr int sub = 32, code_bytes = 256, scale_bytes = 64;
+  static constexpr bool nibbles = true, half = true, offset128 = false;
+};
+template <>
+struct IntKind<PackedKind::U4_F32> {
+  static constexpr int sub = 32, code_bytes = 256, scale_bytes = 128;
+  static constexpr bool nibbles = true, half = false, offset128 = false;
+};
+template <>
+struct IntKind<PackedKind::U8_F16> {  // codes are q + 128 (Q8_0)
+  static constexpr int sub = 32, code_bytes = 512, scale_bytes = 64;
+  static constexpr bool nibbles = false, half = true, offset128 = true;
+};
+template <>
+struct IntKind<PackedKind::U6_F32> {
+  static constexpr int sub = 16, code_bytes = 256, scale_bytes = 128;
+  static constexpr bool nibbles = false, half = false, offset128 = false;
+};
+
+}  // namespace splash::kernels
