@@ -303,6 +303,7 @@ def cases() -> list[dict]:
         ("digits_letters", "abc123def 4ever x86_64 i18n 3D B2B"),
         # contractions and quotes
         ("contractions", "I'm you're we've they'll she'd it's don't can't won't"),
+        ("contractions_case_folding", "it'ſ THE'S he'LL I'D we'Ve x'K y'\u212a z'\u0130 'Ǆ"),
         ("contractions_upper", "I'M YOU'RE WE'VE THEY'LL SHE'D IT'S DON'T"),
         ("apostrophes", "rock 'n' roll 'tis ''quoted'' it’s l’été"),
         ("quotes", "\"double\" 'single' `back` “curly” ‘curly’ «guillemets»"),

@@ -27,8 +27,7 @@ void SpecialTokenMatcher::add(std::string_view text, int32_t id, bool control) {
   starts_[static_cast<uint8_t>(text[0])] = true;
 }
 
-std::optional<SpecialTokenMatcher::Match> SpecialTokenMatcher::find(std::string_view text, size_t from,
-                                                                    bool include_control) const {
+std::optional<SpecialTokenMatcher::Match> SpecialTokenMatcher::find(std::string_view text, size_t from) const {
   if (empty()) return std::nullopt;
   for (size_t pos = from; pos < text.size(); ++pos) {
     if (!starts_[static_cast<uint8_t>(text[pos])]) continue;
@@ -38,7 +37,7 @@ std::optional<SpecialTokenMatcher::Match> SpecialTokenMatcher::find(std::string_
       node = child(node, static_cast<uint8_t>(text[i]));
       if (node < 0) break;
       const Node& n = nodes_[node];
-      if (n.id >= 0 && (include_control || !n.control)) best = {pos, i + 1 - pos, n.id};
+      if (n.id >= 0) best = {pos, i + 1 - pos, n.id, n.control};
     }
     if (best.id >= 0) return best;
   }

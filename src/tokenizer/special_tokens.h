@@ -1,8 +1,9 @@
 #pragma once
 // Finds special tokens (control and user-defined, e.g. "<|im_start|>", "<think>") written
 // literally in text, before any pre-tokenization, so they map to their single id instead of
-// being cut into pieces. Matching is leftmost-longest, as Hugging Face's added-token matching
-// does: the earliest position where any token starts wins, and there the longest token.
+// being cut into pieces. Matching is leftmost-longest over all of them, as Hugging Face's
+// added-token matching does: the earliest position where any token starts wins, and there the
+// longest token. Whether a control match is then used is the caller's decision (parse_special).
 // A byte trie keeps this O(text length x longest token) however many tokens there are.
 #include <cstddef>
 #include <cstdint>
@@ -15,8 +16,7 @@ namespace splash::tokenizer {
 
 class SpecialTokenMatcher {
  public:
-  // `control`: matched only when the caller asks for control tokens (parse_special);
-  // user-defined tokens are always matched. Adding the same text again replaces the id.
+  // Adding the same text again replaces the id.
   void add(std::string_view text, int32_t id, bool control);
   bool empty() const { return nodes_.size() <= 1; }
 
@@ -24,9 +24,10 @@ class SpecialTokenMatcher {
     size_t position = 0;
     size_t length = 0;
     int32_t id = -1;
+    bool control = false;
   };
   // The first match at or after `from`.
-  std::optional<Match> find(std::string_view text, size_t from, bool include_control) const;
+  std::optional<Match> find(std::string_view text, size_t from) const;
 
  private:
   struct Node {

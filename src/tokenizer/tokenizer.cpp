@@ -165,15 +165,18 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
   }
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 1);
-  size_t pos = 0;
-  while (pos < text.size()) {
-    const std::optional<SpecialTokenMatcher::Match> special = m.specials.find(text, pos, parse_special);
-    const size_t plain_end = special ? special->position : text.size();
-    encode_plain(text.substr(pos, plain_end - pos), ids);
-    if (!special) break;
+  size_t plain_from = 0;   // start of the text not yet encoded
+  size_t search_from = 0;  // where to look for the next special token
+  while (const std::optional<SpecialTokenMatcher::Match> special = m.specials.find(text, search_from)) {
+    search_from = special->position + special->length;
+    // Without parse_special a control token is plain text, and (as in HF) the span it covers is
+    // not searched again for shorter user-defined tokens.
+    if (special->control && !parse_special) continue;
+    encode_plain(text.substr(plain_from, special->position - plain_from), ids);
     ids.push_back(special->id);
-    pos = special->position + special->length;
+    plain_from = search_from;
   }
+  encode_plain(text.substr(plain_from), ids);
   return ids;
 }
 

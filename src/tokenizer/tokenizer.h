@@ -6,8 +6,9 @@
 //   1. Invalid UTF-8 is repaired first: each maximal invalid subpart becomes U+FFFD, so
 //      encode(bytes) == HF encode(bytes.decode("utf-8", "replace")). (Raw invalid bytes cannot
 //      reach HF at all, a Python str is always valid; this is the closest defined behaviour.)
-//   2. Control tokens (when parse_special) and user-defined tokens written literally in the
-//      text are matched leftmost-longest and emitted as their single id.
+//   2. Control and user-defined tokens written literally in the text are matched
+//      leftmost-longest and emitted as their single id. Without parse_special a matched control
+//      token is left as plain text (HF's encode_special_tokens); user-defined ones still match.
 //   3. The rest is pre-tokenized (see pre_tokenizer.h), each piece spelled byte-level and merged
 //      by rank (see bpe.h). A byte the vocabulary has no token for is dropped before merging
 //      (as HF's BPE without unk_token and llama.cpp do). SmolLM2's vocabulary lacks 21 of the
@@ -52,7 +53,8 @@ struct Vocabulary {
   std::vector<TokenType> token_types;  // one per token, or empty: all normal
   std::vector<std::string> merges;     // "left right" in byte-level spelling, best first
   std::string pre_tokenizer = "default";
-  std::optional<int32_t> bos, eos, unk;
+  std::optional<int32_t> bos, eos;
+  std::optional<int32_t> unk;       // reported by unk() only: byte-level BPE never emits it
   std::optional<int32_t> eot, eom;  // end-of-turn / end-of-message ids some models declare
   bool add_bos = false;
 };

@@ -143,9 +143,14 @@ TEST(KernelQuantize, CodesReconstructWithinHalfAStep) {
   }
 }
 
-// Attention of one query against a few cached keys, both ISAs, against a direct softmax.
-TEST(KernelAttention, MatchesDirectSoftmax) {
-  constexpr int kHeadDim = 64, kHeads = 4, kKvHeads = 2, kPositions = 37, kCapacity = 48;
+// Attention of two queries against a few cached keys, both ISAs, against a direct softmax,
+// for groups of 2, 3 and 5 query heads per kv head (5 = one block of 4 plus a single).
+class KernelAttention : public ::testing::TestWithParam<std::pair<int, int>> {};
+
+TEST_P(KernelAttention, MatchesDirectSoftmax) {
+  const int kHeads = GetParam().first, kKvHeads = GetParam().second;
+  // 6 query tokens: one block of 4 sharing key tiles, then 2 alone.
+  constexpr int kHeadDim = 64, kPositions = 37, kCapacity = 48, kTokens = 6;
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> keys(kKvHeads * kCapacity * kHeadDim), k_tiles(keys.size(), 0.0f), values(keys.size());
@@ -156,18 +161,17 @@ TEST(KernelAttention, MatchesDirectSoftmax) {
       for (int d = 0; d < kHeadDim; ++d)
         k_tiles[(static_cast<size_t>(h) * (kCapacity / 16) + p / 16) * kHeadDim * 16 + d * 16 + p % 16] =
             keys[(h * kCapacity + p) * kHeadDim + d];
-  std::vector<float> q(2 * kHeads * kHeadDim);
+  std::vector<float> q(kTokens * kHeads * kHeadDim);
   for (auto& v : q) v = normal(rng) * 2.0f;
   for (const IsaKernels* kernels : {&avx2_kernels(), &avx512_kernels()}) {
     if (kernels == &avx512_kernels() && selected_cpu_path() != CpuPath::Avx512) continue;
     std::vector<float> out(q.size(), 0.0f);
-    const AttentionArgs args{q.data(), kHeads * kHeadDim, k_tiles.data(), values.data(), out.data(), 2,
-                             kPositions - 2, kHeads, kKvHeads, kHeadDim, kCapacity, 0.125f};
-    for (int token = 0; token < 2; ++token)
-      for (int kv = 0; kv < kKvHeads; ++kv) kernels->attention_item(args, kv, token);
-    for (int token = 0; token < 2; ++token)
+    const AttentionArgs args{q.data(), kHeads * kHeadDim, k_tiles.data(), values.data(), out.data(), kTokens,
+                             kPositions - kTokens, kHeads, kKvHeads, kHeadDim, kCapacity, 0.125f};
+    for (int kv = 0; kv < kKvHeads; ++kv) kernels->attention_item(args, kv, 0, kTokens);
+    for (int token = 0; token < kTokens; ++token)
       for (int h = 0; h < kHeads; ++h) {
-        const int kv = h / (kHeads / kKvHeads), visible = kPositions - 1 + token;
+        const int kv = h / (kHeads / kKvHeads), visible = kPositions - kTokens + token + 1;
         std::vector<double> scores(visible);
         double top = -1e30, total = 0.0;
         for (int p = 0; p < visible; ++p) {
@@ -186,6 +190,9 @@ TEST(KernelAttention, MatchesDirectSoftmax) {
       }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Groups, KernelAttention,
+                         ::testing::Values(std::pair{4, 2}, std::pair{9, 3}, std::pair{10, 2}));
 
 }  // namespace
 }  // namespace splash::kernels

@@ -33,14 +33,17 @@ struct AttentionArgs {
   float scale;
 };
 
+inline constexpr int kAttentionTokenBlock = 4;
+
 struct IsaKernels {
   const char* name;
   void (*quantize_rows)(const float* x, int n, int k, int8_t* codes, float* scales, float* sums);
   // y[token][row] for rows of tiles [tile_begin, tile_end) and tokens [0, in.n).
   void (*matmul_tiles)(const PackedWeight& w, int tile_begin, int tile_end, const MatmulInput& in, float* y,
                        int ldy);
-  // One (kv head, query token) work item of causal attention.
-  void (*attention_item)(const AttentionArgs& args, int kv_head, int token);
+  // One work item of causal attention: the query heads of one kv head, for `tokens` query
+  // tokens from first_token on (kAttentionTokenBlock at a time share each key tile load).
+  void (*attention_item)(const AttentionArgs& args, int kv_head, int first_token, int tokens);
   void (*rms_norm)(const float* x, const float* weight, float* out, int n, int dim, float eps);
   void (*silu_mul)(const float* gate_up, float* out, int n, int ffn);  // gate_up = [n][2*ffn]
 };

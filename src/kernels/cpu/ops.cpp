@@ -32,9 +32,14 @@ void silu_mul(const float* gate_up, float* out, int n, int ffn, ThreadPool& pool
 
 void attention(const AttentionArgs& args, ThreadPool& pool) {
   const auto& kernels = selected_kernels();
-  const int items = args.n_kv_heads * args.n_tokens;
-  // Later queries see more keys; interleaving tokens across tasks balances the work.
-  pool.run(items, [&](int item) { kernels.attention_item(args, item % args.n_kv_heads, item / args.n_kv_heads); });
+  const int blocks = (args.n_tokens + kAttentionTokenBlock - 1) / kAttentionTokenBlock;
+  // Later queries see more keys, so the biggest items are claimed first, then smaller ones
+  // fill the gaps between threads.
+  pool.run(args.n_kv_heads * blocks, [&](int item) {
+    const int block = blocks - 1 - item / args.n_kv_heads;
+    const int first = block * kAttentionTokenBlock;
+    kernels.attention_item(args, item % args.n_kv_heads, first, std::min(kAttentionTokenBlock, args.n_tokens - first));
+  });
 }
 
 void rope_adjacent(float* x, int n_tokens, int row_stride, int n_heads, int head_dim, const int* positions,

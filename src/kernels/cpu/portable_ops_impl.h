@@ -7,6 +7,9 @@
 
 namespace {
 
+// std::fmax honours NaN rules that keep it from inlining; inputs here are never NaN.
+inline float max_of(float a, float b) { return a > b ? a : b; }
+
 // exp(x) for x <= 0 with ~2 ulp error, written without calls so loops over it vectorize.
 inline float exp_nonpositive(float x) {
   x = x < -87.0f ? -87.0f : x;
@@ -29,7 +32,7 @@ void quantize_rows_impl(const float* x, int n, int k, int8_t* codes, float* scal
     for (int b = 0; b < k / 32; ++b) {
       const float* v = x + static_cast<size_t>(row) * k + b * 32;
       float amax = 0.0f;
-      for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(v[j]));
+      for (int j = 0; j < 32; ++j) amax = max_of(amax, std::fabs(v[j]));
       const float d = amax / 127.0f;
       const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
       int8_t* q = codes + static_cast<size_t>(row) * k + b * 32;
@@ -73,72 +76,149 @@ void silu_mul_impl(const float* gate_up, float* out, int n, int ffn) {
   }
 }
 
-// Online-softmax attention for the query heads sharing one kv head, over key tiles of 16
-// positions. Keys are stored transposed per tile ([dim][16]) so scores for 16 positions
-// come out of plain vector FMAs with no horizontal sums.
-template <int HD>
-void attention_item_fixed(const AttentionArgs& a, int kv_head, int token) {
-  constexpr int kHeadsAtOnce = 4;
-  const int group = a.n_heads / a.n_kv_heads;
-  const int n_keys = a.first_position + token + 1;
-  const int tiles = (n_keys + 15) / 16;
+// 16 floats as one GCC vector: a zmm register in the AVX-512 build, two ymm in the AVX2 one.
+// Written with vectors rather than arrays so the compiler keeps them in registers.
+typedef float f32x16 __attribute__((vector_size(64)));
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+
+inline f32x16 load16(const float* p) {
+  f32x16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline f32x16 exp_nonpositive(f32x16 x) {
+  x = x < -87.0f ? f32x16{} - 87.0f : x;
+  const float shifter = 12582912.0f;
+  const f32x16 n = (x * 1.44269504f + shifter) - shifter;
+  const f32x16 r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
+  f32x16 p = f32x16{} + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const i32x16 exponent = (__builtin_convertvector(n, i32x16) + 127) << 23;
+  f32x16 scale;
+  std::memcpy(&scale, &exponent, sizeof(scale));
+  return p * scale;
+}
+
+inline float horizontal_max(f32x16 v) {
+  float best = v[0];
+  for (int j = 1; j < 16; ++j) best = max_of(best, v[j]);
+  return best;
+}
+
+inline float horizontal_sum(f32x16 v) {
+  float total = 0.0f;
+  for (int j = 0; j < 16; ++j) total += v[j];
+  return total;
+}
+
+// Online-softmax attention for the query rows sharing one kv head: H heads of each of QB
+// consecutive tokens (row r is head first_head + r % H of token first_token + r / H).
+// Keys are stored transposed per tile ([dim][16]) so the scores of 16 positions come out of
+// plain vector FMAs with no horizontal sums, and each key/value tile is loaded once for all
+// H * QB rows; causality is per row (a row ignores keys past its own position).
+template <int HD, int H, int QB>
+void attention_rows(const AttentionArgs& a, int kv_head, int first_head, int first_token) {
+  constexpr int R = H * QB;
+  const int last_keys = a.first_position + first_token + QB;  // keys seen by the last token
+  const int tiles = (last_keys + 15) / 16;
   const float* keys = a.k_tiles + static_cast<size_t>(kv_head) * (a.max_positions / 16) * HD * 16;
   const float* values = a.v + static_cast<size_t>(kv_head) * a.max_positions * HD;
+  alignas(64) float q[HD][R];  // dimension-major: the R broadcasts of one d are adjacent
+  alignas(64) float acc[R][HD];
+  float running_max[R], running_sum[R];
+  int n_keys[R];
+  for (int r = 0; r < R; ++r) {
+    const int token = first_token + r / H, head = first_head + r % H;
+    const float* src = a.q + static_cast<size_t>(token) * a.q_stride + static_cast<size_t>(head) * HD;
+    for (int d = 0; d < HD; ++d) {
+      q[d][r] = src[d] * a.scale;
+      acc[r][d] = 0.0f;
+    }
+    running_max[r] = -INFINITY;
+    running_sum[r] = 0.0f;
+    n_keys[r] = a.first_position + token + 1;
+  }
+  const i32x16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  for (int t = 0; t < tiles; ++t) {
+    const float* tile = keys + static_cast<size_t>(t) * HD * 16;
+    f32x16 scores[R];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) scores[r] = f32x16{};
+    for (int d = 0; d < HD; ++d) {
+      const f32x16 k = load16(tile + d * 16);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) scores[r] += q[d][r] * k;
+    }
+    alignas(64) float p[R][16];
+    float correction[R];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const i32x16 valid = lane < (n_keys[r] - t * 16);
+      const f32x16 masked = valid ? scores[r] : f32x16{} - INFINITY;
+      const float new_max = max_of(running_max[r], horizontal_max(masked));
+      correction[r] = exp_nonpositive(running_max[r] - new_max);
+      const f32x16 weights = valid ? exp_nonpositive(scores[r] - new_max) : f32x16{};
+      std::memcpy(p[r], &weights, sizeof(weights));
+      running_sum[r] = running_sum[r] * correction[r] + horizontal_sum(weights);
+      running_max[r] = new_max;
+    }
+    const int tile_valid = last_keys - t * 16 < 16 ? last_keys - t * 16 : 16;
+    const float* v = values + static_cast<size_t>(t) * 16 * HD;
+    for (int dc = 0; dc < HD; dc += 16) {
+      f32x16 out[R];
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) out[r] = load16(&acc[r][dc]) * correction[r];
+      for (int j = 0; j < tile_valid; ++j) {
+        const f32x16 value = load16(v + static_cast<size_t>(j) * HD + dc);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) out[r] += p[r][j] * value;
+      }
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) std::memcpy(&acc[r][dc], &out[r], sizeof(f32x16));
+    }
+  }
   const int row_width = a.n_heads * HD;
-  for (int h0 = 0; h0 < group; h0 += kHeadsAtOnce) {
-    const int heads = group - h0 < kHeadsAtOnce ? group - h0 : kHeadsAtOnce;
-    alignas(64) float q[kHeadsAtOnce][HD];
-    alignas(64) float acc[kHeadsAtOnce][HD];
-    float running_max[kHeadsAtOnce], running_sum[kHeadsAtOnce];
-    for (int h = 0; h < kHeadsAtOnce; ++h) {
-      const int head = kv_head * group + h0 + (h < heads ? h : 0);
-      const float* src = a.q + static_cast<size_t>(token) * a.q_stride + static_cast<size_t>(head) * HD;
-      for (int d = 0; d < HD; ++d) {
-        q[h][d] = src[d] * a.scale;
-        acc[h][d] = 0.0f;
-      }
-      running_max[h] = -INFINITY;
-      running_sum[h] = 0.0f;
-    }
-    for (int t = 0; t < tiles; ++t) {
-      const float* tile = keys + static_cast<size_t>(t) * HD * 16;
-      const int valid = n_keys - t * 16 < 16 ? n_keys - t * 16 : 16;
-      alignas(64) float scores[kHeadsAtOnce][16] = {};
-      for (int d = 0; d < HD; ++d)
-        for (int h = 0; h < kHeadsAtOnce; ++h)
-          for (int j = 0; j < 16; ++j) scores[h][j] += q[h][d] * tile[d * 16 + j];
-      for (int h = 0; h < heads; ++h) {
-        float tile_max = -INFINITY;
-        for (int j = 0; j < valid; ++j) tile_max = std::fmax(tile_max, scores[h][j]);
-        const float new_max = std::fmax(running_max[h], tile_max);
-        const float correction = exp_nonpositive(running_max[h] - new_max);
-        alignas(64) float p[16];
-        float tile_sum = 0.0f;
-        for (int j = 0; j < 16; ++j) {
-          p[j] = j < valid ? exp_nonpositive(scores[h][j] - new_max) : 0.0f;
-          tile_sum += p[j];
-        }
-        running_sum[h] = running_sum[h] * correction + tile_sum;
-        running_max[h] = new_max;
-        for (int d = 0; d < HD; ++d) acc[h][d] *= correction;
-        const float* v = values + static_cast<size_t>(t) * 16 * HD;
-        for (int j = 0; j < valid; ++j)
-          for (int d = 0; d < HD; ++d) acc[h][d] += p[j] * v[static_cast<size_t>(j) * HD + d];
-      }
-    }
-    for (int h = 0; h < heads; ++h) {
-      float* dst = a.out + static_cast<size_t>(token) * row_width + static_cast<size_t>(kv_head * group + h0 + h) * HD;
-      const float inverse = 1.0f / running_sum[h];
-      for (int d = 0; d < HD; ++d) dst[d] = acc[h][d] * inverse;
-    }
+  for (int r = 0; r < R; ++r) {
+    const int token = first_token + r / H, head = first_head + r % H;
+    float* dst = a.out + static_cast<size_t>(token) * row_width + static_cast<size_t>(head) * HD;
+    const float inverse = 1.0f / running_sum[r];
+    for (int d = 0; d < HD; ++d) dst[d] = acc[r][d] * inverse;
   }
 }
 
-void attention_item_impl(const AttentionArgs& a, int kv_head, int token) {
+template <int HD, int QB>
+void attention_group(const AttentionArgs& a, int kv_head, int first_token) {
+  const int group = a.n_heads / a.n_kv_heads;
+  const int first = kv_head * group;
+  int h = 0;
+  for (; h + 4 <= group; h += 4) attention_rows<HD, 4, QB>(a, kv_head, first + h, first_token);
+  switch (group - h) {
+    case 3: attention_rows<HD, 3, QB>(a, kv_head, first + h, first_token); break;
+    case 2: attention_rows<HD, 2, QB>(a, kv_head, first + h, first_token); break;
+    case 1: attention_rows<HD, 1, QB>(a, kv_head, first + h, first_token); break;
+    default: break;
+  }
+}
+
+template <int HD>
+void attention_item_fixed(const AttentionArgs& a, int kv_head, int first_token, int tokens) {
+  int t = first_token;
+  for (; t + kAttentionTokenBlock <= first_token + tokens; t += kAttentionTokenBlock)
+    attention_group<HD, kAttentionTokenBlock>(a, kv_head, t);
+  for (; t < first_token + tokens; ++t) attention_group<HD, 1>(a, kv_head, t);
+}
+
+void attention_item_impl(const AttentionArgs& a, int kv_head, int first_token, int tokens) {
   switch (a.head_dim) {
-    case 64: return attention_item_fixed<64>(a, kv_head, token);
-    case 128: return attention_item_fixed<128>(a, kv_head, token);
-    case 256: return attention_item_fixed<256>(a, kv_head, token);
+    case 64: return attention_item_fixed<64>(a, kv_head, first_token, tokens);
+    case 128: return attention_item_fixed<128>(a, kv_head, first_token, tokens);
+    case 256: return attention_item_fixed<256>(a, kv_head, first_token, tokens);
     default: return;  // the model loader accepts only head sizes 64, 128 and 256
   }
 }

@@ -54,8 +54,10 @@ void ThreadPool::dispatch(int tasks, TaskFn fn, void* context) {
   done_.store(0, std::memory_order_relaxed);
   job_ = (job_ + 1) & ((uint64_t{1} << 24) - 1);
   claim_.store((job_ << 40) | (static_cast<uint64_t>(tasks) << 20), std::memory_order_release);
-  wake_.fetch_add(1, std::memory_order_release);
-  wake_.notify_all();
+  // seq_cst pairs with the worker's sleepers_ increment: either it sees the new wake_
+  // value before sleeping, or we see it counted and pay for the futex wake.
+  wake_.fetch_add(1);
+  if (sleepers_.load() > 0) wake_.notify_all();
   run_claimed_tasks(job_);
   // Every task is claimed; wait for the ones other threads are still running.
   for (int spins = 0; done_.load(std::memory_order_acquire) < tasks; ++spins) {
@@ -76,7 +78,9 @@ void ThreadPool::worker_loop() {
     while (wake_.load(std::memory_order_acquire) == seen) {
       _mm_pause();
       if ((++spins & 63) == 0 && std::chrono::steady_clock::now() > spin_until) {
-        wake_.wait(seen, std::memory_order_acquire);
+        sleepers_.fetch_add(1);
+        wake_.wait(seen);
+        sleepers_.fetch_sub(1);
         break;
       }
     }

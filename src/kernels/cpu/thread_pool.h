@@ -46,6 +46,7 @@ class ThreadPool {
   alignas(64) std::atomic<uint64_t> claim_{0};
   alignas(64) std::atomic<int> done_{0};
   alignas(64) std::atomic<uint32_t> wake_{0};  // bumped per job; idle workers sleep on it
+  std::atomic<int> sleepers_{0};               // workers inside wake_.wait(): only then notify
   uint64_t job_ = 0;  // owned by the dispatching thread
   TaskFn fn_ = nullptr;
   void* context_ = nullptr;
