@@ -54,6 +54,9 @@ engine::SamplingParams sampling_params(const SamplingFlags& flags) {
       fail("--logit-bias expects TOKEN_ID=BIAS, got '{}'", entry);
     }
   }
+  // Checked before any model is fetched or loaded; token ids are checked against the
+  // vocabulary once it is known.
+  if (auto problem = engine::validate(params, 0); !problem.empty()) fail("{}", problem);
   return params;
 }
 

@@ -20,6 +20,7 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::Lo
                                         bool tokenizer_only) {
   const auto start = std::chrono::steady_clock::now();
   auto file = gguf::File::open(path);
+  model::require_supported_architecture(file);  // before tokenizer and chat format complain
   auto tokenizer = tokenizer::Tokenizer::from_gguf(file);
   auto loaded = std::unique_ptr<LoadedModel>(new LoadedModel{path, std::move(file), nullptr, std::move(tokenizer), nullptr, 0.0});
   loaded->chat = chat::chat_format_for(loaded->file);

@@ -22,7 +22,7 @@ std::string validate(const SamplingParams& p, int vocab_size) {
     return "frequency_penalty must be between -2 and 2";
   if (p.penalty_window < -1) return "penalty window must be >= -1";
   for (const auto& [id, bias] : p.logit_bias) {
-    if (id < 0 || id >= vocab_size) return fmt::format("logit_bias token {} is outside the vocabulary", id);
+    if (id < 0 || (vocab_size > 0 && id >= vocab_size)) return fmt::format("logit_bias token {} is outside the vocabulary", id);
     if (!std::isfinite(bias) || std::fabs(bias) > 100.0f) return "logit_bias values must be between -100 and 100";
   }
   return {};

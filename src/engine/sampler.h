@@ -28,6 +28,7 @@ struct SamplingParams {
 };
 
 // Checks ranges; returns an error message naming the offending parameter, or empty.
+// vocab_size 0 skips the logit_bias id check (for validating flags before a model loads).
 std::string validate(const SamplingParams& params, int vocab_size);
 
 class Sampler {

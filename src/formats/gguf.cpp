@@ -20,6 +20,9 @@ constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
 // reader allocate or loop without bound before the bounds checks catch it.
 constexpr uint64_t kMaxStringBytes = 64ull << 20;
 constexpr uint64_t kMaxArrayItems = 1ull << 26;
+// Every metadata value is held as a ~40-byte Value, so the total count is capped too: a
+// 256K-token vocabulary with merges is ~1M values; 8M bounds a hostile file to ~320 MB.
+constexpr uint64_t kMaxMetadataValues = 1ull << 23;
 constexpr uint64_t kMaxTensorCount = 1ull << 20;
 constexpr uint64_t kMaxMetadataCount = 1ull << 20;
 constexpr uint32_t kMaxDims = 4;
@@ -51,6 +54,12 @@ class Reader {
 
   uint64_t position() const { return pos_; }
 
+  // Counts metadata values as they are read, against kMaxMetadataValues.
+  void count_values(uint64_t n) {
+    values_ += n;
+    if (values_ > kMaxMetadataValues) fail("{}: more than {} metadata values", label_, kMaxMetadataValues);
+  }
+
  private:
   void need(uint64_t bytes, const char* what) {
     if (bytes > size_ || pos_ > size_ - bytes)
@@ -62,6 +71,7 @@ class Reader {
   uint64_t size_;
   uint64_t pos_ = 0;
   const std::string& label_;
+  uint64_t values_ = 0;
 };
 
 Value read_value(Reader& reader, ValueType type, const std::string& label, int depth);
@@ -74,6 +84,7 @@ Array read_array(Reader& reader, const std::string& label, int depth) {
   array.element_type = static_cast<ValueType>(element);
   const uint64_t count = reader.read<uint64_t>();
   if (count > kMaxArrayItems) fail("{}: array of {} items is too long", label, count);
+  reader.count_values(count);
   // Reserve only what the remaining bytes could possibly hold, so a huge count in a
   // tiny file fails on the bounds check rather than on allocation.
   array.items.reserve(std::min<uint64_t>(count, 1u << 16));

@@ -49,5 +49,7 @@ class Model {
 // supported architectures.
 std::unique_ptr<Model> load_model(const gguf::File& file, const LoadOptions& options);
 std::string supported_architectures();
+// Throws splash::Error naming the supported architectures unless the file has one of them.
+void require_supported_architecture(const gguf::File& file);
 
 }  // namespace splash::model

@@ -26,12 +26,20 @@ std::string supported_architectures() {
   return names;
 }
 
-std::unique_ptr<Model> load_model(const gguf::File& file, const LoadOptions& options) {
+namespace {
+const Family& family_of(const gguf::File& file) {
   const auto architecture = file.opt_string("general.architecture");
   if (!architecture) fail("{}: no general.architecture in the file; is it a model GGUF?", file.path());
   for (const auto& family : kFamilies)
-    if (*architecture == family.architecture) return family.load(file, options);
+    if (*architecture == family.architecture) return family;
   fail("{}: architecture '{}' is not supported (supported: {})", file.path(), *architecture, supported_architectures());
+}
+}  // namespace
+
+void require_supported_architecture(const gguf::File& file) { family_of(file); }
+
+std::unique_ptr<Model> load_model(const gguf::File& file, const LoadOptions& options) {
+  return family_of(file).load(file, options);
 }
 
 }  // namespace splash::model

@@ -282,15 +282,10 @@ def test_error_bad_sampling_values(model, args, needle):
     expect_error(splash("run", "-q", "-m", model, *args, "hi"), needle)
 
 
-@pytest.mark.xfail(strict=True, reason="sampling values are validated only after the model is loaded, "
-                                      "so without -q the model summary precedes the error line")
 def test_error_bad_sampling_value_is_the_only_stderr_line(model):
     expect_error(splash("run", "-m", model, "--temperature", "-1", "hi"), "temperature")
 
 
-@pytest.mark.xfail(strict=True, reason="the tokenizer and chat format are resolved before the architecture "
-                                      "is checked, so a model of another family with an unknown chat "
-                                      "template gets 'no chat format' instead of the supported list")
 def test_error_unsupported_architecture_is_reported_first(model, workdir):
     path = workdir / "mamba-no-template.gguf"
     write_mamba_gguf(path, model, with_template=False)

@@ -33,6 +33,8 @@ struct AttentionArgs {
   float scale;
 };
 
+// Query tokens per attention work item; each ISA shares key tiles among as many of them
+// as its registers allow (kQueryBlock in its translation unit).
 inline constexpr int kAttentionTokenBlock = 4;
 
 struct IsaKernels {
@@ -42,7 +44,7 @@ struct IsaKernels {
   void (*matmul_tiles)(const PackedWeight& w, int tile_begin, int tile_end, const MatmulInput& in, float* y,
                        int ldy);
   // One work item of causal attention: the query heads of one kv head, for `tokens` query
-  // tokens from first_token on (kAttentionTokenBlock at a time share each key tile load).
+  // tokens from first_token on.
   void (*attention_item)(const AttentionArgs& args, int kv_head, int first_token, int tokens);
   void (*rms_norm)(const float* x, const float* weight, float* out, int n, int dim, float eps);
   void (*silu_mul)(const float* gate_up, float* out, int n, int ffn);  // gate_up = [n][2*ffn]

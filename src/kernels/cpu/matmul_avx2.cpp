@@ -16,6 +16,8 @@
 #include "kernels/cpu/shipped_shapes.h"
 
 namespace splash::kernels::avx2 {
+// 2 tokens x up to 4 heads = 8 score vectors of two ymm each: the 16 ymm registers.
+constexpr int kQueryBlock = 2;
 #include "kernels/cpu/portable_ops_impl.h"
 
 namespace {

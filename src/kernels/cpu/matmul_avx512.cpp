@@ -15,6 +15,8 @@
 #include "kernels/cpu/shipped_shapes.h"
 
 namespace splash::kernels::avx512 {
+// 4 tokens x up to 4 heads = 16 score vectors, half of the 32 zmm registers.
+constexpr int kQueryBlock = 4;
 #include "kernels/cpu/portable_ops_impl.h"
 
 namespace {

@@ -3,7 +3,8 @@
 // header is included by each ISA translation unit (matmul_avx2.cpp, matmul_avx512.cpp)
 // inside its own namespace, so one source yields an AVX2 and an AVX-512 build of each.
 // Do not include it anywhere else; the including file provides <bit>, <cmath>, <cstdint>,
-// <cstring> and isa_kernels.h before opening its namespace.
+// <cstring> and isa_kernels.h before opening its namespace, and defines
+// kQueryBlock (query tokens whose heads share one pass over the key tiles).
 
 namespace {
 
@@ -76,45 +77,55 @@ void silu_mul_impl(const float* gate_up, float* out, int n, int ffn) {
   }
 }
 
-// 16 floats as one GCC vector: a zmm register in the AVX-512 build, two ymm in the AVX2 one.
-// Written with vectors rather than arrays so the compiler keeps them in registers.
+// Sixteen floats (one key tile row, or a slice of a head) as one value the compiler keeps in
+// registers: a GCC vector, i.e. one zmm, in the AVX-512 build; in the AVX2 build a pair of
+// 8-float vectors, because GCC lowers 64-byte vectors poorly without AVX-512.
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef int32_t i32x8 __attribute__((vector_size(32)));
 typedef float f32x16 __attribute__((vector_size(64)));
 typedef int32_t i32x16 __attribute__((vector_size(64)));
 
-inline f32x16 load16(const float* p) {
-  f32x16 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-inline f32x16 exp_nonpositive(f32x16 x) {
-  x = x < -87.0f ? f32x16{} - 87.0f : x;
-  const float shifter = 12582912.0f;
-  const f32x16 n = (x * 1.44269504f + shifter) - shifter;
-  const f32x16 r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
-  f32x16 p = f32x16{} + 1.0f / 720.0f;
+// exp(x) for x in [-87, 0] on a GCC vector: element-wise arithmetic and bit casts only.
+template <typename F, typename I>
+inline F exp_clamped(F x) {
+  const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const F shifted = x * 1.44269504f + shifter;
+  const F n = shifted - shifter;
+  const F r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
+  F p = F{} + 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
   p = p * r + 1.0f / 24.0f;
   p = p * r + 1.0f / 6.0f;
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const i32x16 exponent = (__builtin_convertvector(n, i32x16) + 127) << 23;
-  f32x16 scale;
+  I bits;
+  std::memcpy(&bits, &shifted, sizeof(bits));
+  const I exponent = (bits - 0x4B400000 + 127) << 23;  // the integer n, as 2^n
+  F scale;
   std::memcpy(&scale, &exponent, sizeof(scale));
   return p * scale;
 }
 
-inline float horizontal_max(f32x16 v) {
-  float best = v[0];
-  for (int j = 1; j < 16; ++j) best = max_of(best, v[j]);
-  return best;
-}
+#if defined(__AVX512F__)
+using Vec16 = f32x16;
+inline Vec16 exp16(Vec16 x) { return exp_clamped<f32x16, i32x16>(x); }
+#else
+struct Vec16 {
+  f32x8 lo, hi;
+};
+inline Vec16 operator+(Vec16 a, Vec16 b) { return {a.lo + b.lo, a.hi + b.hi}; }
+inline Vec16 operator*(Vec16 a, float b) { return {a.lo * b, a.hi * b}; }
+inline Vec16 operator*(float a, Vec16 b) { return {a * b.lo, a * b.hi}; }
+inline Vec16& operator+=(Vec16& a, Vec16 b) { return a = a + b; }
+inline Vec16 exp16(Vec16 x) { return {exp_clamped<f32x8, i32x8>(x.lo), exp_clamped<f32x8, i32x8>(x.hi)}; }
+#endif
+static_assert(sizeof(Vec16) == 16 * sizeof(float));
 
-inline float horizontal_sum(f32x16 v) {
-  float total = 0.0f;
-  for (int j = 0; j < 16; ++j) total += v[j];
-  return total;
+inline Vec16 load16(const float* p) {
+  Vec16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
 }
 
 // Online-softmax attention for the query rows sharing one kv head: H heads of each of QB
@@ -144,43 +155,75 @@ void attention_rows(const AttentionArgs& a, int kv_head, int first_head, int fir
     running_sum[r] = 0.0f;
     n_keys[r] = a.first_position + token + 1;
   }
-  const i32x16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   for (int t = 0; t < tiles; ++t) {
     const float* tile = keys + static_cast<size_t>(t) * HD * 16;
-    f32x16 scores[R];
+    Vec16 scores[R];
 #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) scores[r] = f32x16{};
+    for (int r = 0; r < R; ++r) scores[r] = Vec16{};
     for (int d = 0; d < HD; ++d) {
-      const f32x16 k = load16(tile + d * 16);
+      const Vec16 k = load16(tile + d * 16);
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) scores[r] += q[d][r] * k;
     }
     alignas(64) float p[R][16];
     float correction[R];
+#if defined(__AVX512F__)
+    // Masking, maxima and sums on whole vectors: compares and selects are single
+    // instructions with AVX-512 mask registers.
+    const i32x16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const i32x16 valid = lane < (n_keys[r] - t * 16);
       const f32x16 masked = valid ? scores[r] : f32x16{} - INFINITY;
-      const float new_max = max_of(running_max[r], horizontal_max(masked));
+      float tile_max = masked[0];
+      for (int j = 1; j < 16; ++j) tile_max = max_of(tile_max, masked[j]);
+      const float new_max = max_of(running_max[r], tile_max);
       correction[r] = exp_nonpositive(running_max[r] - new_max);
-      const f32x16 weights = valid ? exp_nonpositive(scores[r] - new_max) : f32x16{};
+      f32x16 shifted = scores[r] - new_max;
+      shifted = shifted < -87.0f ? f32x16{} - 87.0f : shifted;
+      const f32x16 weights = valid ? exp16(shifted) : f32x16{};
       std::memcpy(p[r], &weights, sizeof(weights));
-      running_sum[r] = running_sum[r] * correction[r] + horizontal_sum(weights);
+      float tile_sum = 0.0f;
+      for (int j = 0; j < 16; ++j) tile_sum += weights[j];
+      running_sum[r] = running_sum[r] * correction[r] + tile_sum;
       running_max[r] = new_max;
     }
+#else
+    // The same in scalar loops over the 16 lanes: vector compares and selects on 64-byte
+    // vectors compile badly without AVX-512.
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) std::memcpy(p[r], &scores[r], sizeof(Vec16));
+    for (int r = 0; r < R; ++r) {
+      const int left = n_keys[r] - t * 16;
+      const int valid = left < 16 ? (left > 0 ? left : 0) : 16;
+      float tile_max = -INFINITY;
+      for (int j = 0; j < valid; ++j) tile_max = max_of(tile_max, p[r][j]);
+      const float new_max = max_of(running_max[r], tile_max);
+      correction[r] = exp_nonpositive(running_max[r] - new_max);
+      // Shift and clamp to exp's range; masked lanes become exp(-87) ~ 1e-38, zeroed after.
+      for (int j = 0; j < 16; ++j) p[r][j] = j < valid ? max_of(p[r][j] - new_max, -87.0f) : -87.0f;
+      const Vec16 weights = exp16(load16(p[r]));
+      std::memcpy(p[r], &weights, sizeof(weights));
+      for (int j = valid; j < 16; ++j) p[r][j] = 0.0f;
+      float tile_sum = 0.0f;
+      for (int j = 0; j < 16; ++j) tile_sum += p[r][j];
+      running_sum[r] = running_sum[r] * correction[r] + tile_sum;
+      running_max[r] = new_max;
+    }
+#endif
     const int tile_valid = last_keys - t * 16 < 16 ? last_keys - t * 16 : 16;
     const float* v = values + static_cast<size_t>(t) * 16 * HD;
     for (int dc = 0; dc < HD; dc += 16) {
-      f32x16 out[R];
+      Vec16 out[R];
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) out[r] = load16(&acc[r][dc]) * correction[r];
       for (int j = 0; j < tile_valid; ++j) {
-        const f32x16 value = load16(v + static_cast<size_t>(j) * HD + dc);
+        const Vec16 value = load16(v + static_cast<size_t>(j) * HD + dc);
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) out[r] += p[r][j] * value;
       }
 #pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) std::memcpy(&acc[r][dc], &out[r], sizeof(f32x16));
+      for (int r = 0; r < R; ++r) std::memcpy(&acc[r][dc], &out[r], sizeof(Vec16));
     }
   }
   const int row_width = a.n_heads * HD;
@@ -209,8 +252,7 @@ void attention_group(const AttentionArgs& a, int kv_head, int first_token) {
 template <int HD>
 void attention_item_fixed(const AttentionArgs& a, int kv_head, int first_token, int tokens) {
   int t = first_token;
-  for (; t + kAttentionTokenBlock <= first_token + tokens; t += kAttentionTokenBlock)
-    attention_group<HD, kAttentionTokenBlock>(a, kv_head, t);
+  for (; t + kQueryBlock <= first_token + tokens; t += kQueryBlock) attention_group<HD, kQueryBlock>(a, kv_head, t);
   for (; t < first_token + tokens; ++t) attention_group<HD, 1>(a, kv_head, t);
 }
 
