@@ -660,12 +660,15 @@ TEST(GgufHostile, HugeStringLength) {
 TEST(GgufHostile, HugeArrayCountInTinyFile) {
   for (ValueType element : {ValueType::UINT8, ValueType::STRING, ValueType::ARRAY, ValueType::UINT64}) {
     SCOPED_TRACE(static_cast<int>(element));
-    Builder under_limit;  // plausible count, but the bytes are missing
+    Builder under_limit;  // plausible count (within every cap), but the bytes are missing
     under_limit.kv("k", ValueType::ARRAY, [&](Out& o) {
-      o.type(element).put<uint64_t>((uint64_t{1} << 26) - 1);
-      if (element == ValueType::ARRAY) o.type(ValueType::UINT8).put<uint64_t>((uint64_t{1} << 26) - 1);
+      o.type(element).put<uint64_t>(uint64_t{1} << 22);
+      if (element == ValueType::ARRAY) o.type(ValueType::UINT8).put<uint64_t>(uint64_t{1} << 22);
     });
     expect_parse_error(under_limit.build(), "truncated");
+    Builder too_many_values;  // under the per-array cap, over the total metadata value cap
+    too_many_values.kv("k", ValueType::ARRAY, [&](Out& o) { o.type(element).put<uint64_t>(uint64_t{1} << 24); });
+    expect_parse_error(too_many_values.build(), "metadata values");
     Builder absurd;
     absurd.kv("k", ValueType::ARRAY, [&](Out& o) { o.type(element).put<uint64_t>(~uint64_t{0}); });
     expect_parse_error(absurd.build(), "too long");
