@@ -31,7 +31,7 @@ void run(const RunFlags& flags) {
   if (!flags.system.empty()) messages.push_back({"system", flags.system});
   messages.push_back({"user", flags.prompt});
   engine::GenerationRequest request;
-  request.prompt = loaded->tokenizer.encode(loaded->chat->render(messages, true), /*parse_special=*/true);
+  request.prompt = encode_chat(*loaded, messages);
   request.sampling = params;
   request.max_tokens = flags.max_tokens;
   request.stop = flags.stop;

@@ -30,4 +30,9 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::Lo
 
 void print_summary(const LoadedModel& loaded, std::FILE* out);
 
+// The prompt tokens of a conversation: rendered by the model's chat format, tokenized with
+// special tokens recognised, and BOS prepended when the vocabulary asks for it and the
+// template did not write one.
+std::vector<int32_t> encode_chat(const LoadedModel& loaded, std::span<const chat::ChatMessage> messages);
+
 }  // namespace splash::app

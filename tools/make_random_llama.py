@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""A small llama-architecture GGUF with random weights, a different tensor type per tensor.
+
+It exists to run the engine's run-time-shape kernels (any llama GGUF that is not the shipped
+default model) and every supported weight type against the numpy reference
+(tests/e2e/test_random_model.py). The tokenizer metadata and chat template are copied from a
+real GGUF (SmolLM2's), so the engine's tokenizer and chat format load; hence vocab 49152.
+
+    .venv/bin/python tools/make_random_llama.py --tokenizer-from "$(build/splash pull)" \
+        --out /tmp/random.gguf                      # the default type mix ("a")
+    ... --mix b                                     # the same roles with the types rotated
+    ... --all Q6_K                                  # every matrix one type (to isolate a type)
+    ... --all F32 --set blk.1.ffn_down=Q4_K         # one tensor different
+
+Shapes (defaults): d_model 256, 4 heads / 2 kv heads of 64, ffn 768, 3 layers, rope base
+10000, context 2048, untied output.weight. Every matrix width (256, 768) is a multiple of the
+256-element K-quant super-block.
+
+Weights are random with a fixed seed, scaled as a trained network roughly is: a matrix with
+K inputs has standard deviation ~1/sqrt(K), so every projection of an RMS-normalised input
+has outputs of order 1; norm weights are uniform in [0.8, 1.2]; the output head is scaled so
+the logits have a standard deviation of about 2 (a peaked, not flat, distribution).
+F32/F16/BF16/Q8_0/Q4_0/Q4_1 are quantized from Gaussian floats with gguf-py. gguf-py has no
+Q4_K/Q6_K quantizer, so those blocks are built directly: random codes, random 6-bit (Q4_K) or
+int8 (Q6_K) sub-block scales, fp16 super-block scales chosen for the target deviation, and for
+Q4_K mins that roughly centre each sub-block on zero (so the min field matters).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import numpy as np
+from gguf import GGMLQuantizationType as T
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf.quants import quantize
+
+TYPES = {t.name: t for t in [T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q4_K, T.Q6_K]}
+ROLES = ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"]
+
+# Type of each matrix, per layer (roles in ROLES order), plus the embedding and output head.
+# Mix "a" covers every type in several roles, both stacked paths of the engine (q/k/v and
+# gate/up of one type are packed as one matrix, of different types as separate ones), K-quants
+# at width 256 and 768, and a K-quant output head over the 49152-row vocabulary.
+MIXES = {
+    "a": {
+        "token_embd": "Q6_K",
+        "output": "Q4_K",
+        "layers": [
+            ["Q4_0", "Q4_0", "Q4_0", "Q8_0", "Q4_K", "Q4_K", "Q6_K"],  # stacked int qkv, stacked K gate/up
+            ["F16", "BF16", "F32", "Q4_1", "Q6_K", "Q8_0", "Q4_K"],    # float q/k/v apart, mixed gate/up
+            ["Q4_K", "Q6_K", "Q4_1", "BF16", "F16", "F16", "Q4_0"],    # K-quant q/k, stacked F16 gate/up
+        ],
+    },
+    # The same structure with every type moved to other roles.
+    "b": {
+        "token_embd": "Q4_K",
+        "output": "Q6_K",
+        "layers": [
+            ["Q6_K", "Q6_K", "Q6_K", "F16", "Q4_1", "Q4_1", "Q8_0"],
+            ["BF16", "Q4_K", "Q8_0", "Q4_0", "F32", "BF16", "F16"],
+            ["Q4_1", "F32", "Q4_0", "Q4_K", "Q6_K", "Q6_K", "BF16"],
+        ],
+    },
+}
+
+
+def half_bytes(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x.astype("<f2")).view(np.uint8).reshape(*x.shape, 2)
+
+
+def q4_k_blocks(rng, rows: int, cols: int, std: float) -> np.ndarray:
+    """Q4_K: per 256 weights d, dmin (fp16), 8 six-bit scales and mins (12 bytes), 128 bytes of
+    nibbles; weight = d*sc_j*q - dmin*m_j. With dmin = 8d and m_j ~ 7.5 sc_j / 8 a sub-block
+    is centred near zero; uniform q has deviation 4.6, so d = std / (4.6 * mean sc)."""
+    nb = cols // 256
+    sc = rng.integers(16, 64, size=(rows, nb, 8))
+    mn = np.clip(np.rint(sc * 7.5 / 8 + rng.integers(-2, 3, size=sc.shape)), 0, 63).astype(np.int64)
+    d = np.full((rows, nb), std / (4.6 * 40.0))
+    blocks = np.zeros((rows, nb, 144), dtype=np.uint8)
+    blocks[:, :, 0:2] = half_bytes(d)
+    blocks[:, :, 2:4] = half_bytes(8.0 * d)
+    s = np.zeros((rows, nb, 12), dtype=np.int64)
+    s[..., 0:4] = (sc[..., 0:4] & 63) | ((sc[..., 4:8] >> 4) << 6)   # low scales + top bits of high
+    s[..., 4:8] = (mn[..., 0:4] & 63) | ((mn[..., 4:8] >> 4) << 6)   # low mins + top bits of high
+    s[..., 8:12] = (sc[..., 4:8] & 15) | ((mn[..., 4:8] & 15) << 4)  # low nibbles of high ones
+    blocks[:, :, 4:16] = s.astype(np.uint8)
+    blocks[:, :, 16:144] = rng.integers(0, 256, size=(rows, nb, 128), dtype=np.uint8)
+    return blocks.reshape(rows, nb * 144)
+
+
+def q6_k_blocks(rng, rows: int, cols: int, std: float) -> np.ndarray:
+    """Q6_K: per 256 weights 128 bytes low nibbles, 64 bytes high 2-bit pairs, 16 int8 scales,
+    fp16 d; weight = d*sc_j*(q - 32). Uniform q in 0..63 has deviation 18.5; signed scales of
+    magnitude 8..32 (mean 20) give d = std / (18.5 * 20), a normal fp16 for every width here."""
+    nb = cols // 256
+    mag = rng.integers(8, 33, size=(rows, nb, 16))
+    sc = np.where(rng.random(size=mag.shape) < 0.5, -mag, mag).astype(np.int8)
+    d = np.full((rows, nb), std / (18.5 * 20.0))
+    blocks = np.zeros((rows, nb, 210), dtype=np.uint8)
+    blocks[:, :, 0:192] = rng.integers(0, 256, size=(rows, nb, 192), dtype=np.uint8)
+    blocks[:, :, 192:208] = sc.view(np.uint8)
+    blocks[:, :, 208:210] = half_bytes(d)
+    return blocks.reshape(rows, nb * 210)
+
+
+def matrix(rng, qtype: T, rows: int, cols: int, std: float) -> np.ndarray:
+    """A [rows, cols] weight in qtype: float32/float16 values or uint8 block bytes."""
+    if qtype == T.Q4_K:
+        return q4_k_blocks(rng, rows, cols, std)
+    if qtype == T.Q6_K:
+        return q6_k_blocks(rng, rows, cols, std)
+    w = (rng.standard_normal((rows, cols)) * std).astype(np.float32)
+    if qtype == T.F32:
+        return w
+    if qtype == T.F16:
+        return w.astype(np.float16)
+    return np.ascontiguousarray(quantize(w, qtype))  # BF16, Q8_0, Q4_0, Q4_1: uint8 bytes
+
+
+def copy_tokenizer(writer: GGUFWriter, source: str) -> None:
+    reader = GGUFReader(source)
+    for key, field in reader.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        vtype = field.types[0]
+        if vtype == GGUFValueType.ARRAY:
+            writer.add_key_value(key, field.contents(), vtype, sub_type=field.types[-1])
+        else:
+            writer.add_key_value(key, field.contents(), vtype)
+    vocab = len(reader.fields["tokenizer.ggml.tokens"].contents())
+    return vocab
+
+
+def build(args) -> dict[str, str]:
+    mix = MIXES[args.mix]
+    types: dict[str, str] = {"token_embd": mix["token_embd"], "output": mix["output"]}
+    for layer in range(args.layers):
+        row = mix["layers"][layer % len(mix["layers"])]
+        for role, name in zip(ROLES, row):
+            types[f"blk.{layer}.{role}"] = name
+    if args.all:
+        types = {k: args.all for k in types}
+    for item in args.set or []:
+        key, _, value = item.partition("=")
+        key = key.removesuffix(".weight")
+        if key not in types or value not in TYPES:
+            sys.exit(f"--set {item}: unknown tensor {key!r} or type {value!r} (tensors: {', '.join(types)})")
+        types[key] = value
+    return types
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokenizer-from", required=True, help="GGUF whose tokenizer and chat template are copied")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--mix", choices=sorted(MIXES), default="a")
+    ap.add_argument("--all", choices=sorted(TYPES), help="every matrix this type (overrides --mix)")
+    ap.add_argument("--set", action="append", metavar="TENSOR=TYPE", help="one tensor's type, e.g. blk.1.ffn_down=Q4_K")
+    ap.add_argument("--seed", type=int, default=20260601)
+    ap.add_argument("--d-model", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--ffn", type=int, default=768)
+    ap.add_argument("--layers", type=int, default=3)
+    ap.add_argument("--rope-base", type=float, default=10000.0)
+    ap.add_argument("--context", type=int, default=2048)
+    args = ap.parse_args(argv)
+
+    d, ffn = args.d_model, args.ffn
+    head_dim = d // args.heads
+    kv = args.kv_heads * head_dim
+    types = build(args)
+    rng = np.random.default_rng(args.seed)
+
+    writer = GGUFWriter(args.out, "llama")
+    writer.add_name(f"random-llama-{args.mix if not args.all else args.all}")
+    writer.add_block_count(args.layers)
+    writer.add_context_length(args.context)
+    writer.add_embedding_length(d)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(args.heads)
+    writer.add_head_count_kv(args.kv_heads)
+    writer.add_rope_freq_base(args.rope_base)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_dimension_count(head_dim)
+    vocab = copy_tokenizer(writer, args.tokenizer_from)
+    writer.add_vocab_size(vocab)
+
+    def add(name: str, key: str, rows: int, cols: int, std: float):
+        qtype = TYPES[types[key]]
+        if cols % 256 and qtype in (T.Q4_K, T.Q6_K):
+            sys.exit(f"{name}: width {cols} is not a multiple of 256, as {qtype.name} needs")
+        data = matrix(rng, qtype, rows, cols, std)
+        writer.add_tensor(name, data, raw_dtype=qtype if data.dtype == np.uint8 else None)
+
+    def norm(name: str):
+        writer.add_tensor(name, rng.uniform(0.8, 1.2, size=d).astype(np.float32))
+
+    # The embedding feeds an RMSNorm, so its scale only sets how much each token's own vector
+    # weighs against what the layers add to the residual stream (of order 1 each).
+    add("token_embd.weight", "token_embd", vocab, d, 1.0)
+    shapes = {"attn_q": (d, d), "attn_k": (kv, d), "attn_v": (kv, d), "attn_output": (d, d),
+              "ffn_gate": (ffn, d), "ffn_up": (ffn, d), "ffn_down": (d, ffn)}
+    for layer in range(args.layers):
+        p = f"blk.{layer}."
+        norm(p + "attn_norm.weight")
+        for role in ROLES:
+            rows, cols = shapes[role]
+            add(p + role + ".weight", p + role, rows, cols, 1.0 / math.sqrt(cols))
+        norm(p + "ffn_norm.weight")
+    norm("output_norm.weight")
+    add("output.weight", "output", vocab, d, 2.0 / math.sqrt(d))
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    print(f"wrote {args.out}: " + ", ".join(f"{k}={v}" for k, v in types.items()), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
