@@ -12,6 +12,8 @@ real GGUF (SmolLM2's), so the engine's tokenizer and chat format load; hence voc
     ... --all Q6_K                                  # every matrix one type (to isolate a type)
     ... --all F32 --set blk.1.ffn_down=Q4_K         # one tensor different
 
+The test imports it instead: read_tokenizer() once, tensor_types(), make_model().
+
 Shapes (defaults): d_model 256, 4 heads / 2 kv heads of 64, ffn 768, 3 layers, rope base
 10000, context 2048, untied output.weight. Every matrix width (256, 768) is a multiple of the
 256-element K-quant super-block.
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 from gguf import GGMLQuantizationType as T
@@ -37,12 +40,14 @@ from gguf import GGUFReader, GGUFValueType, GGUFWriter
 from gguf.quants import quantize
 
 TYPES = {t.name: t for t in [T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q4_K, T.Q6_K]}
+DEFAULT_SEED = 20260601
 ROLES = ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"]
 
 # Type of each matrix, per layer (roles in ROLES order), plus the embedding and output head.
 # Mix "a" covers every type in several roles, both stacked paths of the engine (q/k/v and
 # gate/up of one type are packed as one matrix, of different types as separate ones), K-quants
-# at width 256 and 768, and a K-quant output head over the 49152-row vocabulary.
+# at width 256 and 768 (ffn_down), and a K-quant output head over the 49152-row vocabulary.
+# Between them, a and b put every integer type at width 768 (ffn_down) and at width 256.
 MIXES = {
     "a": {
         "token_embd": "Q6_K",
@@ -53,13 +58,13 @@ MIXES = {
             ["Q4_K", "Q6_K", "Q4_1", "BF16", "F16", "F16", "Q4_0"],    # K-quant q/k, stacked F16 gate/up
         ],
     },
-    # The same structure with every type moved to other roles.
+    # Every type moved to other roles (and the other stacking cases: Q6_K q/k/v, Q4_1 gate/up).
     "b": {
         "token_embd": "Q4_K",
         "output": "Q6_K",
         "layers": [
             ["Q6_K", "Q6_K", "Q6_K", "F16", "Q4_1", "Q4_1", "Q8_0"],
-            ["BF16", "Q4_K", "Q8_0", "Q4_0", "F32", "BF16", "F16"],
+            ["BF16", "Q4_K", "Q8_0", "Q4_0", "F32", "BF16", "Q4_1"],
             ["Q4_1", "F32", "Q4_0", "Q4_K", "Q6_K", "Q6_K", "BF16"],
         ],
     },
@@ -119,91 +124,74 @@ def matrix(rng, qtype: T, rows: int, cols: int, std: float) -> np.ndarray:
     return np.ascontiguousarray(quantize(w, qtype))  # BF16, Q8_0, Q4_0, Q4_1: uint8 bytes
 
 
-def copy_tokenizer(writer: GGUFWriter, source: str) -> None:
+def read_tokenizer(source: str) -> list[tuple[str, object, GGUFValueType, GGUFValueType | None]]:
+    """The tokenizer.* metadata of a GGUF (vocabulary, merges, token types, pre-tokenizer,
+    special ids, chat template) as (key, value, type, array element type). Parsing it is the
+    slow part (~3 s), so callers that write several models read it once."""
     reader = GGUFReader(source)
+    fields = []
     for key, field in reader.fields.items():
-        if not key.startswith("tokenizer."):
-            continue
-        vtype = field.types[0]
-        if vtype == GGUFValueType.ARRAY:
-            writer.add_key_value(key, field.contents(), vtype, sub_type=field.types[-1])
-        else:
-            writer.add_key_value(key, field.contents(), vtype)
-    vocab = len(reader.fields["tokenizer.ggml.tokens"].contents())
-    return vocab
+        if key.startswith("tokenizer."):
+            vtype = field.types[0]
+            sub = field.types[-1] if vtype == GGUFValueType.ARRAY else None
+            fields.append((key, field.contents(), vtype, sub))
+    return fields
 
 
-def build(args) -> dict[str, str]:
-    mix = MIXES[args.mix]
-    types: dict[str, str] = {"token_embd": mix["token_embd"], "output": mix["output"]}
-    for layer in range(args.layers):
-        row = mix["layers"][layer % len(mix["layers"])]
-        for role, name in zip(ROLES, row):
+def tensor_types(mix: str = "a", all_type: str | None = None, overrides: dict[str, str] | None = None,
+                 layers: int = 3) -> dict[str, str]:
+    """Type name per matrix ("token_embd", "output", "blk.L.ROLE"): the mix, or all_type for
+    every matrix, then the overrides."""
+    m = MIXES[mix]
+    types: dict[str, str] = {"token_embd": m["token_embd"], "output": m["output"]}
+    for layer in range(layers):
+        for role, name in zip(ROLES, m["layers"][layer % len(m["layers"])]):
             types[f"blk.{layer}.{role}"] = name
-    if args.all:
-        types = {k: args.all for k in types}
-    for item in args.set or []:
-        key, _, value = item.partition("=")
+    if all_type:
+        types = {k: all_type for k in types}
+    for key, value in (overrides or {}).items():
         key = key.removesuffix(".weight")
         if key not in types or value not in TYPES:
-            sys.exit(f"--set {item}: unknown tensor {key!r} or type {value!r} (tensors: {', '.join(types)})")
+            raise ValueError(f"unknown tensor {key!r} or type {value!r} (tensors: {', '.join(types)})")
         types[key] = value
     return types
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tokenizer-from", required=True, help="GGUF whose tokenizer and chat template are copied")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--mix", choices=sorted(MIXES), default="a")
-    ap.add_argument("--all", choices=sorted(TYPES), help="every matrix this type (overrides --mix)")
-    ap.add_argument("--set", action="append", metavar="TENSOR=TYPE", help="one tensor's type, e.g. blk.1.ffn_down=Q4_K")
-    ap.add_argument("--seed", type=int, default=20260601)
-    ap.add_argument("--d-model", type=int, default=256)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--kv-heads", type=int, default=2)
-    ap.add_argument("--ffn", type=int, default=768)
-    ap.add_argument("--layers", type=int, default=3)
-    ap.add_argument("--rope-base", type=float, default=10000.0)
-    ap.add_argument("--context", type=int, default=2048)
-    args = ap.parse_args(argv)
+@dataclass
+class Shape:
+    d_model: int = 256
+    heads: int = 4
+    kv_heads: int = 2
+    ffn: int = 768
+    layers: int = 3
+    rope_base: float = 10000.0
+    context: int = 2048
 
-    d, ffn = args.d_model, args.ffn
-    head_dim = d // args.heads
-    kv = args.kv_heads * head_dim
-    types = build(args)
-    rng = np.random.default_rng(args.seed)
 
-    writer = GGUFWriter(args.out, "llama")
-    writer.add_name(f"random-llama-{args.mix if not args.all else args.all}")
-    writer.add_block_count(args.layers)
-    writer.add_context_length(args.context)
-    writer.add_embedding_length(d)
-    writer.add_feed_forward_length(ffn)
-    writer.add_head_count(args.heads)
-    writer.add_head_count_kv(args.kv_heads)
-    writer.add_rope_freq_base(args.rope_base)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_dimension_count(head_dim)
-    vocab = copy_tokenizer(writer, args.tokenizer_from)
-    writer.add_vocab_size(vocab)
+def make_tensors(types: dict[str, str], vocab: int, shape: Shape, seed: int) -> list[tuple[str, np.ndarray, T | None]]:
+    """(name, data, raw type) of every tensor in file order; data is float32/float16 values or
+    uint8 block bytes (then the raw type says which)."""
+    rng = np.random.default_rng(seed)
+    d, ffn = shape.d_model, shape.ffn
+    kv = shape.kv_heads * (d // shape.heads)
+    out = []
 
     def add(name: str, key: str, rows: int, cols: int, std: float):
         qtype = TYPES[types[key]]
         if cols % 256 and qtype in (T.Q4_K, T.Q6_K):
-            sys.exit(f"{name}: width {cols} is not a multiple of 256, as {qtype.name} needs")
+            raise ValueError(f"{name}: width {cols} is not a multiple of 256, as {qtype.name} needs")
         data = matrix(rng, qtype, rows, cols, std)
-        writer.add_tensor(name, data, raw_dtype=qtype if data.dtype == np.uint8 else None)
+        out.append((name, data, qtype if data.dtype == np.uint8 else None))
 
     def norm(name: str):
-        writer.add_tensor(name, rng.uniform(0.8, 1.2, size=d).astype(np.float32))
+        out.append((name, rng.uniform(0.8, 1.2, size=d).astype(np.float32), None))
 
     # The embedding feeds an RMSNorm, so its scale only sets how much each token's own vector
     # weighs against what the layers add to the residual stream (of order 1 each).
     add("token_embd.weight", "token_embd", vocab, d, 1.0)
     shapes = {"attn_q": (d, d), "attn_k": (kv, d), "attn_v": (kv, d), "attn_output": (d, d),
               "ffn_gate": (ffn, d), "ffn_up": (ffn, d), "ffn_down": (d, ffn)}
-    for layer in range(args.layers):
+    for layer in range(shape.layers):
         p = f"blk.{layer}."
         norm(p + "attn_norm.weight")
         for role in ROLES:
@@ -212,11 +200,69 @@ def main(argv=None) -> int:
         norm(p + "ffn_norm.weight")
     norm("output_norm.weight")
     add("output.weight", "output", vocab, d, 2.0 / math.sqrt(d))
+    return out
 
+
+def write_gguf(path: str, tensors, shape: Shape, tokenizer, name: str, vocab: int) -> None:
+    """Writes the model; with tokenizer=None the tokenizer metadata is left out (a twin file
+    for the numpy reference, which reads only tensors and hyperparameters, and loads fast)."""
+    writer = GGUFWriter(path, "llama")
+    writer.add_name(name)
+    writer.add_block_count(shape.layers)
+    writer.add_context_length(shape.context)
+    writer.add_embedding_length(shape.d_model)
+    writer.add_feed_forward_length(shape.ffn)
+    writer.add_head_count(shape.heads)
+    writer.add_head_count_kv(shape.kv_heads)
+    writer.add_rope_freq_base(shape.rope_base)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_dimension_count(shape.d_model // shape.heads)
+    writer.add_vocab_size(vocab)
+    for key, value, vtype, sub in tokenizer or []:
+        writer.add_key_value(key, value, vtype, sub_type=sub)
+    for tensor_name, data, raw in tensors:
+        writer.add_tensor(tensor_name, data, raw_dtype=raw)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def make_model(path: str, tokenizer, types: dict[str, str], shape: Shape = Shape(), seed: int = DEFAULT_SEED,
+               name: str = "random-llama", reference_twin: str | None = None) -> None:
+    """Writes the model to path (and, if asked, the same tensors without tokenizer to
+    reference_twin)."""
+    vocab = next(len(v) for k, v, _, _ in tokenizer if k == "tokenizer.ggml.tokens")
+    tensors = make_tensors(types, vocab, shape, seed)
+    write_gguf(path, tensors, shape, tokenizer, name, vocab)
+    if reference_twin:
+        write_gguf(reference_twin, tensors, shape, None, name, vocab)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokenizer-from", required=True, help="GGUF whose tokenizer and chat template are copied")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--mix", choices=sorted(MIXES), default="a")
+    ap.add_argument("--all", choices=sorted(TYPES), help="every matrix this type (overrides --mix)")
+    ap.add_argument("--set", action="append", default=[], metavar="TENSOR=TYPE",
+                    help="one tensor's type, e.g. blk.1.ffn_down=Q4_K (repeatable)")
+    ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    ap.add_argument("--d-model", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--ffn", type=int, default=768)
+    ap.add_argument("--layers", type=int, default=3)
+    ap.add_argument("--rope-base", type=float, default=10000.0)
+    ap.add_argument("--context", type=int, default=2048)
+    args = ap.parse_args(argv)
+    shape = Shape(args.d_model, args.heads, args.kv_heads, args.ffn, args.layers, args.rope_base, args.context)
+    try:
+        types = tensor_types(args.mix, args.all, dict(item.partition("=")[::2] for item in args.set), args.layers)
+        make_model(args.out, read_tokenizer(args.tokenizer_from), types, shape, args.seed,
+                   name=f"random-llama-{args.all or args.mix}")
+    except ValueError as e:
+        sys.exit(str(e))
     print(f"wrote {args.out}: " + ", ".join(f"{k}={v}" for k, v in types.items()), file=sys.stderr)
     return 0
 

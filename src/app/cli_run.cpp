@@ -37,8 +37,8 @@ void run(const RunFlags& flags) {
   request.stop = flags.stop;
   request.ignore_end_of_generation = flags.ignore_eos;
 
-  const auto result = engine::generate(*loaded->model, loaded->tokenizer, request, [](std::string_view text) {
-    std::fwrite(text.data(), 1, text.size(), stdout);
+  const auto result = engine::generate(*loaded->model, loaded->tokenizer, request, [](const engine::GenerationPiece& piece) {
+    std::fwrite(piece.text.data(), 1, piece.text.size(), stdout);
     std::fflush(stdout);
     return true;
   });

@@ -14,6 +14,7 @@ void add_tokenize_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_pull_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 // Flags shared by the subcommands that load a model.
 struct ModelFlags {

@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   CLI::App app{"splash: a local LLM inference engine for coding agents"};
   app.set_version_flag("-V,--version", std::string("splash ") + SPLASH_VERSION);
   app.require_subcommand(1);
+  splash::app::add_serve_command(app);
   splash::app::add_run_command(app);
   splash::app::add_tokenize_command(app);
   splash::app::add_bench_command(app);

@@ -1,6 +1,8 @@
 #include "engine/generator.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "common/error.h"
 #include "engine/stop_matcher.h"
@@ -17,8 +19,32 @@ const char* finish_reason_name(FinishReason reason) {
   return "stop";
 }
 
+namespace {
+
+TokenLogprob logprob_of(int32_t token, std::span<const float> logits, int top_n, const tokenizer::Tokenizer& tokenizer) {
+  // log_softmax in double: logsumexp over the whole vocabulary.
+  const float best = *std::max_element(logits.begin(), logits.end());
+  double total = 0.0;
+  for (float logit : logits) total += std::exp(static_cast<double>(logit - best));
+  const double log_total = std::log(total) + best;
+  TokenLogprob result{token, tokenizer.token_bytes(token), static_cast<float>(logits[token] - log_total), {}};
+  if (top_n > 0) {
+    std::vector<int32_t> ids(logits.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    const size_t n = std::min<size_t>(top_n, ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
+      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+    });
+    for (size_t i = 0; i < n; ++i)
+      result.top.emplace_back(tokenizer.token_bytes(ids[i]), static_cast<float>(logits[ids[i]] - log_total));
+  }
+  return result;
+}
+
+}  // namespace
+
 GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& tokenizer, const GenerationRequest& request,
-                          const TextSink& sink) {
+                          const PieceSink& sink, StopFlag stop_flag) {
   using Clock = std::chrono::steady_clock;
   if (request.prompt.empty()) fail("the prompt is empty");
   const int context = model.info().context;
@@ -40,10 +66,13 @@ GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& token
   const auto decode_start = Clock::now();
   result.prefill_seconds = std::chrono::duration<double>(decode_start - prefill_start).count();
 
+  std::vector<TokenLogprob> pending_logprobs;
   auto emit = [&](const std::string& text) {
-    if (text.empty()) return true;
+    if (text.empty() && pending_logprobs.empty()) return true;
     result.text += text;
-    return sink ? sink(text) : true;
+    const bool keep_going = sink ? sink(GenerationPiece{text, pending_logprobs}) : true;
+    pending_logprobs.clear();
+    return keep_going;
   };
 
   result.finish = FinishReason::Length;
@@ -55,7 +84,8 @@ GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& token
     }
     result.tokens.push_back(token);
     history.push_back(token);
-    if (!emit(stops.push(detokenizer.push(token)))) {
+    if (request.top_logprobs >= 0) pending_logprobs.push_back(logprob_of(token, logits, request.top_logprobs, tokenizer));
+    if (!emit(stops.push(detokenizer.push(token))) || (stop_flag && stop_flag->load())) {
       result.finish = FinishReason::Cancelled;
       break;
     }

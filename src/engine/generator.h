@@ -2,8 +2,10 @@
 // One generation from a prompt: prefill, then sample / decode until an end-of-generation
 // token, a stop string, max_tokens or the end of the context. Text is streamed to a sink
 // as soon as it is valid UTF-8 and cannot be part of a stop string.
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,6 +25,23 @@ struct GenerationRequest {
   int max_tokens = 512;
   std::vector<std::string> stop;
   bool ignore_end_of_generation = false;  // benchmarks decode a fixed count
+  int top_logprobs = -1;                  // -1: no logprobs; else also the n most likely
+};
+
+// A generated token's log-probability under the model (raw logits, before sampling
+// adjustments), with the most likely alternatives when asked for.
+struct TokenLogprob {
+  int32_t id = 0;
+  std::string token;  // its bytes (may be part of a UTF-8 character)
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;
+};
+
+// What the sink receives: text safe to show now, and the logprobs of the tokens generated
+// since the previous piece (a piece can carry tokens but no text yet, e.g. half a character).
+struct GenerationPiece {
+  std::string_view text;
+  std::span<const TokenLogprob> logprobs;
 };
 
 struct GenerationResult {
@@ -36,9 +55,11 @@ struct GenerationResult {
 };
 
 // Returns false to cancel the generation.
-using TextSink = std::function<bool(std::string_view)>;
+using PieceSink = std::function<bool(const GenerationPiece&)>;
+// Stops a generation from outside between two tokens (e.g. server shutdown); may be null.
+using StopFlag = const std::atomic<bool>*;
 
 GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& tokenizer, const GenerationRequest& request,
-                          const TextSink& sink);
+                          const PieceSink& sink, StopFlag stop_flag = nullptr);
 
 }  // namespace splash::engine

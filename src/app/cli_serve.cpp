@@ -1,0 +1,121 @@
+// `splash serve`: load the model, print the summary and `Ready <url>`, serve the HTTP API
+// until SIGINT/SIGTERM, then stop cleanly (streams end with a final event; exit code 0).
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "app/commands.h"
+#include "app/model_loading.h"
+#include "engine/engine_service.h"
+#include "server/http_server.h"
+
+namespace splash::app {
+namespace {
+
+struct ServeFlags {
+  ModelFlags model;
+  server::ServerOptions server;
+  bool no_webui = false;
+};
+
+// SIGINT/SIGTERM are blocked in every thread and taken by one thread with sigwait, so a
+// signal never interrupts a kernel or a socket write half-way; the first one starts a
+// clean shutdown, a second one exits at once.
+class SignalWatcher {
+ public:
+  SignalWatcher() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // inherited by every thread created later
+  }
+
+  template <typename Fn>
+  void start(Fn on_first_signal) {
+    thread_ = std::thread([this, on_first_signal] {
+      int signal = 0;
+      sigwait(&set_, &signal);
+      on_first_signal();
+      sigwait(&set_, &signal);
+      std::fprintf(stderr, "splash: second signal, exiting now\n");
+      std::_Exit(130);
+    });
+    thread_.detach();
+  }
+
+ private:
+  sigset_t set_;
+  std::thread thread_;
+};
+
+void serve(ServeFlags flags) {
+  SignalWatcher signals;  // before any thread (model loading starts the compute pool)
+  if (flags.server.api_key.empty())
+    if (const char* key = std::getenv("SPLASH_API_KEY"); key && *key) flags.server.api_key = key;
+  flags.server.webui = !flags.no_webui;
+
+  std::atomic<server::HttpServer*> running{nullptr};
+  std::atomic<engine::EngineService*> running_engine{nullptr};
+  signals.start([&running, &running_engine] {
+    if (auto* http = running.load()) {
+      std::fprintf(stderr, "splash: stopping\n");
+      // The engine first: the running generation ends at its next token, so its stream
+      // closes with a final event, queued requests get a 503; then the listener stops.
+      running_engine.load()->shut_down();
+      http->drain_and_stop(std::chrono::seconds(3));
+    } else {
+      std::_Exit(130);  // still loading: nothing to finish
+    }
+  });
+
+  auto loaded = load_model(resolve_model_path(flags.model.model), flags.model.load);
+  print_summary(*loaded, stderr);
+  const auto& info = loaded->model->info();
+  server::ServedModelInfo served;
+  served.id = std::filesystem::path(loaded->path).stem().string();
+  served.vocab = info.vocab;
+  served.context = info.context;
+  served.details = {{"architecture", info.architecture},
+                    {"model_name", info.name},
+                    {"model_path", loaded->path},
+                    {"kernels", {{"isa", info.isa}, {"shapes", info.kernel_shapes}, {"threads", info.threads}}},
+                    {"memory", {{"weights_bytes", info.packed_weight_bytes}, {"kv_cache_bytes", info.kv_cache_bytes}}}};
+
+  engine::EngineService engine(*loaded->model, loaded->tokenizer, *loaded->chat);
+  server::HttpServer http(flags.server, engine, loaded->tokenizer, *loaded->chat, served);
+  http.bind();
+  running_engine.store(&engine);
+  running.store(&http);
+  const std::string host = flags.server.host.find(':') != std::string::npos ? "[" + flags.server.host + "]" : flags.server.host;
+  if (!flags.server.api_key.empty()) fmt::print(stderr, "auth         API key required on /v1/* and other API routes\n");
+  fmt::print("Ready http://{}:{}\n", host, http.bound_port());
+  std::fflush(stdout);
+  http.run();
+  running.store(nullptr);
+  engine.shut_down();
+  fmt::print(stderr, "splash: stopped\n");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto flags = std::make_shared<ServeFlags>();
+  auto* command = app.add_subcommand("serve", "Serve the OpenAI-compatible HTTP API and the chat page");
+  add_model_flags(*command, flags->model);
+  command->add_option("--host", flags->server.host, "Address to listen on")->capture_default_str();
+  command->add_option("--port", flags->server.port, "Port to listen on (0: any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  command->add_option("--api-key", flags->server.api_key, "Require this key on API routes (default: $SPLASH_API_KEY)");
+  command->add_option("--allowed-host", flags->server.allowed_hosts,
+                      "Also accept this Host header (repeatable; localhost, 127.0.0.1, [::1] always are)");
+  command->add_flag("--no-webui", flags->no_webui, "Do not serve the chat page at /");
+  command->callback([flags] { serve(*flags); });
+}
+
+}  // namespace splash::app

@@ -1,0 +1,135 @@
+#include "engine/engine_service.h"
+
+#include "common/error.h"
+
+namespace splash::engine {
+
+EngineService::EngineService(model::Model& model, const tokenizer::Tokenizer& tokenizer, const chat::ChatFormat& chat)
+    : model_(model), tokenizer_(tokenizer), chat_(chat), worker_([this] { worker_loop(); }) {}
+
+EngineService::~EngineService() {
+  shut_down();
+  worker_.join();
+}
+
+std::vector<int32_t> EngineService::encode_chat(std::span<const chat::ChatMessage> messages) const {
+  std::vector<int32_t> ids = tokenizer_.encode(chat_.render(messages, /*add_generation_prompt=*/true));
+  if (tokenizer_.add_bos() && tokenizer_.bos() >= 0 && (ids.empty() || ids.front() != tokenizer_.bos()))
+    ids.insert(ids.begin(), tokenizer_.bos());
+  return ids;
+}
+
+std::shared_ptr<ChatTicket> EngineService::submit(ChatRequest request, ChatEventSink sink) {
+  auto ticket = std::make_shared<ChatTicket>();
+  ticket->request_ = std::move(request);
+  ticket->sink_ = std::move(sink);
+  {
+    std::lock_guard lock(mutex_);
+    if (!stopping_.load()) {
+      queue_.push_back(ticket);
+      ++counters_.requests_queued;
+      wake_.notify_one();
+      return ticket;
+    }
+  }
+  ticket->sink_(ChatEvent::failed("the server is shutting down"));
+  return ticket;
+}
+
+void EngineService::shut_down() {
+  std::deque<std::shared_ptr<ChatTicket>> abandoned;
+  {
+    std::lock_guard lock(mutex_);
+    stopping_.store(true);
+    abandoned.swap(queue_);
+    counters_.requests_queued = 0;
+    wake_.notify_all();
+  }
+  for (auto& ticket : abandoned) {
+    ticket->sink_(ChatEvent::failed("the server is shutting down"));
+  }
+}
+
+EngineCounters EngineService::counters() const {
+  std::lock_guard lock(mutex_);
+  return counters_;
+}
+
+void EngineService::worker_loop() {
+  while (true) {
+    std::shared_ptr<ChatTicket> ticket;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_.load() || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping
+      ticket = std::move(queue_.front());
+      queue_.pop_front();
+      --counters_.requests_queued;
+      ++counters_.requests_running;
+    }
+    run(*ticket);
+    std::lock_guard lock(mutex_);
+    --counters_.requests_running;
+    ++counters_.requests_completed;
+  }
+}
+
+void EngineService::run(ChatTicket& ticket) {
+  auto& sink = ticket.sink_;
+  if (ticket.cancelled()) return;
+  const ChatRequest& chat = ticket.request_;
+  GenerationRequest request;
+  try {
+    request.prompt = encode_chat(chat.messages);
+    const int context = model_.info().context;
+    if (static_cast<int>(request.prompt.size()) >= context) {
+      sink(ChatEvent::failed(fmt::format("the prompt has {} tokens but the model's context holds {} (including the "
+                                          "reply); shorten the conversation",
+                                          request.prompt.size(), context)));
+      return;
+    }
+    // max_tokens beyond what the context leaves is clamped: the reply ends with "length".
+    const int room = context - static_cast<int>(request.prompt.size());
+    request.max_tokens = chat.max_tokens > 0 ? std::min(chat.max_tokens, room) : room;
+    request.sampling = chat.sampling;
+    request.stop = chat.stop;
+    for (const auto& stop : chat_.stop_texts()) request.stop.push_back(stop);
+    request.top_logprobs = chat.top_logprobs;
+    if (auto problem = validate(request.sampling, model_.info().vocab); !problem.empty()) {
+      sink(ChatEvent::failed(problem));
+      return;
+    }
+  } catch (const Error& e) {
+    sink(ChatEvent::failed(e.what()));
+    return;
+  }
+  if (!sink(ChatEvent::started(static_cast<int>(request.prompt.size())))) return;
+  {
+    std::lock_guard lock(mutex_);
+    counters_.prompt_tokens += request.prompt.size();
+  }
+  try {
+    const auto result = generate(
+        model_, tokenizer_, request,
+        [&](const GenerationPiece& piece) {
+          if (ticket.cancelled()) return false;
+          ChatEvent event;
+          event.text = std::string(piece.text);
+          event.logprobs.assign(piece.logprobs.begin(), piece.logprobs.end());
+          return sink(event) && !ticket.cancelled();
+        },
+        &stopping_);
+    {
+      std::lock_guard lock(mutex_);
+      counters_.generated_tokens += result.tokens.size();
+    }
+    if (result.finish != FinishReason::Cancelled || stopping_.load())
+      sink(ChatEvent::finished(result.finish == FinishReason::Cancelled ? FinishReason::Stop : result.finish,
+                               result.prompt_tokens, static_cast<int>(result.tokens.size())));
+  } catch (const std::exception& e) {
+    // An engine failure must not take the server down: the request fails, the worker lives.
+    sink(ChatEvent::failed(std::string("generation failed: ") + e.what()));
+  }
+}
+
+}  // namespace splash::engine

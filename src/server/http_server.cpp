@@ -1,0 +1,270 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <fmt/format.h>
+
+#include <thread>
+
+#include "api/api_error.h"
+#include "api/openai_chat.h"
+#include "common/error.h"
+#include "server/event_channel.h"
+#include "server/request_guard.h"
+#include "server/web_routes.h"
+
+namespace splash::server {
+namespace {
+
+using nlohmann::json;
+constexpr auto kJson = "application/json";
+
+void send_error(httplib::Response& res, const api::ApiError& error) {
+  res.status = error.status;
+  res.set_content(api::dump_json(api::openai_error_body(error)), kJson);
+}
+
+void send_json(httplib::Response& res, const json& body) { res.set_content(api::dump_json(body), kJson); }
+
+// Parses a JSON object body for the small utility routes.
+std::optional<json> object_body(const httplib::Request& req, httplib::Response& res) {
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) {
+    send_error(res, api::ApiError::bad_request("the request body must be a JSON object"));
+    return std::nullopt;
+  }
+  return body;
+}
+
+}  // namespace
+
+HttpServer::HttpServer(ServerOptions options, engine::EngineService& engine, const tokenizer::Tokenizer& tokenizer,
+                       const chat::ChatFormat& chat, ServedModelInfo model)
+    : options_(std::move(options)),
+      engine_(engine),
+      tokenizer_(tokenizer),
+      chat_(chat),
+      model_(std::move(model)),
+      http_(std::make_unique<httplib::Server>()),
+      started_(std::chrono::steady_clock::now()) {
+  const int threads = options_.http_threads;
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http_->set_payload_max_length(options_.max_body_bytes);
+  // Idle keep-alive connections are polled this often, which bounds how long shutdown waits.
+  http_->set_keep_alive_timeout(1);
+  http_->set_read_timeout(30);
+  register_routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+void HttpServer::bind() {
+  if (options_.port < 0 || options_.port > 65535) fail("--port must be between 0 and 65535");
+  if (options_.port == 0) {
+    bound_port_ = http_->bind_to_any_port(options_.host);
+    if (bound_port_ <= 0) fail("cannot listen on {}: no free port", options_.host);
+    return;
+  }
+  if (!http_->bind_to_port(options_.host, options_.port))
+    fail("cannot listen on {}:{}: the port is in use or the address is not available (pick another with --port)",
+         options_.host, options_.port);
+  bound_port_ = options_.port;
+}
+
+void HttpServer::run() { http_->listen_after_bind(); }
+
+void HttpServer::stop() { http_->stop(); }
+
+void HttpServer::drain_and_stop(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (completions_in_flight_->load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  stop();
+}
+
+void HttpServer::register_routes() {
+  auto& http = *http_;
+  auto allowlist = std::make_shared<HostAllowlist>(options_.allowed_hosts);
+  const std::string api_key = options_.api_key;
+
+  http.set_pre_routing_handler([allowlist, api_key](const httplib::Request& req, httplib::Response& res) {
+    if (!req.has_header("Host")) {
+      send_error(res, api::ApiError::bad_request("the request has no Host header"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (!allowlist->allows(req.get_header_value("Host"))) {
+      send_error(res, {403,
+                       fmt::format("Host '{}' is not allowed (allowed: {}; add one with --allowed-host)",
+                                   req.get_header_value("Host"), allowlist->describe()),
+                       "permission_error", {}, "host_not_allowed"});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (!api_key.empty() && !is_public_route(req.path)) {
+      const auto key = presented_api_key(req.get_header_value("Authorization"), req.get_header_value("x-api-key"));
+      if (!key || !api_key_matches(api_key, *key)) {
+        send_error(res, {401, "invalid or missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
+                         "authentication_error", {}, "invalid_api_key"});
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+
+  // Errors httplib produces itself (404 for unknown routes, 413 for large bodies, ...) get
+  // a JSON body in the OpenAI shape too.
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string message;
+    switch (res.status) {
+      case 404: message = fmt::format("no route for {} {}", req.method, req.path); break;
+      case 413: message = "the request body is too large"; break;
+      case 405: message = fmt::format("method {} is not allowed on {}", req.method, req.path); break;
+      default: message = fmt::format("HTTP error {}", res.status); break;
+    }
+    send_error(res, {res.status, message, res.status == 404 ? "not_found_error" : "invalid_request_error", {}, {}});
+  });
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+    std::string message = "internal error";
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      message = std::string("internal error: ") + e.what();
+    } catch (...) {
+    }
+    send_error(res, {500, message, "server_error", {}, {}});
+  });
+
+  http.Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, {{"status", "ok"}}); });
+  http.Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
+    if (engine_.accepting()) return send_json(res, {{"status", "ready"}, {"model", model_.id}});
+    res.status = 503;
+    send_json(res, {{"status", "shutting_down"}});
+  });
+
+  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    send_json(res, {{"object", "list"},
+                    {"data", json::array({{{"id", model_.id}, {"object", "model"}, {"created", 0}, {"owned_by", "splash"}}})}});
+  });
+  http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    if (req.matches[1] != model_.id)
+      return send_error(res, {404, fmt::format("The model '{}' does not exist", req.matches[1].str()),
+                              "invalid_request_error", "model", "model_not_found"});
+    send_json(res, {{"id", model_.id}, {"object", "model"}, {"created", 0}, {"owned_by", "splash"}});
+  });
+
+  http.Get("/status", [this](const httplib::Request&, httplib::Response& res) {
+    const auto counters = engine_.counters();
+    const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    json status = model_.details;
+    status["model"] = model_.id;
+    status["maximum_context_tokens"] = model_.context;
+    status["requests_running"] = counters.requests_running;
+    status["requests_queued"] = counters.requests_queued;
+    status["requests_completed"] = counters.requests_completed;
+    status["tokens_processed"] = {{"prompt", counters.prompt_tokens}, {"generated", counters.generated_tokens}};
+    status["uptime_seconds"] = uptime;
+    status["accepting_requests"] = engine_.accepting();
+    send_json(res, status);
+  });
+
+  http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    auto body = object_body(req, res);
+    if (!body) return;
+    if (!body->contains("content") || !(*body)["content"].is_string())
+      return send_error(res, api::ApiError::bad_request("'content' must be a string", "content"));
+    const bool special = body->value("add_special", true) && body->value("parse_special", true);
+    send_json(res, {{"tokens", tokenizer_.encode((*body)["content"].get<std::string>(), special)}});
+  });
+  http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    auto body = object_body(req, res);
+    if (!body) return;
+    const auto& tokens = (*body)["tokens"];
+    if (!tokens.is_array()) return send_error(res, api::ApiError::bad_request("'tokens' must be an array", "tokens"));
+    std::vector<int32_t> ids;
+    for (const auto& t : tokens) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= static_cast<int64_t>(tokenizer_.size()))
+        return send_error(res, api::ApiError::bad_request(
+                                   fmt::format("'tokens' must hold token ids from 0 to {}", tokenizer_.size() - 1), "tokens"));
+      ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    send_json(res, {{"content", tokenizer_.decode(ids)}});
+  });
+  http.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
+    // Same validation as a chat completion, but nothing is generated.
+    json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object() || !body.contains("messages"))
+      return send_error(res, api::ApiError::bad_request("the body must be a JSON object with 'messages'", "messages"));
+    json minimal = {{"messages", body["messages"]}};
+    auto parsed = api::parse_chat_completion_request(api::dump_json(minimal), {model_.id, model_.vocab});
+    if (auto* error = std::get_if<api::ApiError>(&parsed)) return send_error(res, *error);
+    const auto& messages = std::get<api::ChatCompletionRequest>(parsed).chat.messages;
+    send_json(res, {{"prompt", chat_.render(messages, true)}, {"tokens", engine_.encode_chat(messages)}});
+  });
+
+  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    // Counted until the last byte is written (for a stream: until its releaser runs), so
+    // shutdown can let it finish.
+    auto in_flight = std::shared_ptr<void>(
+        (completions_in_flight_->fetch_add(1), nullptr),
+        [counter = completions_in_flight_](void*) { counter->fetch_sub(1); });
+    auto parsed = api::parse_chat_completion_request(req.body, {model_.id, model_.vocab});
+    if (auto* error = std::get_if<api::ApiError>(&parsed)) return send_error(res, *error);
+    auto request = std::get<api::ChatCompletionRequest>(std::move(parsed));
+    auto channel = std::make_shared<EventChannel>();
+    auto ticket = engine_.submit(std::move(request.chat), [channel](const engine::ChatEvent& e) { return channel->push(e); });
+
+    // The first event decides the status: Started (200, then the stream) or Failed (400).
+    std::optional<engine::ChatEvent> first;
+    while (!(first = channel->pop(std::chrono::milliseconds(500)))) {
+    }
+    if (first->kind == engine::ChatEvent::Kind::Failed) {
+      channel->abandon();
+      const bool shutting_down = !engine_.accepting();
+      return send_error(res, {shutting_down ? 503 : 400, first->error,
+                              shutting_down ? "server_error" : "invalid_request_error", {}, {}});
+    }
+    auto renderer = std::make_shared<api::ChatCompletionRenderer>(model_.id, request.include_usage, request.logprobs);
+    if (!request.stream) {
+      renderer->collect(*first);
+      while (true) {
+        auto event = channel->pop(std::chrono::milliseconds(500));
+        if (!event) continue;
+        if (event->kind == engine::ChatEvent::Kind::Failed) {
+          channel->abandon();
+          return send_error(res, {500, event->error, "server_error", {}, {}});
+        }
+        renderer->collect(*event);
+        if (event->kind == engine::ChatEvent::Kind::Finished) break;
+      }
+      return send_json(res, renderer->completion());
+    }
+    auto pending = std::make_shared<std::string>(renderer->stream_event(*first));
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [channel, ticket, renderer, pending](size_t, httplib::DataSink& sink) {
+          // Each call writes what is ready; a failed write means the client left.
+          if (!pending->empty()) {
+            if (!sink.write(pending->data(), pending->size())) return ticket->cancel(), false;
+            pending->clear();
+          }
+          auto event = channel->pop(std::chrono::milliseconds(200));
+          if (!event) return true;  // nothing yet; called again
+          std::string out = renderer->stream_event(*event);
+          const bool last = event->kind == engine::ChatEvent::Kind::Finished || event->kind == engine::ChatEvent::Kind::Failed;
+          if (last) out += api::ChatCompletionRenderer::stream_done();
+          if (!out.empty() && !sink.write(out.data(), out.size())) return ticket->cancel(), false;
+          if (last) sink.done();
+          return true;
+        },
+        [channel, ticket, in_flight](bool success) {
+          if (!success) ticket->cancel();
+          channel->abandon();
+        });
+  });
+
+  // TEMP-WEB if (options_.webui) register_web_routes(http);
+}
+
+}  // namespace splash::server

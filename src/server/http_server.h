@@ -1,0 +1,74 @@
+#pragma once
+// The HTTP face of splash: routes, API-key auth, Host allowlist, body limits, SSE, probes.
+// It sees requests and events, never tensors: generation goes through engine::EngineService
+// and each protocol's translation lives in api/.
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "chat/chat_format.h"
+#include "engine/engine_service.h"
+#include "tokenizer/tokenizer.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace splash::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;                     // empty: no authentication
+  std::vector<std::string> allowed_hosts;  // besides localhost, 127.0.0.1 and [::1]
+  bool webui = true;
+  size_t max_body_bytes = size_t{8} << 20;
+  int http_threads = 64;  // connections served at once (streams hold one each)
+};
+
+// What /v1/models and /status say about the served model.
+struct ServedModelInfo {
+  std::string id;
+  int vocab = 0;
+  int context = 0;
+  nlohmann::json details;  // architecture, path, kernel path, memory plan...
+};
+
+class HttpServer {
+ public:
+  HttpServer(ServerOptions options, engine::EngineService& engine, const tokenizer::Tokenizer& tokenizer,
+             const chat::ChatFormat& chat, ServedModelInfo model);
+  ~HttpServer();
+
+  // Binds the port; throws splash::Error with a one-line reason (e.g. port in use).
+  void bind();
+  // Serves until stop(); returns after in-flight requests have ended.
+  void run();
+  // Stops accepting connections; safe from any thread.
+  void stop();
+  // Waits (up to timeout) for in-flight completions to write their last event, then stops.
+  // Call after the engine has been told to shut down, so those completions are ending.
+  void drain_and_stop(std::chrono::milliseconds timeout);
+
+  const ServerOptions& options() const { return options_; }
+  int bound_port() const { return bound_port_; }
+
+ private:
+  void register_routes();
+
+  ServerOptions options_;
+  engine::EngineService& engine_;
+  const tokenizer::Tokenizer& tokenizer_;
+  const chat::ChatFormat& chat_;
+  ServedModelInfo model_;
+  std::unique_ptr<httplib::Server> http_;
+  std::chrono::steady_clock::time_point started_;
+  int bound_port_ = 0;
+  std::shared_ptr<std::atomic<int>> completions_in_flight_ = std::make_shared<std::atomic<int>>(0);
+};
+
+}  // namespace splash::server

@@ -1,0 +1,29 @@
+#include "server/web_routes.h"
+
+#include <httplib.h>
+
+#include <string>
+
+#include "server/web_assets.h"
+
+namespace splash::server {
+
+void register_web_routes(httplib::Server& http) {
+  auto serve = [](const httplib::Request& req, httplib::Response& res) {
+    const WebAsset* asset = find_web_asset(req.path);
+    if (!asset) {
+      res.status = 404;  // rendered as JSON by the error handler
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Content-Type-Options", "nosniff");
+    if (asset->content_type.starts_with("text/html"))
+      res.set_header("Content-Security-Policy",
+                     "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'");
+    res.set_content(std::string(asset->body), std::string(asset->content_type));
+  };
+  // Every GET that no API route matched: "/", "/app.js", "/vendor/marked.min.js", ...
+  http.Get(R"(/(?!v1/|v1$|health$|ready$|status$)[^?]*)", serve);
+}
+
+}  // namespace splash::server
