@@ -99,7 +99,7 @@ class SplashServer(str):
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def signal(self, sig: int) -> None:
+    def send_signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
 
     def wait(self, timeout: float) -> int:
