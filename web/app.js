@@ -39,7 +39,7 @@
     } catch (_) { /* quota or privacy mode: keep going in memory */ }
   }
 
-  // A message: {role: "user"|"assistant", content, reasoning?, stats?, error?, pending?}
+  // A message: {role: "user"|"assistant", content, model?, reasoning?, stats?, error?, pending?}
   let messages = [];
   let settings = { system: "", maxTokens: DEFAULT_MAX_TOKENS, temperature: "" };
   let apiKey = load(API_KEY_KEY, "") || "";
@@ -197,7 +197,7 @@
     root.className = `msg ${msg.role}`;
     const role = document.createElement("div");
     role.className = "role";
-    role.textContent = msg.role === "user" ? "You" : (modelId || "Assistant");
+    role.textContent = msg.role === "user" ? "You" : (msg.model || modelId || "Assistant");
     const reasoning = document.createElement("details");
     reasoning.className = "reasoning";
     reasoning.hidden = true;
@@ -306,7 +306,9 @@
       modelId = body?.data?.[0]?.id || null;
       els.model.textContent = modelId || "no model";
       els.model.title = modelId || "";
-      for (const el of els.messages.querySelectorAll(".msg.assistant .role")) el.textContent = modelId || "Assistant";
+      for (const el of els.messages.querySelectorAll(".msg.assistant")) {
+        if (el._view && !el._view.msg.model) el._view.role.textContent = modelId || "Assistant";
+      }
     } catch (e) {
       els.model.textContent = "server unreachable";
       els.model.title = String(e.message || e);
@@ -362,6 +364,10 @@
     msg.reasoning = "";
     msg.error = "";
     msg.stats = null;
+    if (modelId) {
+      msg.model = modelId;
+      view.role.textContent = modelId;
+    }
     updateView(view, false);
 
     const body = {
@@ -553,6 +559,8 @@
     button.textContent = "Copied";
     setTimeout(() => { button.textContent = "Copy"; }, 1200);
   });
+  // A reply still streaming when the page goes away keeps everything received so far.
+  window.addEventListener("pagehide", () => { if (inflight) saveConversation(); });
   window.addEventListener("storage", (e) => {  // another tab changed the conversation
     if (e.key === CONVERSATION_KEY && !inflight) {
       restore();

@@ -264,7 +264,7 @@ void HttpServer::register_routes() {
         });
   });
 
-  // TEMP-WEB if (options_.webui) register_web_routes(http);
+  if (options_.webui) register_web_routes(http);
 }
 
 }  // namespace splash::server
