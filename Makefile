@@ -1,4 +1,4 @@
-# splash: the two quick-start commands are `make run` and `make test`.
+# splash: the two quick-start commands are `make serve` and `make test`.
 # Every target installs what it needs (apt packages, the Python venv, the default model).
 SHELL := /bin/bash
 BUILD ?= build
@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 PROMPT ?= Write a Python function that checks whether a string is a palindrome.
 FUZZ_SECONDS ?= 60
 
-.PHONY: all setup build run bench test unit-test asan-test e2e-test fuzz model clean
+.PHONY: all setup build serve run bench test unit-test asan-test e2e-test fuzz model clean
 
 all: build
 
@@ -19,7 +19,12 @@ build: setup
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
 	@ninja -C $(BUILD) -j $(JOBS)
 
-# The main job: a streamed answer from the default model (fetched and verified on first use).
+# The main job: the OpenAI-compatible server and chat page on the default model (fetched and
+# verified on first use) at http://127.0.0.1:8000. SERVE_FLAGS adds flags (e.g. --port 9000).
+serve: build
+	@$(BUILD)/splash serve $(SERVE_FLAGS)
+
+# One streamed answer in the terminal.
 run: build
 	@$(BUILD)/splash run "$(PROMPT)"
 
