@@ -6,7 +6,7 @@ ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 JOBS ?= $(shell nproc)
 PROMPT ?= Write a Python function that checks whether a string is a palindrome.
-FUZZ_SECONDS ?= 60
+FUZZ_SECONDS ?= 45
 
 .PHONY: all setup build serve run bench test unit-test asan-test e2e-test fuzz model clean
 
@@ -54,13 +54,19 @@ e2e-test: build
 	@scripts/setup.sh --python
 	@SPLASH_BIN=$(abspath $(BUILD))/splash SPLASH_TEST_MODEL=$$($(BUILD)/splash pull) .venv/bin/python -m pytest -q tests/e2e
 
+# Each libFuzzer target runs FUZZ_SECONDS from a seed corpus: the GGUF reader and the
+# OpenAI request parser.
 fuzz: setup
 	@scripts/setup.sh --python
 	@cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DSPLASH_FUZZ=ON > /dev/null
-	@ninja -C $(FUZZ_BUILD) -j $(JOBS) fuzz_gguf
-	@mkdir -p $(FUZZ_BUILD)/corpus && .venv/bin/python tools/make_gguf_fuzz_seeds.py $(FUZZ_BUILD)/corpus
+	@ninja -C $(FUZZ_BUILD) -j $(JOBS) fuzz_gguf fuzz_chat_request
+	@mkdir -p $(FUZZ_BUILD)/corpus-gguf $(FUZZ_BUILD)/corpus-chat
+	@.venv/bin/python tools/make_gguf_fuzz_seeds.py $(FUZZ_BUILD)/corpus-gguf
+	@cp tests/fuzz/seeds/chat/* $(FUZZ_BUILD)/corpus-chat/ 2>/dev/null || true
 	@$(FUZZ_BUILD)/tests/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
-	  $(FUZZ_BUILD)/corpus 2>&1 | tail -n 3
+	  $(FUZZ_BUILD)/corpus-gguf 2>&1 | tail -n 3
+	@$(FUZZ_BUILD)/tests/fuzz/fuzz_chat_request -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -print_final_stats=1 \
+	  $(FUZZ_BUILD)/corpus-chat 2>&1 | tail -n 3
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

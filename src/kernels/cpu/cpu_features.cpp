@@ -1,5 +1,7 @@
 #include "kernels/cpu/cpu_features.h"
 
+#include <cpuid.h>
+
 #include <cstdlib>
 #include <string_view>
 
@@ -12,7 +14,9 @@ CpuFeatures detect_cpu_features() {
   CpuFeatures f;
   f.avx2 = __builtin_cpu_supports("avx2");
   f.fma = __builtin_cpu_supports("fma");
-  f.f16c = __builtin_cpu_supports("f16c");
+  // F16C by CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  f.f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
   f.avx512f = __builtin_cpu_supports("avx512f");
   f.avx512bw = __builtin_cpu_supports("avx512bw");
   f.avx512vl = __builtin_cpu_supports("avx512vl");
