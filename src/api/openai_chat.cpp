@@ -38,9 +38,9 @@ double number(const json& value, const char* name, double low, double high) {
 
 int64_t integer(const json& value, const char* name, int64_t low, int64_t high) {
   if (!value.is_number_integer()) reject(fmt::format("'{}' must be an integer", name), name);
-  const int64_t x = value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(high)
-                        ? high + 1
-                        : value.get<int64_t>();
+  if (value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(high))
+    reject(fmt::format("'{}' must be between {} and {}", name, low, high), name);
+  const int64_t x = value.get<int64_t>();
   if (x < low || x > high) reject(fmt::format("'{}' must be between {} and {}", name, low, high), name);
   return x;
 }
@@ -113,6 +113,7 @@ std::vector<std::string> parse_stop(const json& stop) {
 }
 
 ChatCompletionRequest parse(std::string_view body, const ServedModel& served) {
+  if (body.find('\0') != std::string_view::npos) reject("the request body contains a NUL byte");
   json root = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) reject("the request body is not valid JSON");
   if (!root.is_object()) reject("the request body must be a JSON object");
@@ -161,8 +162,9 @@ ChatCompletionRequest parse(std::string_view body, const ServedModel& served) {
     } else if (key == "frequency_penalty") {
       sampling.frequency_penalty = static_cast<float>(number(value, "frequency_penalty", -2.0, 2.0));
     } else if (key == "seed") {
-      sampling.seed = static_cast<uint64_t>(integer(value, "seed", std::numeric_limits<int64_t>::min(),
-                                                    std::numeric_limits<int64_t>::max()));
+      // Any 64-bit integer, signed or unsigned: only its bits seed the generator.
+      if (!value.is_number_integer()) reject("'seed' must be an integer", "seed");
+      sampling.seed = value.is_number_unsigned() ? value.get<uint64_t>() : static_cast<uint64_t>(value.get<int64_t>());
     } else if (key == "stop") {
       out.chat.stop = parse_stop(value);
     } else if (key == "logit_bias") {

@@ -73,6 +73,7 @@ void serve(ServeFlags flags) {
     }
   });
 
+  server::check_can_listen(flags.server.host, flags.server.port);  // fail fast, before loading
   auto loaded = load_model(resolve_model_path(flags.model.model), flags.model.load);
   print_summary(*loaded, stderr);
   const auto& info = loaded->model->info();

@@ -53,11 +53,7 @@ void print_summary(const LoadedModel& loaded, std::FILE* out) {
 namespace splash::app {
 
 std::vector<int32_t> encode_chat(const LoadedModel& loaded, std::span<const chat::ChatMessage> messages) {
-  const auto& tokenizer = loaded.tokenizer;
-  std::vector<int32_t> ids = tokenizer.encode(loaded.chat->render(messages, /*add_generation_prompt=*/true));
-  if (tokenizer.add_bos() && tokenizer.bos() >= 0 && (ids.empty() || ids.front() != tokenizer.bos()))
-    ids.insert(ids.begin(), tokenizer.bos());
-  return ids;
+  return chat::encode_prompt(*loaded.chat, loaded.tokenizer, messages);
 }
 
 }  // namespace splash::app

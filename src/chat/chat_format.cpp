@@ -26,19 +26,19 @@ ChatMlFormat::ChatMlFormat(std::string name, std::string default_system_prompt, 
 
 namespace {
 
-void append_turn(std::string& out, std::string_view role, std::string_view content) {
-  out += "<|im_start|>";
-  out += role;
-  out += '\n';
-  out += content;
-  out += "<|im_end|>\n";
+void append_turn(RenderedPrompt& out, std::string_view role, std::string_view content) {
+  out.text += "<|im_start|>";
+  out.text += role;
+  out.text += '\n';
+  out.content.push_back({out.text.size(), out.text.size() + content.size()});
+  out.text += content;
+  out.text += "<|im_end|>\n";
 }
 
 }  // namespace
 
-std::string ChatMlFormat::render(std::span<const ChatMessage> messages,
-                                 bool add_generation_prompt) const {
-  std::string out;
+RenderedPrompt ChatMlFormat::render_prompt(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+  RenderedPrompt out;
   // The SmolLM2 template checks only the first message's role, and only inside its loop:
   // an empty conversation gets no system prompt, and any first role other than exactly
   // "system" (even "System" or "tool") gets the default one in front of it.
@@ -46,8 +46,17 @@ std::string ChatMlFormat::render(std::span<const ChatMessage> messages,
     append_turn(out, "system", default_system_prompt_);
   }
   for (const ChatMessage& m : messages) append_turn(out, m.role, m.content);
-  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  if (add_generation_prompt) out.text += "<|im_start|>assistant\n";
   return out;
+}
+
+std::vector<int32_t> encode_prompt(const ChatFormat& format, const tokenizer::Tokenizer& tokenizer,
+                                   std::span<const ChatMessage> messages) {
+  const RenderedPrompt prompt = format.render_prompt(messages, /*add_generation_prompt=*/true);
+  std::vector<int32_t> ids = tokenizer.encode_with_literals(prompt.text, prompt.content);
+  if (tokenizer.add_bos() && tokenizer.bos() >= 0 && (ids.empty() || ids.front() != tokenizer.bos()))
+    ids.insert(ids.begin(), tokenizer.bos());
+  return ids;
 }
 
 std::vector<std::string> ChatMlFormat::stop_texts() const {

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "tokenizer/tokenizer.h"
+
 namespace splash::gguf {
 class File;
 }
@@ -23,15 +25,24 @@ struct ChatMessage {
   std::string content;
 };
 
+// A rendered prompt and where each message's content sits in it, so the tokenizer can keep
+// control-token text inside content from acting as markup (Tokenizer::encode_with_literals).
+struct RenderedPrompt {
+  std::string text;
+  std::vector<tokenizer::TextSpan> content;  // sorted, disjoint
+};
+
 class ChatFormat {
  public:
   virtual ~ChatFormat();
   // The prompt text for `messages`; with add_generation_prompt, followed by the header
   // that opens the assistant's reply. Content is inserted verbatim (no escaping), exactly
   // as the template does; keeping user text from acting as control tokens is the
-  // tokenizer's job (it must not parse special tokens inside message content).
-  virtual std::string render(std::span<const ChatMessage> messages,
-                             bool add_generation_prompt) const = 0;
+  // tokenizer's job, given the content spans.
+  virtual RenderedPrompt render_prompt(std::span<const ChatMessage> messages, bool add_generation_prompt) const = 0;
+  std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+    return render_prompt(messages, add_generation_prompt).text;
+  }
   // Texts that end the assistant's reply when they appear in generated text.
   virtual std::vector<std::string> stop_texts() const;
   // Short identifier, e.g. "smollm2" or "chatml".
@@ -49,8 +60,7 @@ class ChatMlFormat : public ChatFormat {
  public:
   ChatMlFormat(std::string name, std::string default_system_prompt, bool recognized,
                std::string description);
-  std::string render(std::span<const ChatMessage> messages,
-                     bool add_generation_prompt) const override;
+  RenderedPrompt render_prompt(std::span<const ChatMessage> messages, bool add_generation_prompt) const override;
   std::vector<std::string> stop_texts() const override;
   std::string name() const override { return name_; }
   bool recognized() const override { return recognized_; }
@@ -62,6 +72,12 @@ class ChatMlFormat : public ChatFormat {
   bool recognized_;
   std::string description_;
 };
+
+// The prompt tokens of a conversation: rendered by the format, tokenized with control tokens
+// recognised only in the template's own markup (never inside message content), and BOS
+// prepended when the vocabulary asks for it and the template did not write one.
+std::vector<int32_t> encode_prompt(const ChatFormat& format, const tokenizer::Tokenizer& tokenizer,
+                                   std::span<const ChatMessage> messages);
 
 // Picks the renderer for a model from its chat template. A known template gets its
 // family's renderer; an unknown or missing template on an architecture that splash

@@ -13,10 +13,7 @@ EngineService::~EngineService() {
 }
 
 std::vector<int32_t> EngineService::encode_chat(std::span<const chat::ChatMessage> messages) const {
-  std::vector<int32_t> ids = tokenizer_.encode(chat_.render(messages, /*add_generation_prompt=*/true));
-  if (tokenizer_.add_bos() && tokenizer_.bos() >= 0 && (ids.empty() || ids.front() != tokenizer_.bos()))
-    ids.insert(ids.begin(), tokenizer_.bos());
-  return ids;
+  return chat::encode_prompt(chat_, tokenizer_, messages);
 }
 
 std::shared_ptr<ChatTicket> EngineService::submit(ChatRequest request, ChatEventSink sink) {

@@ -4,6 +4,14 @@
 
 #include <fmt/format.h>
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <thread>
 
 #include "api/api_error.h"
@@ -18,6 +26,8 @@ namespace {
 
 using nlohmann::json;
 constexpr auto kJson = "application/json";
+// No real client sends more header fields than this (browsers ~20, SDKs ~15).
+constexpr size_t kMaxHeaderCount = 100;
 
 void send_error(httplib::Response& res, const api::ApiError& error) {
   res.status = error.status;
@@ -28,6 +38,10 @@ void send_json(httplib::Response& res, const json& body) { res.set_content(api::
 
 // Parses a JSON object body for the small utility routes.
 std::optional<json> object_body(const httplib::Request& req, httplib::Response& res) {
+  if (req.body.find('\0') != std::string::npos) {
+    send_error(res, api::ApiError::bad_request("the request body contains a NUL byte"));
+    return std::nullopt;
+  }
   json body = json::parse(req.body, nullptr, false);
   if (body.is_discarded() || !body.is_object()) {
     send_error(res, api::ApiError::bad_request("the request body must be a JSON object"));
@@ -37,6 +51,31 @@ std::optional<json> object_body(const httplib::Request& req, httplib::Response& 
 }
 
 }  // namespace
+
+void check_can_listen(const std::string& host, int port) {
+  if (port == 0) return;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0)
+    fail("cannot listen on {}:{}: {}", host, port, gai_strerror(rc));
+  std::string problem = "no usable address";
+  bool ok = false;
+  for (addrinfo* a = found; a && !ok; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0) ok = true;
+    else problem = std::strerror(errno);
+    close(fd);
+  }
+  freeaddrinfo(found);
+  if (!ok) fail("cannot listen on {}:{}: {} (pick another with --port)", host, port, problem);
+}
 
 HttpServer::HttpServer(ServerOptions options, engine::EngineService& engine, const tokenizer::Tokenizer& tokenizer,
                        const chat::ChatFormat& chat, ServedModelInfo model)
@@ -52,7 +91,13 @@ HttpServer::HttpServer(ServerOptions options, engine::EngineService& engine, con
   http_->set_payload_max_length(options_.max_body_bytes);
   // Idle keep-alive connections are polled this often, which bounds how long shutdown waits.
   http_->set_keep_alive_timeout(1);
-  http_->set_read_timeout(30);
+  http_->set_read_timeout(10);
+  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which lets a second server bind a
+  // port that one already serves (the kernel then splits the connections between them).
+  http_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   register_routes();
 }
 
@@ -87,25 +132,46 @@ void HttpServer::register_routes() {
   auto allowlist = std::make_shared<HostAllowlist>(options_.allowed_hosts);
   const std::string api_key = options_.api_key;
 
-  http.set_pre_routing_handler([allowlist, api_key](const httplib::Request& req, httplib::Response& res) {
-    if (!req.has_header("Host")) {
-      send_error(res, api::ApiError::bad_request("the request has no Host header"));
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (!allowlist->allows(req.get_header_value("Host"))) {
-      send_error(res, {403,
-                       fmt::format("Host '{}' is not allowed (allowed: {}; add one with --allowed-host)",
-                                   req.get_header_value("Host"), allowlist->describe()),
-                       "permission_error", {}, "host_not_allowed"});
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (!api_key.empty() && !is_public_route(req.path)) {
-      const auto key = presented_api_key(req.get_header_value("Authorization"), req.get_header_value("x-api-key"));
-      if (!key || !api_key_matches(api_key, *key)) {
-        send_error(res, {401, "invalid or missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
-                         "authentication_error", {}, "invalid_api_key"});
-        return httplib::Server::HandlerResponse::Handled;
+  // Host allowlist and API key, checked in the handler (after httplib has read the body, so a
+  // refused request leaves nothing behind on a keep-alive connection).
+  auto guarded = [allowlist, api_key](httplib::Server::Handler handler) {
+    return [allowlist, api_key, handler](const httplib::Request& req, httplib::Response& res) {
+      if (!allowlist->allows(req.get_header_value("Host")))
+        return send_error(res, {403,
+                                fmt::format("Host '{}' is not allowed (allowed: {}; add one with --allowed-host)",
+                                            req.get_header_value("Host"), allowlist->describe()),
+                                "permission_error", {}, "host_not_allowed"});
+      if (!api_key.empty() && !is_public_route(req.path)) {
+        const auto key = presented_api_key(req.get_header_value("Authorization"), req.get_header_value("x-api-key"));
+        if (!key || !api_key_matches(api_key, *key))
+          return send_error(res, {401, "invalid or missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
+                                  "authentication_error", {}, "invalid_api_key"});
       }
+      handler(req, res);
+    };
+  };
+
+  // Before the body is read: refuse what must not be read at all. The connection is closed
+  // after these answers, since the unread body would otherwise be taken as the next request.
+  const size_t max_body = options_.max_body_bytes;
+  http.set_pre_routing_handler([max_body](const httplib::Request& req, httplib::Response& res) {
+    auto refuse = [&](const api::ApiError& error) {
+      send_error(res, error);
+      res.set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
+    };
+    if (req.headers.size() > kMaxHeaderCount)
+      return refuse({431, fmt::format("more than {} header fields", kMaxHeaderCount), "invalid_request_error", {}, {}});
+    if (!req.has_header("Host")) return refuse(api::ApiError::bad_request("the request has no Host header"));
+    if (req.has_header("Transfer-Encoding"))
+      return refuse({411, "chunked request bodies are not accepted; send a Content-Length", "invalid_request_error", {}, {}});
+    if (req.has_header("Content-Length")) {
+      const std::string length = req.get_header_value("Content-Length");
+      const bool digits = !length.empty() && length.size() <= 18 &&
+                          std::all_of(length.begin(), length.end(), [](unsigned char c) { return std::isdigit(c); });
+      if (!digits) return refuse(api::ApiError::bad_request("invalid Content-Length"));
+      if (std::stoull(length) > max_body)
+        return refuse({413, fmt::format("the request body is larger than {} bytes", max_body), "invalid_request_error", {}, {}});
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
@@ -134,25 +200,25 @@ void HttpServer::register_routes() {
     send_error(res, {500, message, "server_error", {}, {}});
   });
 
-  http.Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, {{"status", "ok"}}); });
-  http.Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
+  http.Get("/health", guarded([](const httplib::Request&, httplib::Response& res) { send_json(res, {{"status", "ok"}}); }));
+  http.Get("/ready", guarded([this](const httplib::Request&, httplib::Response& res) {
     if (engine_.accepting()) return send_json(res, {{"status", "ready"}, {"model", model_.id}});
     res.status = 503;
     send_json(res, {{"status", "shutting_down"}});
-  });
+  }));
 
-  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  http.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
     send_json(res, {{"object", "list"},
                     {"data", json::array({{{"id", model_.id}, {"object", "model"}, {"created", 0}, {"owned_by", "splash"}}})}});
-  });
-  http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+  }));
+  http.Get(R"(/v1/models/(.+))", guarded([this](const httplib::Request& req, httplib::Response& res) {
     if (req.matches[1] != model_.id)
       return send_error(res, {404, fmt::format("The model '{}' does not exist", req.matches[1].str()),
                               "invalid_request_error", "model", "model_not_found"});
     send_json(res, {{"id", model_.id}, {"object", "model"}, {"created", 0}, {"owned_by", "splash"}});
-  });
+  }));
 
-  http.Get("/status", [this](const httplib::Request&, httplib::Response& res) {
+  http.Get("/status", guarded([this](const httplib::Request&, httplib::Response& res) {
     const auto counters = engine_.counters();
     const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     json status = model_.details;
@@ -165,17 +231,24 @@ void HttpServer::register_routes() {
     status["uptime_seconds"] = uptime;
     status["accepting_requests"] = engine_.accepting();
     send_json(res, status);
-  });
+  }));
 
-  http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  http.Post("/tokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
     auto body = object_body(req, res);
     if (!body) return;
     if (!body->contains("content") || !(*body)["content"].is_string())
       return send_error(res, api::ApiError::bad_request("'content' must be a string", "content"));
-    const bool special = body->value("add_special", true) && body->value("parse_special", true);
+    // add_special / parse_special (llama.cpp's names): recognise special-token text.
+    bool special = true;
+    for (const char* flag : {"add_special", "parse_special"}) {
+      if (!body->contains(flag)) continue;
+      if (!(*body)[flag].is_boolean())
+        return send_error(res, api::ApiError::bad_request(fmt::format("'{}' must be a boolean", flag), flag));
+      special = special && (*body)[flag].get<bool>();
+    }
     send_json(res, {{"tokens", tokenizer_.encode((*body)["content"].get<std::string>(), special)}});
-  });
-  http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  }));
+  http.Post("/detokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
     auto body = object_body(req, res);
     if (!body) return;
     const auto& tokens = (*body)["tokens"];
@@ -188,8 +261,8 @@ void HttpServer::register_routes() {
       ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
     }
     send_json(res, {{"content", tokenizer_.decode(ids)}});
-  });
-  http.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
+  }));
+  http.Post("/apply-template", guarded([this](const httplib::Request& req, httplib::Response& res) {
     // Same validation as a chat completion, but nothing is generated.
     json body = json::parse(req.body, nullptr, false);
     if (body.is_discarded() || !body.is_object() || !body.contains("messages"))
@@ -199,9 +272,9 @@ void HttpServer::register_routes() {
     if (auto* error = std::get_if<api::ApiError>(&parsed)) return send_error(res, *error);
     const auto& messages = std::get<api::ChatCompletionRequest>(parsed).chat.messages;
     send_json(res, {{"prompt", chat_.render(messages, true)}, {"tokens", engine_.encode_chat(messages)}});
-  });
+  }));
 
-  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  http.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
     // Counted until the last byte is written (for a stream: until its releaser runs), so
     // shutdown can let it finish.
     auto in_flight = std::shared_ptr<void>(
@@ -262,9 +335,9 @@ void HttpServer::register_routes() {
           if (!success) ticket->cancel();
           channel->abandon();
         });
-  });
+  }));
 
-  if (options_.webui) register_web_routes(http);
+  if (options_.webui) register_web_routes(http, guarded);
 }
 
 }  // namespace splash::server

@@ -27,7 +27,7 @@ struct ServerOptions {
   std::vector<std::string> allowed_hosts;  // besides localhost, 127.0.0.1 and [::1]
   bool webui = true;
   size_t max_body_bytes = size_t{8} << 20;
-  int http_threads = 64;  // connections served at once (streams hold one each)
+  int http_threads = 256;  // connections served at once (streams and idle keep-alives hold one each)
 };
 
 // What /v1/models and /status say about the served model.
@@ -37,6 +37,10 @@ struct ServedModelInfo {
   int context = 0;
   nlohmann::json details;  // architecture, path, kernel path, memory plan...
 };
+
+// Checks that host:port can be bound now, so a bad --host or a port in use is reported in
+// one line before the model is loaded (port 0 always passes).
+void check_can_listen(const std::string& host, int port);
 
 class HttpServer {
  public:

@@ -8,7 +8,7 @@
 
 namespace splash::server {
 
-void register_web_routes(httplib::Server& http) {
+void register_web_routes(httplib::Server& http, const RouteGuard& guard) {
   auto serve = [](const httplib::Request& req, httplib::Response& res) {
     const WebAsset* asset = find_web_asset(req.path);
     if (!asset) {
@@ -23,7 +23,7 @@ void register_web_routes(httplib::Server& http) {
     res.set_content(std::string(asset->body), std::string(asset->content_type));
   };
   // Every GET that no API route matched: "/", "/app.js", "/vendor/marked.min.js", ...
-  http.Get(R"(/(?!v1/|v1$|health$|ready$|status$)[^?]*)", serve);
+  http.Get(R"(/(?!v1/|v1$|health$|ready$|status$)[^?]*)", guard(serve));
 }
 
 }  // namespace splash::server

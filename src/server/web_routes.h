@@ -1,11 +1,13 @@
 #pragma once
 // The chat page at "/" and its static files, served from bytes embedded in the binary.
-namespace httplib {
-class Server;
-}
+#include <httplib.h>
+
+#include <functional>
 
 namespace splash::server {
 
-void register_web_routes(httplib::Server& http);
+// guard wraps the handler with the checks every route passes (Host allowlist, API key).
+using RouteGuard = std::function<httplib::Server::Handler(httplib::Server::Handler)>;
+void register_web_routes(httplib::Server& http, const RouteGuard& guard);
 
 }  // namespace splash::server

@@ -157,12 +157,23 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& file) {
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special) const {
-  const Model& m = model();
   std::string repaired;
   if (!utf8::is_valid(text)) {
     repaired = utf8::repair(text);
     text = repaired;
   }
+  return encode_impl(text, parse_special, {});
+}
+
+std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool parse_special,
+                                            std::span<const TextSpan> literal) const {
+  const Model& m = model();
+  // Whether a special-token match at [position, position + length) touches a literal span.
+  size_t next_span = 0;
+  auto inside_literal = [&](size_t position, size_t length) {
+    while (next_span < literal.size() && literal[next_span].end <= position) ++next_span;
+    return next_span < literal.size() && literal[next_span].begin < position + length;
+  };
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 1);
   size_t plain_from = 0;   // start of the text not yet encoded
@@ -171,13 +182,40 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
     search_from = special->position + special->length;
     // Without parse_special a control token is plain text, and (as in HF) the span it covers is
     // not searched again for shorter user-defined tokens.
-    if (special->control && !parse_special) continue;
+    if (special->control && (!parse_special || inside_literal(special->position, special->length))) continue;
     encode_plain(text.substr(plain_from, special->position - plain_from), ids);
     ids.push_back(special->id);
     plain_from = search_from;
   }
   encode_plain(text.substr(plain_from), ids);
   return ids;
+}
+
+std::vector<int32_t> Tokenizer::encode_with_literals(std::string_view text, std::span<const TextSpan> literal) const {
+  size_t previous_end = 0;
+  for (const TextSpan& span : literal) {
+    if (span.begin < previous_end || span.end < span.begin || span.end > text.size())
+      fail("encode_with_literals: spans must be sorted, disjoint and inside the text");
+    previous_end = span.end;
+  }
+  if (!utf8::is_valid(text)) {
+    // Repair would move the offsets: encode the stretches one by one instead (each repaired
+    // on its own); only the pre-tokenizer split at a span edge can differ from encode().
+    std::vector<int32_t> ids;
+    size_t from = 0;
+    auto append = [&](std::string_view piece, bool parse_special) {
+      const auto part = encode(piece, parse_special);
+      ids.insert(ids.end(), part.begin(), part.end());
+    };
+    for (const TextSpan& span : literal) {
+      append(text.substr(from, span.begin - from), true);
+      append(text.substr(span.begin, span.end - span.begin), false);
+      from = span.end;
+    }
+    append(text.substr(from), true);
+    return ids;
+  }
+  return encode_impl(text, /*parse_special=*/true, literal);
 }
 
 void Tokenizer::encode_plain(std::string_view text, std::vector<int32_t>& out) const {

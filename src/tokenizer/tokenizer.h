@@ -59,6 +59,12 @@ struct Vocabulary {
   bool add_bos = false;
 };
 
+// A byte range [begin, end) of a text.
+struct TextSpan {
+  size_t begin = 0;
+  size_t end = 0;
+};
+
 class Tokenizer {
  public:
   // Throws splash::Error for an inconsistent vocabulary (ids out of range, sizes that differ,
@@ -68,6 +74,10 @@ class Tokenizer {
   static Tokenizer from_gguf(const gguf::File& file);
 
   std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
+  // Like encode(text, true), except that control-token text inside any `literal` span (byte
+  // offsets into text) stays plain text: message content rendered into a chat prompt cannot
+  // forge <|im_start|>/<|im_end|> turns. Spans must be sorted and not overlap.
+  std::vector<int32_t> encode_with_literals(std::string_view text, std::span<const TextSpan> literal) const;
   // skip_special drops control tokens; throws splash::Error for an id outside [0, size()).
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
   // Raw bytes of one token (possibly an incomplete UTF-8 sequence); throws for a bad id.
@@ -94,6 +104,7 @@ class Tokenizer {
   struct Model;
   const Model& model() const { return *model_; }
   void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
+  std::vector<int32_t> encode_impl(std::string_view text, bool parse_special, std::span<const TextSpan> literal) const;
 
   std::shared_ptr<Model> model_;  // shared by copies; only its word cache ever changes
 };

@@ -11,7 +11,6 @@ On teardown every server still running gets SIGTERM and must exit with code 0 wi
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -208,6 +207,3 @@ def run_serve_expecting_failure(*args: str, timeout: float = 30) -> subprocess.C
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"`{' '.join(cmd)}` was still running after {timeout} s (expected an error)\n"
                     f"stdout: {e.stdout!r}\nstderr: {e.stderr!r}")
-
-
-READY_RE = re.compile(r"^Ready http://\S+:\d+$", re.M)
