@@ -40,6 +40,12 @@ def env_model_path() -> str | None:
     return path or None
 
 
+@pytest.fixture(scope="session", name="splash_binary")
+def splash_binary_fixture() -> str:
+    """The engine binary (SPLASH_BIN, default <repo>/build/splash)."""
+    return splash_bin()
+
+
 @pytest.fixture(scope="session")
 def model_path() -> str:
     path = env_model_path()

@@ -33,20 +33,18 @@ def splash(*args: str, check: bool = False) -> subprocess.CompletedProcess:
     return result
 
 
+@pytest.fixture(scope="module")
+def model(model_path: str) -> str:
+    """The model file (conftest's model_path), under the short name these tests use."""
+    return model_path
+
+
 def answer(result: subprocess.CompletedProcess) -> str:
     """The answer printed by `run` (which ends it with one newline)."""
     assert result.stdout.endswith("\n"), repr(result.stdout)
     return result.stdout[:-1]
 
 
-@pytest.fixture(scope="module")
-def model() -> str:
-    path = os.environ.get("SPLASH_TEST_MODEL")
-    if not path:
-        pytest.skip("SPLASH_TEST_MODEL is not set")
-    if not os.path.isfile(path):
-        pytest.fail(f"SPLASH_TEST_MODEL names a missing file: {path}")
-    return path
 
 
 # --- version and help -----------------------------------------------------------------

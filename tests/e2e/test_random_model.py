@@ -157,30 +157,16 @@ GREEDY_SEQUENCES = ["short", "long"]
 
 
 # --- fixtures -------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def tokenizer_source() -> str:
-    path = os.environ.get("SPLASH_TEST_MODEL")
-    if not path:
-        pytest.skip("SPLASH_TEST_MODEL is not set")
-    if not os.path.isfile(path):
-        pytest.fail(f"SPLASH_TEST_MODEL names a missing file: {path}")
-    return path
 
 
-@pytest.fixture(scope="module")
-def splash_bin() -> str:
-    path = os.environ.get("SPLASH_BIN", str(REPO / "build" / "splash"))
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"engine binary not found or not executable: {path} (set SPLASH_BIN)")
-    return path
 
 
 class Models:
     """The generated models (engine file + tokenizer-less twin for the reference), and the
     reference's results, each computed once and shared by both CPU paths."""
 
-    def __init__(self, tokenizer_source: str, directory: Path):
-        self.tokenizer = mrl.read_tokenizer(tokenizer_source)
+    def __init__(self, model_path: str, directory: Path):
+        self.tokenizer = mrl.read_tokenizer(model_path)
         self.directory = directory
         self.paths: dict[str, Path] = {}
         self.refs: dict[str, llama_ref.Model] = {}
@@ -214,8 +200,8 @@ class Models:
 
 
 @pytest.fixture(scope="module")
-def models(tokenizer_source, tmp_path_factory) -> Models:
-    return Models(tokenizer_source, tmp_path_factory.mktemp("random_models"))
+def models(model_path, tmp_path_factory) -> Models:
+    return Models(model_path, tmp_path_factory.mktemp("random_models"))
 
 
 def require_cpu(cpu: str) -> None:
@@ -227,23 +213,23 @@ def require_cpu(cpu: str) -> None:
 
 
 # --- engine calls ---------------------------------------------------------------------
-def run_engine(splash_bin: str, args: list[str], cpu: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([splash_bin, *args], env=dict(os.environ, SPLASH_CPU=cpu), capture_output=True,
+def run_engine(splash_binary: str, args: list[str], cpu: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([splash_binary, *args], env=dict(os.environ, SPLASH_CPU=cpu), capture_output=True,
                           text=True, timeout=120)
     if proc.returncode != 0:
         pytest.fail(f"splash {' '.join(args[:3])}... exited {proc.returncode}:\n{proc.stderr[-2000:]}")
     return proc
 
 
-def engine_logits(splash_bin, model_path, ids, cpu, tmp_path) -> np.ndarray:
+def engine_logits(splash_binary, model_path, ids, cpu, tmp_path) -> np.ndarray:
     out = tmp_path / "logits.f32"
-    run_engine(splash_bin, ["eval", "--model", model_path, "--max-context", str(MAX_CONTEXT),
+    run_engine(splash_binary, ["eval", "--model", model_path, "--max-context", str(MAX_CONTEXT),
                             "--tokens", ",".join(map(str, ids)), "--logits-out", str(out)], cpu)
     return np.fromfile(out, dtype="<f4")
 
 
-def engine_greedy(splash_bin, model_path, ids, n, cpu) -> list[int]:
-    proc = run_engine(splash_bin, ["eval", "--model", model_path, "--max-context", str(MAX_CONTEXT),
+def engine_greedy(splash_binary, model_path, ids, n, cpu) -> list[int]:
+    proc = run_engine(splash_binary, ["eval", "--model", model_path, "--max-context", str(MAX_CONTEXT),
                                    "--tokens", ",".join(map(str, ids)), "--greedy", str(n)], cpu)
     return json.loads(proc.stdout)["generated"]
 
@@ -285,10 +271,10 @@ SUMMARY_TYPES = re.compile(r"^weights .*; types (.*)$", re.M)
 
 @pytest.mark.parametrize("cpu", CPU_PATHS)
 @pytest.mark.parametrize("model", MODELS)
-def test_summary_says_run_time_shapes(splash_bin, models, model, cpu):
+def test_summary_says_run_time_shapes(splash_binary, models, model, cpu):
     require_cpu(cpu)
     path = models.path(model)
-    proc = run_engine(splash_bin, ["run", "--model", path, "--max-context", "64", "-n", "1",
+    proc = run_engine(splash_binary, ["run", "--model", path, "--max-context", "64", "-n", "1",
                                    "--temperature", "0", "Hi"], cpu)
     summary = proc.stderr
     assert re.search(rf"^kernels +{cpu} path, run-time shapes", summary, re.M), summary
@@ -306,10 +292,10 @@ def test_summary_says_run_time_shapes(splash_bin, models, model, cpu):
 @pytest.mark.parametrize("cpu", CPU_PATHS)
 @pytest.mark.parametrize("seq", list(SEQUENCES))
 @pytest.mark.parametrize("model", MODELS)
-def test_logits_match_reference(splash_bin, models, model, seq, cpu, tmp_path):
+def test_logits_match_reference(splash_binary, models, model, seq, cpu, tmp_path):
     require_cpu(cpu)
     ids = SEQUENCES[seq]
-    eng = engine_logits(splash_bin, models.path(model), ids, cpu, tmp_path)
+    eng = engine_logits(splash_binary, models.path(model), ids, cpu, tmp_path)
     ref = models.logits(model, seq)
     assert eng.shape == ref.shape, f"engine wrote {eng.size} logits, expected {ref.size}"
     assert np.isfinite(eng).all(), "engine logits contain NaN/inf"
@@ -328,11 +314,11 @@ GREEDY_CASES = [(m, s) for m in MODELS for s in (GREEDY_SEQUENCES if kind(m) == 
 
 @pytest.mark.parametrize("cpu", CPU_PATHS)
 @pytest.mark.parametrize("model,seq", GREEDY_CASES)
-def test_greedy_matches_reference(splash_bin, models, model, seq, cpu):
+def test_greedy_matches_reference(splash_binary, models, model, seq, cpu):
     require_cpu(cpu)
     ids = SEQUENCES[seq]
     near_tie = TOL[kind(model)].near_tie
-    eng = engine_greedy(splash_bin, models.path(model), ids, GREEDY_STEPS, cpu)
+    eng = engine_greedy(splash_binary, models.path(model), ids, GREEDY_STEPS, cpu)
     assert len(eng) == GREEDY_STEPS, f"engine generated {len(eng)} tokens"
     # A divergence is acceptable only at a near tie: the engine's token must be one the
     # reference rates within near_tie of its own choice; the reference then continues from
@@ -356,14 +342,14 @@ def test_greedy_matches_reference(splash_bin, models, model, seq, cpu):
 
 
 # --- calibration (manual) -------------------------------------------------------------
-def calibrate(tokenizer_source: str, splash_bin: str, directory: Path) -> None:
+def calibrate(model_path: str, splash_binary: str, directory: Path) -> None:
     """The numbers in the module docstring: for each model and sequence, the engine (both
     paths) and the exact reference against the act_quant reference, and the noise floor:
     the act_quant reference against copies of itself with the embedding perturbed by a
     relative 1e-6 / 1e-5 (what a float32-ulp difference upstream of the int8 rounding does).
     Also, teacher-forced along the reference's greedy path, how far those copies move the
     reference's top-2 gap (what near_tie must allow)."""
-    m = Models(tokenizer_source, directory)
+    m = Models(model_path, directory)
     for model in MODELS:
         path = m.path(model)
         base = m.ref(model)
@@ -381,7 +367,7 @@ def calibrate(tokenizer_source: str, splash_bin: str, directory: Path) -> None:
             row = [f"{seq:5s}"]
             for cpu in CPU_PATHS:
                 out = directory / "calibrate.f32"
-                subprocess.run([splash_bin, "eval", "--model", path, "--max-context", str(MAX_CONTEXT), "--tokens",
+                subprocess.run([splash_binary, "eval", "--model", path, "--max-context", str(MAX_CONTEXT), "--tokens",
                                 ",".join(map(str, ids)), "--logits-out", str(out)],
                                env=dict(os.environ, SPLASH_CPU=cpu), check=True, capture_output=True)
                 c = compare(ref, np.fromfile(out, dtype="<f4"))

@@ -132,22 +132,8 @@ GREEDY_PROMPTS = ["chat", "code"]
 
 
 # --- fixtures -------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def model_path() -> str:
-    path = os.environ.get("SPLASH_TEST_MODEL")
-    if not path:
-        pytest.skip("SPLASH_TEST_MODEL is not set")
-    if not os.path.isfile(path):
-        pytest.fail(f"SPLASH_TEST_MODEL names a missing file: {path}")
-    return path
 
 
-@pytest.fixture(scope="module")
-def splash_bin() -> str:
-    path = os.environ.get("SPLASH_BIN", str(REPO / "build" / "splash"))
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"engine binary not found or not executable: {path} (set SPLASH_BIN)")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -156,10 +142,10 @@ def ref(model_path):
 
 
 @pytest.fixture(scope="module")
-def prompt_ids(splash_bin, model_path) -> dict[str, list[int]]:
+def prompt_ids(splash_binary, model_path) -> dict[str, list[int]]:
     """Prompts tokenized by the engine: the comparison is of the forward pass on the same
     ids, so tokenizer differences cannot hide or fake a forward-pass difference."""
-    ids = {name: tokenize(splash_bin, model_path, text) for name, text in PROMPTS.items()}
+    ids = {name: tokenize(splash_binary, model_path, text) for name, text in PROMPTS.items()}
     ids["one"] = ids["one"][:1]
     assert 250 <= len(ids["long"]) <= 400, f"long prompt has {len(ids['long'])} tokens"
     return ids
@@ -194,30 +180,30 @@ def require_cpu(cpu: str) -> None:
 
 
 # --- engine calls ---------------------------------------------------------------------
-def run_engine(splash_bin: str, args: list[str], cpu: str | None = None) -> str:
+def run_engine(splash_binary: str, args: list[str], cpu: str | None = None) -> str:
     env = dict(os.environ)
     if cpu:
         env["SPLASH_CPU"] = cpu
-    proc = subprocess.run([splash_bin, *args], env=env, capture_output=True, text=True,
+    proc = subprocess.run([splash_binary, *args], env=env, capture_output=True, text=True,
                           timeout=120)
     if proc.returncode != 0:
         pytest.fail(f"splash {' '.join(args[:3])}... exited {proc.returncode}:\n{proc.stderr[-2000:]}")
     return proc.stdout
 
 
-def tokenize(splash_bin: str, model: str, text: str) -> list[int]:
-    return json.loads(run_engine(splash_bin, ["tokenize", "--model", model, "--json", text]))
+def tokenize(splash_binary: str, model: str, text: str) -> list[int]:
+    return json.loads(run_engine(splash_binary, ["tokenize", "--model", model, "--json", text]))
 
 
-def engine_logits(splash_bin, model, ids, cpu, tmp_path) -> np.ndarray:
+def engine_logits(splash_binary, model, ids, cpu, tmp_path) -> np.ndarray:
     out = tmp_path / "logits.f32"
-    run_engine(splash_bin, ["eval", "--model", model, "--tokens", ",".join(map(str, ids)),
+    run_engine(splash_binary, ["eval", "--model", model, "--tokens", ",".join(map(str, ids)),
                             "--logits-out", str(out)], cpu)
     return np.fromfile(out, dtype="<f4")
 
 
-def engine_greedy(splash_bin, model, ids, n, cpu) -> list[int]:
-    out = run_engine(splash_bin, ["eval", "--model", model, "--tokens", ",".join(map(str, ids)),
+def engine_greedy(splash_binary, model, ids, n, cpu) -> list[int]:
+    out = run_engine(splash_binary, ["eval", "--model", model, "--tokens", ",".join(map(str, ids)),
                                   "--greedy", str(n)], cpu)
     return json.loads(out)["generated"]
 
@@ -253,11 +239,11 @@ def compare(ref: np.ndarray, eng: np.ndarray) -> dict:
 # --- tests ----------------------------------------------------------------------------
 @pytest.mark.parametrize("cpu", CPU_PATHS)
 @pytest.mark.parametrize("prompt", list(PROMPTS))
-def test_logits_match_reference(splash_bin, model_path, prompt_ids, ref_logits, prompt, cpu,
+def test_logits_match_reference(splash_binary, model_path, prompt_ids, ref_logits, prompt, cpu,
                                 tmp_path):
     require_cpu(cpu)
     ref = ref_logits[prompt]
-    eng = engine_logits(splash_bin, model_path, prompt_ids[prompt], cpu, tmp_path)
+    eng = engine_logits(splash_binary, model_path, prompt_ids[prompt], cpu, tmp_path)
     assert eng.shape == ref.shape, f"engine wrote {eng.size} logits, expected {ref.size}"
     assert np.isfinite(eng).all(), "engine logits contain NaN/inf"
     c = compare(ref, eng)
@@ -273,11 +259,11 @@ def test_logits_match_reference(splash_bin, model_path, prompt_ids, ref_logits, 
 
 @pytest.mark.parametrize("cpu", CPU_PATHS)
 @pytest.mark.parametrize("prompt", GREEDY_PROMPTS)
-def test_greedy_matches_reference(splash_bin, model_path, ref_continuation, prompt_ids, prompt,
+def test_greedy_matches_reference(splash_binary, model_path, ref_continuation, prompt_ids, prompt,
                                   cpu):
     require_cpu(cpu)
     ids = prompt_ids[prompt]
-    eng = engine_greedy(splash_bin, model_path, ids, GREEDY_STEPS, cpu)
+    eng = engine_greedy(splash_binary, model_path, ids, GREEDY_STEPS, cpu)
     assert len(eng) == GREEDY_STEPS, f"engine generated {len(eng)} tokens"
     # Walk the engine's tokens against the reference. A divergence is acceptable only as a
     # near tie: the engine's token must be one the reference rates within NEAR_TIE of its

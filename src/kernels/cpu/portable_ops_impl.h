@@ -11,22 +11,31 @@ namespace {
 // std::fmax honours NaN rules that keep it from inlining; inputs here are never NaN.
 inline float max_of(float a, float b) { return a > b ? a : b; }
 
-// exp(x) for x <= 0 with ~2 ulp error, written without calls so loops over it vectorize.
-inline float exp_nonpositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
+// exp(x) for x in [-87, 0] on a float or a GCC vector: element-wise arithmetic and bit casts only,
+// written without calls so loops over it vectorize.
+template <typename F, typename I>
+inline F exp_clamped(F x) {
   const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float n = (x * 1.44269504f + shifter) - shifter;
-  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
-  float p = 1.0f / 720.0f;
+  const F shifted = x * 1.44269504f + shifter;
+  const F n = shifted - shifter;
+  const F r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
+  F p = F{} + 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
   p = p * r + 1.0f / 24.0f;
   p = p * r + 1.0f / 6.0f;
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const int32_t exponent = (static_cast<int32_t>(n) + 127) << 23;
-  return p * std::bit_cast<float>(exponent);
+  I bits;
+  std::memcpy(&bits, &shifted, sizeof(bits));
+  const I exponent = (bits - 0x4B400000 + 127) << 23;  // the integer n, as 2^n
+  F scale;
+  std::memcpy(&scale, &exponent, sizeof(scale));
+  return p * scale;
 }
+
+// exp(x) for x <= 0 with ~2 ulp error.
+inline float exp_nonpositive(float x) { return exp_clamped<float, int32_t>(x < -87.0f ? -87.0f : x); }
 
 void quantize_rows_impl(const float* x, int n, int k, int8_t* codes, float* scales, float* sums) {
   for (int row = 0; row < n; ++row) {
@@ -84,28 +93,6 @@ typedef float f32x8 __attribute__((vector_size(32)));
 typedef int32_t i32x8 __attribute__((vector_size(32)));
 typedef float f32x16 __attribute__((vector_size(64)));
 typedef int32_t i32x16 __attribute__((vector_size(64)));
-
-// exp(x) for x in [-87, 0] on a GCC vector: element-wise arithmetic and bit casts only.
-template <typename F, typename I>
-inline F exp_clamped(F x) {
-  const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const F shifted = x * 1.44269504f + shifter;
-  const F n = shifted - shifter;
-  const F r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
-  F p = F{} + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  I bits;
-  std::memcpy(&bits, &shifted, sizeof(bits));
-  const I exponent = (bits - 0x4B400000 + 127) << 23;  // the integer n, as 2^n
-  F scale;
-  std::memcpy(&scale, &exponent, sizeof(scale));
-  return p * scale;
-}
 
 #if defined(__AVX512F__)
 using Vec16 = f32x16;
