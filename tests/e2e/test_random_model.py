@@ -99,6 +99,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "reference"))
 sys.path.insert(0, str(REPO / "tools"))
 import llama_ref  # noqa: E402
+from compare import kl_divergence  # noqa: E402
 from gguf import GGUFReader  # noqa: E402
 import make_random_llama as mrl  # noqa: E402
 
@@ -235,15 +236,6 @@ def engine_greedy(splash_binary, model_path, ids, n, cpu) -> list[int]:
 
 
 # --- comparison -----------------------------------------------------------------------
-def kl_divergence(ref: np.ndarray, other: np.ndarray) -> float:
-    """KL(softmax(ref) || softmax(other)) in nats, computed in float64."""
-    def log_softmax(x):
-        x = x.astype(np.float64) - x.max()
-        return x - np.log(np.exp(x).sum())
-    lp, lq = log_softmax(ref), log_softmax(other)
-    return float((np.exp(lp) * (lp - lq)).sum())
-
-
 def compare(ref: np.ndarray, eng: np.ndarray) -> dict:
     return {
         "max_abs": float(np.abs(ref - eng).max()),

@@ -82,6 +82,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "reference"))
 import llama_ref  # noqa: E402
+from compare import kl_divergence  # noqa: E402
 
 MAX_ABS = 2.5
 MAX_KL = 0.06
@@ -209,15 +210,6 @@ def engine_greedy(splash_binary, model, ids, n, cpu) -> list[int]:
 
 
 # --- comparison helpers (shared with --calibrate) -------------------------------------
-def kl_divergence(ref: np.ndarray, other: np.ndarray) -> float:
-    """KL(softmax(ref) || softmax(other)) in nats, computed in float64."""
-    def log_softmax(x):
-        x = x.astype(np.float64) - x.max()
-        return x - np.log(np.exp(x).sum())
-    lp, lq = log_softmax(ref), log_softmax(other)
-    return float((np.exp(lp) * (lp - lq)).sum())
-
-
 def compare(ref: np.ndarray, eng: np.ndarray) -> dict:
     r_order, e_order = np.argsort(-ref), np.argsort(-eng)
     r10, e10 = set(r_order[:10].tolist()), set(e_order[:10].tolist())
