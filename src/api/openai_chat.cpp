@@ -236,10 +236,11 @@ const char* openai_finish_reason(engine::FinishReason reason) {
   return reason == engine::FinishReason::Length ? "length" : "stop";
 }
 
-nlohmann::json usage_json(int prompt_tokens, int completion_tokens) {
+nlohmann::json usage_json(int prompt_tokens, int completion_tokens, int cached_prompt_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_prompt_tokens}}}};
 }
 
 ChatCompletionRenderer::ChatCompletionRenderer(std::string model_id, bool include_usage, bool logprobs)
@@ -287,7 +288,7 @@ std::string ChatCompletionRenderer::stream_event(const engine::ChatEvent& event)
           {{{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", openai_finish_reason(event.finish)}}})));
       if (include_usage_) {
         json last = chunk(json::array());
-        last["usage"] = usage_json(event.prompt_tokens, event.completion_tokens);
+        last["usage"] = usage_json(event.prompt_tokens, event.completion_tokens, event.cached_prompt_tokens);
         out += sse(last);
       }
       return out;
@@ -307,6 +308,7 @@ void ChatCompletionRenderer::collect(const engine::ChatEvent& event) {
     finish_ = event.finish;
     prompt_tokens_ = event.prompt_tokens;
     completion_tokens_ = event.completion_tokens;
+    cached_prompt_tokens_ = event.cached_prompt_tokens;
   } else if (event.kind == Kind::Started) {
     prompt_tokens_ = event.prompt_tokens;
   }
@@ -324,7 +326,7 @@ nlohmann::json ChatCompletionRenderer::completion() const {
           {"model", model_id_},
           {"system_fingerprint", "splash"},
           {"choices", json::array({choice})},
-          {"usage", usage_json(prompt_tokens_, completion_tokens_)}};
+          {"usage", usage_json(prompt_tokens_, completion_tokens_, cached_prompt_tokens_)}};
 }
 
 }  // namespace splash::api

@@ -59,10 +59,10 @@ class ChatCompletionRenderer {
   std::string text_;
   std::vector<engine::TokenLogprob> all_logprobs_;
   engine::FinishReason finish_ = engine::FinishReason::Stop;
-  int prompt_tokens_ = 0, completion_tokens_ = 0;
+  int prompt_tokens_ = 0, completion_tokens_ = 0, cached_prompt_tokens_ = 0;
 };
 
 const char* openai_finish_reason(engine::FinishReason reason);
-nlohmann::json usage_json(int prompt_tokens, int completion_tokens);
+nlohmann::json usage_json(int prompt_tokens, int completion_tokens, int cached_prompt_tokens = 0);
 
 }  // namespace splash::api

@@ -28,6 +28,7 @@ struct ChatEvent {
   FinishReason finish = FinishReason::Stop;  // Finished
   int prompt_tokens = 0;               // Started, Finished
   int completion_tokens = 0;           // Finished
+  int cached_prompt_tokens = 0;        // Finished: prompt tokens reused from the KV cache
   std::string error;                   // Failed: a message for the client (bad request)
 
   static ChatEvent failed(std::string message) {
@@ -42,12 +43,13 @@ struct ChatEvent {
     e.prompt_tokens = prompt_tokens;
     return e;
   }
-  static ChatEvent finished(FinishReason reason, int prompt_tokens, int completion_tokens) {
+  static ChatEvent finished(FinishReason reason, int prompt_tokens, int completion_tokens, int cached_prompt_tokens = 0) {
     ChatEvent e;
     e.kind = Kind::Finished;
     e.finish = reason;
     e.prompt_tokens = prompt_tokens;
     e.completion_tokens = completion_tokens;
+    e.cached_prompt_tokens = cached_prompt_tokens;
     return e;
   }
 };

@@ -115,16 +115,21 @@ void EngineService::run(ChatTicket& ticket) {
           event.logprobs.assign(piece.logprobs.begin(), piece.logprobs.end());
           return sink(event) && !ticket.cancelled();
         },
-        &stopping_);
+        &stopping_, &cached_);
     {
       std::lock_guard lock(mutex_);
       counters_.generated_tokens += result.tokens.size();
+      counters_.prompt_tokens -= result.cached_prompt_tokens;  // counted as reused instead
+      counters_.reused_prompt_tokens += result.cached_prompt_tokens;
+      if (result.cached_prompt_tokens > 0) ++counters_.cache_hits;
     }
     if (result.finish != FinishReason::Cancelled || stopping_.load())
       sink(ChatEvent::finished(result.finish == FinishReason::Cancelled ? FinishReason::Stop : result.finish,
-                               result.prompt_tokens, static_cast<int>(result.tokens.size())));
+                               result.prompt_tokens, static_cast<int>(result.tokens.size()),
+                               result.cached_prompt_tokens));
   } catch (const std::exception& e) {
     // An engine failure must not take the server down: the request fails, the worker lives.
+    cached_.tokens.clear();  // the cache's contents are unknown now
     sink(ChatEvent::failed(std::string("generation failed: ") + e.what()));
   }
 }

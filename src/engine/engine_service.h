@@ -41,6 +41,8 @@ struct EngineCounters {
   uint64_t requests_completed = 0;
   uint64_t prompt_tokens = 0;
   uint64_t generated_tokens = 0;
+  uint64_t cache_hits = 0;              // requests that reused part of the cached sequence
+  uint64_t reused_prompt_tokens = 0;    // prompt tokens taken from the cache, not computed
 };
 
 class EngineService {
@@ -72,6 +74,7 @@ class EngineService {
   std::deque<std::shared_ptr<ChatTicket>> queue_;
   std::atomic<bool> stopping_{false};
   EngineCounters counters_;
+  CachedSequence cached_;  // what the model's KV cache holds (worker thread only)
   std::thread worker_;
 };
 

@@ -43,8 +43,15 @@ TokenLogprob logprob_of(int32_t token, std::span<const float> logits, int top_n,
 
 }  // namespace
 
+size_t reusable_prefix(std::span<const int32_t> cached, std::span<const int32_t> prompt) {
+  const size_t limit = std::min(cached.size(), prompt.empty() ? 0 : prompt.size() - 1);
+  size_t common = 0;
+  while (common < limit && cached[common] == prompt[common]) ++common;
+  return common;
+}
+
 GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& tokenizer, const GenerationRequest& request,
-                          const PieceSink& sink, StopFlag stop_flag) {
+                          const PieceSink& sink, StopFlag stop_flag, CachedSequence* cache) {
   using Clock = std::chrono::steady_clock;
   if (request.prompt.empty()) fail("the prompt is empty");
   const int context = model.info().context;
@@ -60,9 +67,16 @@ GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& token
   StopMatcher stops(request.stop);
   std::vector<int32_t> history = request.prompt;
 
-  model.truncate(0);
+  // Reuse what the cache holds, if it really is what the model holds.
+  size_t reused = 0;
+  if (cache && static_cast<size_t>(model.position()) == cache->tokens.size())
+    reused = reusable_prefix(cache->tokens, request.prompt);
+  result.cached_prompt_tokens = static_cast<int>(reused);
+  model.truncate(static_cast<int>(reused));
+  if (cache) cache->tokens.assign(request.prompt.begin(), request.prompt.begin() + static_cast<std::ptrdiff_t>(reused));
   const auto prefill_start = Clock::now();
-  std::span<const float> logits = model.forward(request.prompt);
+  std::span<const float> logits = model.forward(std::span(request.prompt).subspan(reused));
+  if (cache) cache->tokens = request.prompt;
   const auto decode_start = Clock::now();
   result.prefill_seconds = std::chrono::duration<double>(decode_start - prefill_start).count();
 
@@ -95,6 +109,7 @@ GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& token
     }
     if (static_cast<int>(result.tokens.size()) >= request.max_tokens || model.position() >= context) break;
     logits = model.forward({&token, 1});
+    if (cache) cache->tokens.push_back(token);
   }
   if (result.finish != FinishReason::Cancelled && !stops.stopped()) {
     std::string tail = stops.push(detokenizer.flush());

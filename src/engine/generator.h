@@ -44,11 +44,20 @@ struct GenerationPiece {
   std::span<const TokenLogprob> logprobs;
 };
 
+// The tokens whose keys and values the model's cache holds, in position order. Passed to
+// generate(), it lets a request reuse the longest common prefix with what the previous one
+// left (a conversation's next turn computes only its new tokens), and is kept up to date.
+// (The scheduler issue replaces this single-sequence cache with a shared paged one.)
+struct CachedSequence {
+  std::vector<int32_t> tokens;
+};
+
 struct GenerationResult {
   std::string text;
   std::vector<int32_t> tokens;
   FinishReason finish = FinishReason::Stop;
   int prompt_tokens = 0;
+  int cached_prompt_tokens = 0;  // prompt tokens reused from the cache, not recomputed
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;  // from the first sampled token to the last
   uint64_t seed = 0;
@@ -60,6 +69,10 @@ using PieceSink = std::function<bool(const GenerationPiece&)>;
 using StopFlag = const std::atomic<bool>*;
 
 GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& tokenizer, const GenerationRequest& request,
-                          const PieceSink& sink, StopFlag stop_flag = nullptr);
+                          const PieceSink& sink, StopFlag stop_flag = nullptr, CachedSequence* cache = nullptr);
+
+// How many leading tokens of `prompt` can be taken from `cached`: the common prefix, but
+// never the whole prompt (the last prompt token is always recomputed for its logits).
+size_t reusable_prefix(std::span<const int32_t> cached, std::span<const int32_t> prompt);
 
 }  // namespace splash::engine

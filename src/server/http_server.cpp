@@ -228,6 +228,7 @@ void HttpServer::register_routes() {
     status["requests_queued"] = counters.requests_queued;
     status["requests_completed"] = counters.requests_completed;
     status["tokens_processed"] = {{"prompt", counters.prompt_tokens}, {"generated", counters.generated_tokens}};
+    status["prefix_cache"] = {{"hits", counters.cache_hits}, {"reused_prompt_tokens", counters.reused_prompt_tokens}};
     status["uptime_seconds"] = uptime;
     status["accepting_requests"] = engine_.accepting();
     send_json(res, status);

@@ -366,7 +366,9 @@ def test_streaming_raw_framing(server, served_id):
     result = check_stream_payloads(parse_sse(resp.content), include_usage=True)
     full = chat(server, {**body, "stream": False, "stream_options": None}).json()
     assert result["content"] == full["choices"][0]["message"]["content"]
-    assert result["usage"] == full["usage"]
+    # Token counts agree; how many prompt tokens came from the prefix cache depends on order.
+    strip = lambda usage: {k: v for k, v in usage.items() if k != "prompt_tokens_details"}  # noqa: E731
+    assert strip(result["usage"]) == strip(full["usage"])
     assert result["finish_reason"] == full["choices"][0]["finish_reason"]
 
 
@@ -1382,3 +1384,47 @@ def test_no_webui(splash_server):
     assert get(server, "/").status_code == 404
     assert get(server, "/health").status_code == 200
     assert get(server, "/v1/models").status_code == 200
+
+
+# --- prefix reuse -------------------------------------------------------------------------
+
+def test_next_turn_reuses_the_cached_prefix(splash_server):
+    """A conversation's next turn reports its first turn as cached prompt tokens, gives the
+    same reply as a server that computes everything, and /status counts the reuse."""
+    server = splash_server()
+    model = get(server, "/v1/models").json()["data"][0]["id"]
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="x", max_retries=0, timeout=TIMEOUT)
+    turn = [{"role": "user", "content": "Name a primary color."}]
+    first = client.chat.completions.create(model=model, messages=turn, temperature=0, max_tokens=16)
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    turn += [{"role": "assistant", "content": first.choices[0].message.content},
+             {"role": "user", "content": "And another one?"}]
+    second = client.chat.completions.create(model=model, messages=turn, temperature=0, max_tokens=16)
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert first.usage.prompt_tokens <= cached < second.usage.prompt_tokens, second.usage
+
+    # The same request again: everything but the last prompt token comes from the cache.
+    replay = client.chat.completions.create(model=model, messages=turn, temperature=0, max_tokens=16)
+    assert replay.usage.prompt_tokens_details.cached_tokens == replay.usage.prompt_tokens - 1
+    assert replay.choices[0].message.content == second.choices[0].message.content
+
+    status = get(server, "/status").json()
+    assert status["prefix_cache"]["hits"] == 2
+    assert status["prefix_cache"]["reused_prompt_tokens"] == cached + replay.usage.prompt_tokens - 1
+
+    # A fresh server (no cache) answers the second turn identically.
+    fresh_server = splash_server()
+    fresh = openai.OpenAI(base_url=f"{fresh_server}/v1", api_key="x", max_retries=0, timeout=TIMEOUT)
+    again = fresh.chat.completions.create(model=model, messages=turn, temperature=0, max_tokens=16)
+    assert again.usage.prompt_tokens_details.cached_tokens == 0
+    assert again.choices[0].message.content == second.choices[0].message.content
+
+
+def test_streamed_usage_reports_cached_tokens(client, served_id):
+    messages = [{"role": "user", "content": "Count to three."}]
+    greedy(client, served_id, messages, max_tokens=4)
+    stream = client.chat.completions.create(model=served_id, messages=messages, temperature=0, max_tokens=4,
+                                            stream=True, stream_options={"include_usage": True})
+    usage = [chunk.usage for chunk in stream if chunk.usage is not None]
+    assert len(usage) == 1
+    assert usage[0].prompt_tokens_details.cached_tokens == usage[0].prompt_tokens - 1
