@@ -45,7 +45,8 @@ double seconds_of(Fn&& fn) {
 void bench(BenchFlags flags) {
   const int longest = *std::max_element(flags.prompt_sizes.begin(), flags.prompt_sizes.end());
   if (flags.model.load.max_context == 0) flags.model.load.max_context = std::max(longest, 16 + flags.decode_tokens) + 16;
-  auto loaded = load_model(resolve_model_path(flags.model.model), flags.model.load);
+  const auto budget = flags.model.max_memory_bytes();  // checked before any download
+  auto loaded = load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget);
   auto& model = *loaded->model;
   const auto& info = model.info();
   print_summary(*loaded, stderr);

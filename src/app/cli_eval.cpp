@@ -21,7 +21,8 @@ struct EvalFlags {
 };
 
 void eval(const EvalFlags& flags) {
-  auto loaded = load_model(resolve_model_path(flags.model.model), flags.model.load);
+  const auto budget = flags.model.max_memory_bytes();  // checked before any download
+  auto loaded = load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget);
   auto& model = *loaded->model;
   std::span<const float> logits = model.forward(flags.tokens);
   if (!flags.logits_out.empty()) {

@@ -24,7 +24,8 @@ struct RunFlags {
 
 void run(const RunFlags& flags) {
   const auto params = sampling_params(flags.sampling);
-  auto loaded = load_model(resolve_model_path(flags.model.model), flags.model.load);
+  const auto budget = flags.model.max_memory_bytes();  // checked before any download
+  auto loaded = load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget);
   if (!flags.quiet) print_summary(*loaded, stderr);
 
   std::vector<chat::ChatMessage> messages;

@@ -74,7 +74,8 @@ void serve(ServeFlags flags) {
   });
 
   server::check_can_listen(flags.server.host, flags.server.port);  // fail fast, before loading
-  auto loaded = load_model(resolve_model_path(flags.model.model), flags.model.load);
+  const auto budget = flags.model.max_memory_bytes();  // checked before any download
+  auto loaded = load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget);
   print_summary(*loaded, stderr);
   const auto& info = loaded->model->info();
   server::ServedModelInfo served;
@@ -85,7 +86,16 @@ void serve(ServeFlags flags) {
                     {"model_name", info.name},
                     {"model_path", loaded->path},
                     {"kernels", {{"isa", info.isa}, {"shapes", info.kernel_shapes}, {"threads", info.threads}}},
-                    {"memory", {{"weights_bytes", info.packed_weight_bytes}, {"kv_cache_bytes", info.kv_cache_bytes}}}};
+                    {"memory",
+                     {{"budget_bytes", loaded->plan.budget_bytes},
+                      {"budget_source", loaded->plan.budget_source},
+                      {"weights_bytes", loaded->plan.weight_bytes},
+                      {"mapped_weights_bytes", loaded->plan.mapped_bytes},
+                      {"activations_bytes", loaded->plan.activation_bytes},
+                      {"runtime_bytes", loaded->plan.runtime_bytes},
+                      {"kv_cache_bytes", loaded->plan.kv_bytes},
+                      {"max_context_tokens", loaded->plan.max_context},
+                      {"max_sequences", loaded->plan.max_sequences}}}};
 
   engine::EngineService engine(*loaded->model, loaded->tokenizer, *loaded->chat);
   server::HttpServer http(flags.server, engine, loaded->tokenizer, *loaded->chat, served);

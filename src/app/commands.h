@@ -2,6 +2,7 @@
 // Each subcommand registers its flags and its action on the CLI11 app (one file each).
 #include <CLI/CLI.hpp>
 
+#include <optional>
 #include <string>
 
 #include "engine/sampler.h"
@@ -20,6 +21,8 @@ void add_serve_command(CLI::App& app);
 struct ModelFlags {
   std::string model;
   model::LoadOptions load;
+  std::string max_memory;  // "8G", "512M", ...; empty: what the machine can give
+  std::optional<size_t> max_memory_bytes() const;  // throws splash::Error if malformed
 };
 void add_model_flags(CLI::App& command, ModelFlags& flags);
 

@@ -10,6 +10,7 @@
 
 #include "app/commands.h"
 #include "common/error.h"
+#include "engine/memory_plan.h"
 
 namespace splash::app {
 
@@ -19,6 +20,15 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
   command.add_option("-c,--max-context", flags.load.max_context, "Largest context in tokens (default: the model's)")
       ->check(CLI::Range(16, 1 << 20));
   command.add_option("-t,--threads", flags.load.threads, "Threads (default: all cores)")->check(CLI::Range(1, 1024));
+  command.add_option("--max-memory", flags.max_memory,
+                     "Memory budget, e.g. 8G or 512M (default: available memory less a reserve)");
+}
+
+std::optional<size_t> ModelFlags::max_memory_bytes() const {
+  if (max_memory.empty()) return std::nullopt;
+  auto bytes = engine::parse_memory_size(max_memory);
+  if (!bytes) fail("--max-memory expects a size such as 8G, 512M or 1073741824, got '{}'", max_memory);
+  return bytes;
 }
 
 void add_sampling_flags(CLI::App& command, SamplingFlags& flags) {

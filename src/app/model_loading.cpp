@@ -4,6 +4,8 @@
 
 #include <chrono>
 
+#include "common/error.h"
+
 #include "hub/model_cache.h"
 #include "hub/model_source.h"
 #include "hub/progress.h"
@@ -17,16 +19,24 @@ std::string resolve_model_path(const std::string& model_flag) {
 }
 
 std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::LoadOptions& options,
-                                        bool tokenizer_only) {
+                                        bool tokenizer_only, std::optional<size_t> max_memory) {
   const auto start = std::chrono::steady_clock::now();
   auto file = gguf::File::open(path);
   model::require_supported_architecture(file);  // before tokenizer and chat format complain
   auto tokenizer = tokenizer::Tokenizer::from_gguf(file);
-  auto loaded = std::unique_ptr<LoadedModel>(new LoadedModel{path, std::move(file), nullptr, std::move(tokenizer), nullptr, 0.0});
+  auto loaded = std::unique_ptr<LoadedModel>(new LoadedModel{path, std::move(file), nullptr, std::move(tokenizer), nullptr, {}, 0.0});
   loaded->chat = chat::chat_format_for(loaded->file);
+  if (tokenizer_only) return loaded;
+  loaded->plan = engine::plan_memory(model::estimate_memory(loaded->file), max_memory, options.max_context);
+  if (!loaded->plan.fits) {
+    std::fputs(loaded->plan.table().c_str(), stderr);
+    fail("{} does not fit in the memory budget: {} (free memory or raise --max-memory)", path, loaded->plan.problem);
+  }
+  model::LoadOptions planned = options;
+  planned.max_context = loaded->plan.max_context;
   // The model keeps a reference to the file (embedding rows are read from the mapping), so
   // it is loaded only once the file sits at its final address inside LoadedModel.
-  if (!tokenizer_only) loaded->model = model::load_model(loaded->file, options);
+  loaded->model = model::load_model(loaded->file, planned);
   loaded->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return loaded;
 }
@@ -44,6 +54,7 @@ void print_summary(const LoadedModel& loaded, std::FILE* out) {
   fmt::print(out, "kernels      {} path, {}, {} threads\n", info.isa, info.kernel_shapes, info.threads);
   fmt::print(out, "context      {} tokens (model window {}), KV cache {:.1f} MiB\n", info.context,
              info.native_context, info.kv_cache_bytes / mib);
+  fmt::print(out, "{}", loaded.plan.table());
   fmt::print(out, "chat format  {}\n", loaded.chat->description());
   fmt::print(out, "loaded in    {:.2f} s\n", loaded.load_seconds);
 }

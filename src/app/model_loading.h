@@ -3,9 +3,11 @@
 // tokenizer and the chat format, plus the start-up summary printed before work begins.
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "chat/chat_format.h"
+#include "engine/memory_plan.h"
 #include "formats/gguf.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -18,15 +20,18 @@ struct LoadedModel {
   std::unique_ptr<model::Model> model;
   tokenizer::Tokenizer tokenizer;
   std::unique_ptr<chat::ChatFormat> chat;
+  engine::MemoryPlan plan;
   double load_seconds = 0.0;
 };
 
 // The --model flag, or the default model, fetched and verified on first use.
 std::string resolve_model_path(const std::string& model_flag);
 
-// Opens the GGUF and loads tokenizer, chat format and (unless tokenizer_only) the weights.
+// Opens the GGUF and loads tokenizer, chat format and (unless tokenizer_only) the weights,
+// with the context the memory plan allows (max_memory: --max-memory, if given). A model that
+// does not fit is refused after printing the plan's breakdown.
 std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::LoadOptions& options,
-                                        bool tokenizer_only = false);
+                                        bool tokenizer_only = false, std::optional<size_t> max_memory = std::nullopt);
 
 void print_summary(const LoadedModel& loaded, std::FILE* out);
 

@@ -31,6 +31,16 @@ struct LoadOptions {
   int threads = 0;      // 0: all cores
 };
 
+// What a model needs in memory, known from its file before its weights are loaded (the
+// engine's memory plan is built from this).
+struct MemoryNeeds {
+  size_t weight_bytes = 0;        // packed weights, resident
+  size_t mapped_bytes = 0;        // file pages read at run time (e.g. a tied embedding table)
+  size_t kv_bytes_per_token = 0;  // keys + values of every layer for one position
+  size_t activation_bytes = 0;    // scratch of one prefill chunk
+  int native_context = 0;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -48,6 +58,7 @@ class Model {
 // Loads a GGUF of a supported architecture; refuses others with a message naming the
 // supported architectures.
 std::unique_ptr<Model> load_model(const gguf::File& file, const LoadOptions& options);
+MemoryNeeds estimate_memory(const gguf::File& file);
 std::string supported_architectures();
 // Throws splash::Error naming the supported architectures unless the file has one of them.
 void require_supported_architecture(const gguf::File& file);

@@ -12,10 +12,11 @@ namespace {
 struct Family {
   const char* architecture;
   std::unique_ptr<Model> (*load)(const gguf::File&, const LoadOptions&);
+  MemoryNeeds (*estimate)(const gguf::File&);
 };
 
 constexpr Family kFamilies[] = {
-    {"llama", llama::load_llama},
+    {"llama", llama::load_llama, llama::estimate_llama_memory},
 };
 
 }  // namespace
@@ -41,5 +42,7 @@ void require_supported_architecture(const gguf::File& file) { family_of(file); }
 std::unique_ptr<Model> load_model(const gguf::File& file, const LoadOptions& options) {
   return family_of(file).load(file, options);
 }
+
+MemoryNeeds estimate_memory(const gguf::File& file) { return family_of(file).estimate(file); }
 
 }  // namespace splash::model

@@ -289,3 +289,34 @@ def test_error_unsupported_architecture_is_reported_first(model, workdir):
     write_mamba_gguf(path, model, with_template=False)
     line = expect_error(splash("run", "-q", "-m", str(path), "hi"), "mamba")
     assert re.search(r"supported: .*\bllama\b", line), line
+
+
+# --- memory plan ------------------------------------------------------------------------------
+
+def test_memory_plan_is_printed(model):
+    result = splash("run", "-m", model, "--temperature", "0", "-n", "4", "--max-memory", "2G", "Hi", check=True)
+    assert "memory plan  budget 2.00 GiB (--max-memory)" in result.stderr
+    for row in ("weights (packed)", "activations", "runtime", "KV cache", "total"):
+        assert row in result.stderr, row
+    assert "context      8192 tokens" in result.stderr
+
+
+def test_small_budget_shrinks_the_context(model):
+    # 300 MiB of fixed needs + 150 MiB left for keys and values: ~3400 tokens, not 8192.
+    result = splash("run", "-m", model, "--temperature", "0", "-n", "4", "--max-memory", "420M", "Hi", check=True)
+    context = int(re.search(r"context\s+(\d+) tokens", result.stderr).group(1))
+    assert 2048 <= context < 8192, result.stderr
+
+
+def test_model_that_does_not_fit_is_refused_with_the_breakdown(model):
+    result = splash("run", "-m", model, "--max-memory", "200M", "Hi")
+    assert result.returncode != 0
+    assert "DOES NOT FIT" in result.stderr and "KV cache" in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("splash: error:") and "does not fit in the memory budget" in last, last
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("size", ["lots", "-1G", "0", "8X"])
+def test_bad_max_memory_is_one_error_line(model, size):
+    expect_error(splash("run", "-m", model, "--max-memory", size, "Hi"), "--max-memory")

@@ -1428,3 +1428,14 @@ def test_streamed_usage_reports_cached_tokens(client, served_id):
     usage = [chunk.usage for chunk in stream if chunk.usage is not None]
     assert len(usage) == 1
     assert usage[0].prompt_tokens_details.cached_tokens == usage[0].prompt_tokens - 1
+
+
+def test_status_reports_the_memory_plan(server):
+    memory = get(server, "/status").json()["memory"]
+    for key in ("budget_bytes", "weights_bytes", "activations_bytes", "runtime_bytes", "kv_cache_bytes",
+                "max_context_tokens", "max_sequences"):
+        assert isinstance(memory[key], int) and memory[key] > 0, (key, memory)
+    parts = sum(memory[k] for k in ("weights_bytes", "mapped_weights_bytes", "activations_bytes", "runtime_bytes",
+                                    "kv_cache_bytes"))
+    assert parts <= memory["budget_bytes"], memory
+    assert memory["max_context_tokens"] == get(server, "/status").json()["maximum_context_tokens"]

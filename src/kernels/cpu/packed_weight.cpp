@@ -87,6 +87,12 @@ PackedKindInfo packed_kind_info(PackedKind kind) {
   return {1, 64, 0, false};
 }
 
+size_t packed_weight_bytes(GgmlType type, int rows, int cols) {
+  const PackedKindInfo info = packed_kind_info(packed_kind_for(type));
+  const size_t tiles = static_cast<size_t>(rows + kTileRows - 1) / kTileRows;
+  return tiles * static_cast<size_t>(cols / info.sub_block) * static_cast<size_t>(info.code_bytes + info.scale_bytes);
+}
+
 PackedWeight pack_weights(std::span<const WeightSource> sources) {
   if (sources.empty()) fail("pack_weights: nothing to pack");
   PackedWeight w;

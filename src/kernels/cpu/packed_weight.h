@@ -67,6 +67,9 @@ struct WeightSource {
 PackedWeight pack_weights(std::span<const WeightSource> sources);
 inline PackedWeight pack_weight(const WeightSource& source) { return pack_weights({&source, 1}); }
 
+// Bytes pack_weights() will use for a rows x cols matrix of `type` (for memory planning).
+size_t packed_weight_bytes(GgmlType type, int rows, int cols);
+
 // Row `row` back to floats, for tests and debugging.
 std::vector<float> unpack_row(const PackedWeight& weight, int row);
 

@@ -357,6 +357,36 @@ bool matches(const RuntimeShapes& s, auto exact) {
 
 }  // namespace
 
+MemoryNeeds estimate_llama_memory(const gguf::File& file) {
+  const Hyperparameters h = read_hyperparameters(file);
+  const auto& s = h.shapes;
+  const int q = s.n_heads * s.head_dim, kv = s.n_kv_heads * s.head_dim;
+  MemoryNeeds needs;
+  auto packed = [&](const std::string& name, int rows, int cols) {
+    needs.weight_bytes += kernels::packed_weight_bytes(weight(file, name, rows, cols).type, rows, cols);
+  };
+  for (int l = 0; l < s.n_layers; ++l) {
+    const std::string p = fmt::format("blk.{}.", l);
+    packed(p + "attn_q.weight", q, s.d_model);
+    packed(p + "attn_k.weight", kv, s.d_model);
+    packed(p + "attn_v.weight", kv, s.d_model);
+    packed(p + "attn_output.weight", s.d_model, q);
+    packed(p + "ffn_gate.weight", s.ffn, s.d_model);
+    packed(p + "ffn_up.weight", s.ffn, s.d_model);
+    packed(p + "ffn_down.weight", s.d_model, s.ffn);
+    needs.weight_bytes += 2 * sizeof(float) * s.d_model;  // norms
+  }
+  const bool tied = file.find_tensor("output.weight") == nullptr;
+  packed(tied ? "token_embd.weight" : "output.weight", s.vocab, s.d_model);
+  needs.mapped_bytes = file.tensor("token_embd.weight").n_bytes;  // rows are read at lookup
+  needs.kv_bytes_per_token = 2 * sizeof(float) * static_cast<size_t>(s.n_layers) * kv;
+  const size_t floats_per_token = 2 * s.d_model + (q + 2 * kv) + q + s.d_model + 2 * s.ffn + s.ffn;
+  needs.activation_bytes = kChunkTokens * (floats_per_token * sizeof(float) + std::max(s.d_model, s.ffn) * 2) +
+                           sizeof(float) * s.vocab;
+  needs.native_context = h.native_context;
+  return needs;
+}
+
 std::unique_ptr<Model> load_llama(const gguf::File& file, const LoadOptions& options) {
   const Hyperparameters h = read_hyperparameters(file);
   if (matches(h.shapes, SmolLM2_135M{})) return std::make_unique<LlamaModel<SmolLM2_135M>>(file, h, options);

@@ -1,0 +1,118 @@
+#include "engine/memory_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace splash::engine {
+namespace {
+
+// Threads, HTTP buffers, tokenizer tables, allocator slack: measured RSS minus the parts
+// above is ~60 MB for the default model; this keeps a margin.
+constexpr size_t kRuntimeBytes = size_t{128} << 20;
+
+std::string human(size_t bytes) {
+  const double mib = static_cast<double>(bytes) / (1024.0 * 1024.0);
+  return mib >= 1024.0 ? fmt::format("{:.2f} GiB", mib / 1024.0) : fmt::format("{:.1f} MiB", mib);
+}
+
+}  // namespace
+
+std::string MemoryPlan::table() const {
+  std::string out = fmt::format("memory plan  budget {} ({})\n", human(budget_bytes), budget_source);
+  auto row = [&](const char* what, size_t bytes, const std::string& note) {
+    out += fmt::format("  {:<22} {:>12}  {}\n", what, human(bytes), note);
+  };
+  row("weights (packed)", weight_bytes, "");
+  row("weights (mapped file)", mapped_bytes, "read from the GGUF mapping as needed");
+  row("activations", activation_bytes, "one 512-token prefill chunk");
+  row("runtime", runtime_bytes, "threads, buffers, tokenizer");
+  row("KV cache", kv_bytes, fmt::format("{} tokens x {} sequence(s)", max_context, max_sequences));
+  row("total", total_bytes(), fits ? "" : "DOES NOT FIT: " + problem);
+  return out;
+}
+
+MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memory, int requested_context) {
+  MemoryPlan plan;
+  if (max_memory) {
+    plan.budget_bytes = *max_memory;
+    plan.budget_source = "--max-memory";
+  } else {
+    const size_t available = available_memory_bytes();
+    // Leave 10% (at least 512 MiB) to the rest of the machine.
+    const size_t reserve = std::max(available / 10, size_t{512} << 20);
+    plan.budget_bytes = available > reserve ? available - reserve : 0;
+    plan.budget_source = fmt::format("available memory {} less a {} reserve", human(available), human(reserve));
+  }
+  plan.weight_bytes = needs.weight_bytes;
+  plan.mapped_bytes = needs.mapped_bytes;
+  plan.activation_bytes = needs.activation_bytes;
+  plan.runtime_bytes = kRuntimeBytes;
+  const size_t fixed = plan.weight_bytes + plan.mapped_bytes + plan.activation_bytes + plan.runtime_bytes;
+  const int wanted = requested_context > 0 ? std::min(requested_context, needs.native_context) : needs.native_context;
+  const size_t room = plan.budget_bytes > fixed ? plan.budget_bytes - fixed : 0;
+  const size_t per_token = std::max<size_t>(needs.kv_bytes_per_token, 1);
+  const int affordable = static_cast<int>(std::min<size_t>(room / per_token, static_cast<size_t>(wanted)));
+  // The cache is allocated in 16-position tiles.
+  plan.max_context = affordable / 16 * 16;
+  plan.kv_bytes = static_cast<size_t>(plan.max_context) * needs.kv_bytes_per_token;
+  const int useful = std::min(kMinimumUsefulContext, wanted);
+  plan.fits = plan.max_context >= useful;
+  if (!plan.fits)
+    plan.problem = fmt::format("needs {} for the model and {} for a {}-token context", human(fixed),
+                               human(static_cast<size_t>(useful) * needs.kv_bytes_per_token), useful);
+  return plan;
+}
+
+size_t available_memory_bytes() {
+  size_t available = 0;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  size_t value = 0;
+  std::string unit;
+  while (meminfo >> key >> value) {
+    std::getline(meminfo, unit);
+    if (key == "MemAvailable:") {
+      available = value * 1024;
+      break;
+    }
+  }
+  // A container's memory limit (cgroup v2) can be far below what the host has free.
+  std::ifstream limit_file("/sys/fs/cgroup/memory.max");
+  std::string limit;
+  if (limit_file >> limit && limit != "max") {
+    std::ifstream usage_file("/sys/fs/cgroup/memory.current");
+    size_t usage = 0;
+    usage_file >> usage;
+    const size_t cap = std::stoull(limit);
+    if (cap > usage) available = std::min(available, cap - usage);
+  }
+  return available;
+}
+
+std::optional<size_t> parse_memory_size(const std::string& text) {
+  std::istringstream in(text);
+  double number = 0.0;
+  if (!(in >> number) || !std::isfinite(number) || number <= 0.0) return std::nullopt;
+  std::string unit;
+  in >> unit;
+  std::string rest;
+  if (in >> rest) return std::nullopt;
+  std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::tolower(c); });
+  double scale = 1.0;
+  if (unit.empty() || unit == "b") scale = 1.0;
+  else if (unit == "k" || unit == "kb" || unit == "kib") scale = 1024.0;
+  else if (unit == "m" || unit == "mb" || unit == "mib") scale = 1024.0 * 1024.0;
+  else if (unit == "g" || unit == "gb" || unit == "gib") scale = 1024.0 * 1024.0 * 1024.0;
+  else if (unit == "t" || unit == "tb" || unit == "tib") scale = 1024.0 * 1024.0 * 1024.0 * 1024.0;
+  else return std::nullopt;
+  const double bytes = number * scale;
+  if (bytes >= 1.8e19) return std::nullopt;
+  return static_cast<size_t>(bytes);
+}
+
+}  // namespace splash::engine

@@ -1,0 +1,42 @@
+#pragma once
+// The memory plan: from a budget (--max-memory, or what this machine can give without
+// swapping, less a reserve) subtract weights, activations and runtime buffers; what is
+// left holds the KV cache, which fixes the maximum context. Printed at start-up as a
+// breakdown table and reported by /status; a model that cannot run at a useful context is
+// refused with the same table.
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "model/model.h"
+
+namespace splash::engine {
+
+using model::MemoryNeeds;
+
+struct MemoryPlan {
+  size_t budget_bytes = 0;
+  std::string budget_source;
+  size_t weight_bytes = 0, mapped_bytes = 0, activation_bytes = 0, runtime_bytes = 0, kv_bytes = 0;
+  int max_context = 0;      // tokens the KV cache holds
+  int max_sequences = 1;    // sequences served at once (one until the scheduler issue)
+  bool fits = false;
+  std::string problem;      // why it does not fit
+
+  size_t total_bytes() const { return weight_bytes + mapped_bytes + activation_bytes + runtime_bytes + kv_bytes; }
+  std::string table() const;
+};
+
+// Below this many tokens a coding agent cannot work (its system prompt alone is longer).
+inline constexpr int kMinimumUsefulContext = 2048;
+
+// max_memory: --max-memory, if given; requested_context: --max-context (0: the model's).
+MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memory, int requested_context);
+
+// Memory this machine can give without swapping: MemAvailable, capped by a cgroup limit.
+size_t available_memory_bytes();
+
+// "8G", "512MiB", "1.5g", "1073741824" -> bytes; nullopt if malformed.
+std::optional<size_t> parse_memory_size(const std::string& text);
+
+}  // namespace splash::engine

@@ -1,0 +1,85 @@
+// The memory plan: budget arithmetic, context from what is left, refusal below a useful
+// context, and the --max-memory size parser (outside input).
+#include <gtest/gtest.h>
+
+#include "engine/memory_plan.h"
+#include "formats/gguf.h"
+#include "model/model.h"
+#include "model_fixture.h"
+
+namespace splash::engine {
+namespace {
+
+constexpr size_t MiB = size_t{1} << 20;
+
+MemoryNeeds small_model() {
+  MemoryNeeds needs;
+  needs.weight_bytes = 100 * MiB;
+  needs.mapped_bytes = 20 * MiB;
+  needs.activation_bytes = 10 * MiB;
+  needs.kv_bytes_per_token = 46080;  // SmolLM2-135M, fp32
+  needs.native_context = 8192;
+  return needs;
+}
+
+TEST(MemoryPlan, LargeBudgetGivesTheNativeContext) {
+  const auto plan = plan_memory(small_model(), size_t{8} << 30, 0);
+  EXPECT_TRUE(plan.fits);
+  EXPECT_EQ(plan.max_context, 8192);
+  EXPECT_EQ(plan.kv_bytes, size_t{8192} * 46080);
+  EXPECT_LE(plan.total_bytes(), plan.budget_bytes);
+  EXPECT_NE(plan.table().find("KV cache"), std::string::npos);
+}
+
+TEST(MemoryPlan, RequestedContextIsHonouredAndCapped) {
+  EXPECT_EQ(plan_memory(small_model(), size_t{8} << 30, 4000).max_context, 4000 / 16 * 16);
+  EXPECT_EQ(plan_memory(small_model(), size_t{8} << 30, 100000).max_context, 8192);
+}
+
+TEST(MemoryPlan, TightBudgetShrinksTheContext) {
+  const auto needs = small_model();
+  const size_t fixed = needs.weight_bytes + needs.mapped_bytes + needs.activation_bytes + 128 * MiB;
+  const auto plan = plan_memory(needs, fixed + 3000 * needs.kv_bytes_per_token, 0);
+  EXPECT_TRUE(plan.fits);
+  EXPECT_EQ(plan.max_context, 3000 / 16 * 16);
+  EXPECT_LE(plan.total_bytes(), plan.budget_bytes);
+}
+
+TEST(MemoryPlan, BelowAUsefulContextDoesNotFit) {
+  const auto plan = plan_memory(small_model(), 200 * MiB, 0);
+  EXPECT_FALSE(plan.fits);
+  EXPECT_FALSE(plan.problem.empty());
+  EXPECT_NE(plan.table().find("DOES NOT FIT"), std::string::npos);
+  EXPECT_FALSE(plan_memory(small_model(), 1, 0).fits);
+}
+
+TEST(MemoryPlan, DefaultBudgetLeavesAReserve) {
+  const auto plan = plan_memory(small_model(), std::nullopt, 0);
+  EXPECT_LT(plan.budget_bytes, available_memory_bytes());
+  EXPECT_NE(plan.budget_source.find("available"), std::string::npos);
+}
+
+TEST(MemoryPlan, ParsesSizes) {
+  EXPECT_EQ(parse_memory_size("1024"), 1024u);
+  EXPECT_EQ(parse_memory_size("512M"), 512 * MiB);
+  EXPECT_EQ(parse_memory_size("512MiB"), 512 * MiB);
+  EXPECT_EQ(parse_memory_size("8G"), size_t{8} << 30);
+  EXPECT_EQ(parse_memory_size("1.5g"), size_t{3} << 29);
+  EXPECT_EQ(parse_memory_size("2 GB"), size_t{2} << 30);
+  for (const char* bad : {"", "lots", "-1G", "0", "8X", "8G extra", "nan", "inf", "1e30G", "G"})
+    EXPECT_FALSE(parse_memory_size(bad).has_value()) << bad;
+}
+
+TEST(MemoryPlan, EstimateOfTheDefaultModel) {
+  SPLASH_REQUIRE_TEST_MODEL(path);
+  auto file = gguf::File::open(path);
+  const auto needs = model::estimate_memory(file);
+  EXPECT_EQ(needs.native_context, 8192);
+  EXPECT_EQ(needs.kv_bytes_per_token, size_t{2} * 4 * 30 * 3 * 64);
+  EXPECT_GT(needs.weight_bytes, 60 * MiB);   // 30 layers of Q4_1 + the Q8_0 output head
+  EXPECT_LT(needs.weight_bytes, 140 * MiB);
+  EXPECT_EQ(needs.mapped_bytes, file.tensor("token_embd.weight").n_bytes);
+}
+
+}  // namespace
+}  // namespace splash::engine
