@@ -1,8 +1,18 @@
 #pragma once
 // Compile-time geometry of the integer packed kinds (see packed_weight.h), for the kernels.
+#include <cstdint>
+#include <cstring>
+
 #include "kernels/cpu/packed_weight.h"
 
 namespace splash::kernels {
+
+// Four activation codes as one 32-bit lane, for the broadcast each dot-product step needs.
+inline int32_t load_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
 
 template <PackedKind KIND>
 struct IntKind;

@@ -22,12 +22,6 @@ constexpr int kQueryBlock = 2;
 
 namespace {
 
-inline int32_t load_i32(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 inline void store_rows(const PackedWeight& w, int tile, int half, __m256 value, float* dst) {
   const int first_row = tile * kTileRows + half * 8;
   const int left = w.rows - first_row;

@@ -21,12 +21,6 @@ constexpr int kQueryBlock = 4;
 
 namespace {
 
-inline int32_t load_i32(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 inline __mmask16 row_mask(const PackedWeight& w, int tile) {
   const int left = w.rows - tile * kTileRows;
   return left >= kTileRows ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
