@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A small llama-architecture GGUF with random weights, a different tensor type per tensor.
+"""A small llama-family GGUF (llama, qwen2, qwen3) with random weights, a different tensor type per tensor.
 
 It exists to run the engine's run-time-shape kernels (any llama GGUF that is not the shipped
 default model) and every supported weight type against the numpy reference
@@ -12,7 +12,22 @@ real GGUF (SmolLM2's), so the engine's tokenizer and chat format load; hence voc
     ... --all Q6_K                                  # every matrix one type (to isolate a type)
     ... --all F32 --set blk.1.ffn_down=Q4_K         # one tensor different
 
+    ... --arch qwen2 --mix qwen                     # qwen2: q/k/v biases, NEOX RoPE
+    ... --arch qwen3 --mix qwen                     # qwen3: q/k RMSNorm per head, head_dim 128
+
 The test imports it instead: read_tokenizer() once, tensor_types(), make_model().
+
+Architectures (--arch; qwen shapes default to QWEN_SHAPES below: d_model 256, 4 heads / 2 kv
+heads, ffn 512, 2 layers, rope base 1e6):
+  llama  as below.
+  qwen2  llama + F32 biases blk.N.attn_q/k/v.bias (added after the projections; random with
+         deviation 0.5, so dropping or misplacing one shows), NEOX RoPE in the engine (the
+         weights are written as they come, nothing is permuted: for random weights the layout
+         only matters to how engine and reference agree on it). head_dim = d_model / heads = 64.
+  qwen3  llama + blk.N.attn_q_norm/attn_k_norm.weight (F32 [head_dim], uniform in [0.5, 1.5]),
+         an RMSNorm over each head of q and k after the projection and before RoPE; no biases;
+         head_dim 128 written as qwen3.attention.key_length and value_length, so q is 512 wide
+         (!= d_model 256), k/v 256, attn_output [512 -> 256]. rope.dimension_count = head_dim.
 
 Shapes (defaults): d_model 256, 4 heads / 2 kv heads of 64, ffn 768, 3 layers, rope base
 10000, context 2048, untied output.weight. Every matrix width (256, 768) is a multiple of the
@@ -56,6 +71,27 @@ MIXES = {
             ["Q4_0", "Q4_0", "Q4_0", "Q8_0", "Q4_K", "Q4_K", "Q6_K"],  # stacked int qkv, stacked K gate/up
             ["F16", "BF16", "F32", "Q4_1", "Q6_K", "Q8_0", "Q4_K"],    # float q/k/v apart, mixed gate/up
             ["Q4_K", "Q6_K", "Q4_1", "BF16", "F16", "F16", "Q4_0"],    # K-quant q/k, stacked F16 gate/up
+        ],
+    },
+    # The qwen models: Q8_0 and Q4_K only (the types real qwen GGUFs are mostly made of), both
+    # stacking cases (layer 0: q/k/v and gate/up of one type; layer 1: apart), Q4_K at every
+    # width used (256, and 512 for ffn_down and qwen3's attn_output).
+    "qwen": {
+        "token_embd": "Q8_0",
+        "output": "Q4_K",
+        "layers": [
+            ["Q8_0", "Q8_0", "Q8_0", "Q4_K", "Q4_K", "Q4_K", "Q8_0"],
+            ["Q4_K", "Q8_0", "Q4_K", "Q8_0", "Q8_0", "Q4_K", "Q4_K"],
+        ],
+    },
+    # Float only (no int8 rounding of activations in the engine): the engine should match the
+    # reference to float32 rounding, a sharp check of the qwen-specific arithmetic.
+    "float": {
+        "token_embd": "F16",
+        "output": "BF16",
+        "layers": [
+            ["F32", "F16", "BF16", "F16", "BF16", "BF16", "F32"],
+            ["BF16", "BF16", "BF16", "F32", "F16", "F16", "F16"],
         ],
     },
     # Every type moved to other roles (and the other stacking cases: Q6_K q/k/v, Q4_1 gate/up).
@@ -157,6 +193,9 @@ def tensor_types(mix: str = "a", all_type: str | None = None, overrides: dict[st
     return types
 
 
+ARCHS = ["llama", "qwen2", "qwen3"]
+
+
 @dataclass
 class Shape:
     d_model: int = 256
@@ -166,6 +205,23 @@ class Shape:
     layers: int = 3
     rope_base: float = 10000.0
     context: int = 2048
+    arch: str = "llama"
+    head_dim: int | None = None  # None: d_model // heads (and no key_length/value_length keys)
+    eps: float = 1e-5            # layer_norm_rms_epsilon
+
+    @property
+    def dim(self) -> int:
+        return self.head_dim or self.d_model // self.heads
+
+
+# The qwen models of the tests: as llama, but 2 layers, ffn 512, rope base 1e6 (as Qwen2.5 and
+# Qwen3), and for qwen3 a head_dim (128) that is not d_model / heads (64), as in Qwen3. The
+# RMSNorm epsilon is 1e-3 (real qwen: 1e-6) so that an engine that ignores it (say a constant
+# epsilon in the q/k norm) differs by far more than float32 rounding.
+QWEN_SHAPES = {
+    "qwen2": Shape(ffn=512, layers=2, rope_base=1e6, arch="qwen2", eps=1e-3),
+    "qwen3": Shape(ffn=512, layers=2, rope_base=1e6, arch="qwen3", head_dim=128, eps=1e-3),
+}
 
 
 def make_tensors(types: dict[str, str], vocab: int, shape: Shape, seed: int) -> list[tuple[str, np.ndarray, T | None]]:
@@ -173,7 +229,8 @@ def make_tensors(types: dict[str, str], vocab: int, shape: Shape, seed: int) -> 
     uint8 block bytes (then the raw type says which)."""
     rng = np.random.default_rng(seed)
     d, ffn = shape.d_model, shape.ffn
-    kv = shape.kv_heads * (d // shape.heads)
+    qw = shape.heads * shape.dim      # q width (and attn_output's input width)
+    kv = shape.kv_heads * shape.dim
     out = []
 
     def add(name: str, key: str, rows: int, cols: int, std: float):
@@ -183,13 +240,16 @@ def make_tensors(types: dict[str, str], vocab: int, shape: Shape, seed: int) -> 
         data = matrix(rng, qtype, rows, cols, std)
         out.append((name, data, qtype if data.dtype == np.uint8 else None))
 
-    def norm(name: str):
-        out.append((name, rng.uniform(0.8, 1.2, size=d).astype(np.float32), None))
+    def norm(name: str, size: int = d, lo: float = 0.8, hi: float = 1.2):
+        out.append((name, rng.uniform(lo, hi, size=size).astype(np.float32), None))
+
+    def bias(name: str, size: int):
+        out.append((name, (rng.standard_normal(size) * 0.5).astype(np.float32), None))
 
     # The embedding feeds an RMSNorm, so its scale only sets how much each token's own vector
     # weighs against what the layers add to the residual stream (of order 1 each).
     add("token_embd.weight", "token_embd", vocab, d, 1.0)
-    shapes = {"attn_q": (d, d), "attn_k": (kv, d), "attn_v": (kv, d), "attn_output": (d, d),
+    shapes = {"attn_q": (qw, d), "attn_k": (kv, d), "attn_v": (kv, d), "attn_output": (d, qw),
               "ffn_gate": (ffn, d), "ffn_up": (ffn, d), "ffn_down": (d, ffn)}
     for layer in range(shape.layers):
         p = f"blk.{layer}."
@@ -197,6 +257,12 @@ def make_tensors(types: dict[str, str], vocab: int, shape: Shape, seed: int) -> 
         for role in ROLES:
             rows, cols = shapes[role]
             add(p + role + ".weight", p + role, rows, cols, 1.0 / math.sqrt(cols))
+            if shape.arch == "qwen2" and role in ("attn_q", "attn_k", "attn_v"):
+                bias(p + role + ".bias", rows)
+        if shape.arch == "qwen3":
+            # A wider range than the layer norms so that a missing or misplaced one shows.
+            norm(p + "attn_q_norm.weight", shape.dim, 0.5, 1.5)
+            norm(p + "attn_k_norm.weight", shape.dim, 0.5, 1.5)
         norm(p + "ffn_norm.weight")
     norm("output_norm.weight")
     add("output.weight", "output", vocab, d, 2.0 / math.sqrt(d))
@@ -206,7 +272,7 @@ def make_tensors(types: dict[str, str], vocab: int, shape: Shape, seed: int) -> 
 def write_gguf(path: str, tensors, shape: Shape, tokenizer, name: str, vocab: int) -> None:
     """Writes the model; with tokenizer=None the tokenizer metadata is left out (a twin file
     for the numpy reference, which reads only tensors and hyperparameters, and loads fast)."""
-    writer = GGUFWriter(path, "llama")
+    writer = GGUFWriter(path, shape.arch)
     writer.add_name(name)
     writer.add_block_count(shape.layers)
     writer.add_context_length(shape.context)
@@ -215,8 +281,11 @@ def write_gguf(path: str, tensors, shape: Shape, tokenizer, name: str, vocab: in
     writer.add_head_count(shape.heads)
     writer.add_head_count_kv(shape.kv_heads)
     writer.add_rope_freq_base(shape.rope_base)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_dimension_count(shape.d_model // shape.heads)
+    writer.add_layer_norm_rms_eps(shape.eps)
+    writer.add_rope_dimension_count(shape.dim)
+    if shape.head_dim is not None:
+        writer.add_key_length(shape.head_dim)
+        writer.add_value_length(shape.head_dim)
     writer.add_vocab_size(vocab)
     for key, value, vtype, sub in tokenizer or []:
         writer.add_key_value(key, value, vtype, sub_type=sub)
@@ -243,24 +312,33 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokenizer-from", required=True, help="GGUF whose tokenizer and chat template are copied")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--arch", choices=ARCHS, default="llama",
+                    help="qwen2/qwen3 default to their QWEN_SHAPES (flags below override)")
     ap.add_argument("--mix", choices=sorted(MIXES), default="a")
     ap.add_argument("--all", choices=sorted(TYPES), help="every matrix this type (overrides --mix)")
     ap.add_argument("--set", action="append", default=[], metavar="TENSOR=TYPE",
                     help="one tensor's type, e.g. blk.1.ffn_down=Q4_K (repeatable)")
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    ap.add_argument("--d-model", type=int, default=256)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--kv-heads", type=int, default=2)
-    ap.add_argument("--ffn", type=int, default=768)
-    ap.add_argument("--layers", type=int, default=3)
-    ap.add_argument("--rope-base", type=float, default=10000.0)
-    ap.add_argument("--context", type=int, default=2048)
+    ap.add_argument("--d-model", type=int)
+    ap.add_argument("--heads", type=int)
+    ap.add_argument("--kv-heads", type=int)
+    ap.add_argument("--head-dim", type=int, help="written as key_length/value_length (default d_model/heads)")
+    ap.add_argument("--ffn", type=int)
+    ap.add_argument("--layers", type=int)
+    ap.add_argument("--rope-base", type=float)
+    ap.add_argument("--context", type=int)
+    ap.add_argument("--eps", type=float, help="RMSNorm epsilon (default 1e-5; qwen 1e-3)")
     args = ap.parse_args(argv)
-    shape = Shape(args.d_model, args.heads, args.kv_heads, args.ffn, args.layers, args.rope_base, args.context)
+    shape = QWEN_SHAPES.get(args.arch, Shape())
+    shape = Shape(**{**shape.__dict__, **{k: v for k, v in {
+        "d_model": args.d_model, "heads": args.heads, "kv_heads": args.kv_heads, "head_dim": args.head_dim,
+        "ffn": args.ffn, "layers": args.layers, "rope_base": args.rope_base, "context": args.context,
+        "eps": args.eps,
+    }.items() if v is not None}})
     try:
-        types = tensor_types(args.mix, args.all, dict(item.partition("=")[::2] for item in args.set), args.layers)
+        types = tensor_types(args.mix, args.all, dict(item.partition("=")[::2] for item in args.set), shape.layers)
         make_model(args.out, read_tokenizer(args.tokenizer_from), types, shape, args.seed,
-                   name=f"random-llama-{args.all or args.mix}")
+                   name=f"random-{args.arch}-{args.all or args.mix}")
     except ValueError as e:
         sys.exit(str(e))
     print(f"wrote {args.out}: " + ", ".join(f"{k}={v}" for k, v in types.items()), file=sys.stderr)

@@ -17,6 +17,8 @@ struct Family {
 
 constexpr Family kFamilies[] = {
     {"llama", llama::load_llama, llama::estimate_llama_memory},
+    {"qwen2", llama::load_llama, llama::estimate_llama_memory},  // llama + q/k/v biases, NEOX RoPE
+    {"qwen3", llama::load_llama, llama::estimate_llama_memory},  // llama + per-head q/k norms, NEOX RoPE
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "kernels/cpu/ops.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace splash::kernels {
 
@@ -42,8 +43,11 @@ void attention(const AttentionArgs& args, ThreadPool& pool) {
   });
 }
 
-void rope_adjacent(float* x, int n_tokens, int row_stride, int n_heads, int head_dim, const int* positions,
-                   const float* cos_table, const float* sin_table) {
+namespace {
+// Rotates the pairs (v[first(i)], v[second(i)]) of every head by the table's angles.
+template <typename Pair>
+void rope(float* x, int n_tokens, int row_stride, int n_heads, int head_dim, const int* positions,
+          const float* cos_table, const float* sin_table, Pair pair) {
   const int half = head_dim / 2;
   for (int t = 0; t < n_tokens; ++t) {
     const float* c = cos_table + static_cast<size_t>(positions[t]) * half;
@@ -51,12 +55,26 @@ void rope_adjacent(float* x, int n_tokens, int row_stride, int n_heads, int head
     for (int h = 0; h < n_heads; ++h) {
       float* v = x + static_cast<size_t>(t) * row_stride + static_cast<size_t>(h) * head_dim;
       for (int i = 0; i < half; ++i) {
-        const float a = v[2 * i], b = v[2 * i + 1];
-        v[2 * i] = a * c[i] - b * s[i];
-        v[2 * i + 1] = a * s[i] + b * c[i];
+        const auto [first, second] = pair(i, half);
+        const float a = v[first], b = v[second];
+        v[first] = a * c[i] - b * s[i];
+        v[second] = a * s[i] + b * c[i];
       }
     }
   }
+}
+}  // namespace
+
+void rope_adjacent(float* x, int n_tokens, int row_stride, int n_heads, int head_dim, const int* positions,
+                   const float* cos_table, const float* sin_table) {
+  rope(x, n_tokens, row_stride, n_heads, head_dim, positions, cos_table, sin_table,
+       [](int i, int) { return std::pair{2 * i, 2 * i + 1}; });
+}
+
+void rope_neox(float* x, int n_tokens, int row_stride, int n_heads, int head_dim, const int* positions,
+               const float* cos_table, const float* sin_table) {
+  rope(x, n_tokens, row_stride, n_heads, head_dim, positions, cos_table, sin_table,
+       [](int i, int half) { return std::pair{i, i + half}; });
 }
 
 }  // namespace splash::kernels

@@ -16,5 +16,9 @@ void attention(const AttentionArgs& args, ThreadPool& pool);
 // llama family in GGUF), using a precomputed cos/sin table [position][head_dim / 2].
 void rope_adjacent(float* x, int n_tokens, int row_stride, int n_heads, int head_dim, const int* positions,
                    const float* cos_table, const float* sin_table);
+// The same rotation on the two halves of each head, pairs (x[i], x[i + head_dim/2]): the
+// "NEOX" layout of Qwen2/Qwen3 GGUFs.
+void rope_neox(float* x, int n_tokens, int row_stride, int n_heads, int head_dim, const int* positions,
+               const float* cos_table, const float* sin_table);
 
 }  // namespace splash::kernels

@@ -27,16 +27,26 @@ using kernels::WeightSource;
 constexpr int kChunkTokens = 512;
 
 struct Hyperparameters {
+  std::string architecture;
   RuntimeShapes shapes;
   int native_context = 0;
   float rope_base = 10000.0f;
   float rms_eps = 1e-5f;
+  // The family's variants: Qwen2 adds q/k/v biases, Qwen3 normalises q and k per head; both
+  // rotate the two halves of a head (NEOX RoPE) where llama GGUFs rotate adjacent pairs.
+  bool neox_rope = false;
+  bool qkv_bias = false;
+  bool qk_norm = false;
 };
 
 Hyperparameters read_hyperparameters(const gguf::File& file) {
   const std::string arch = file.get_string("general.architecture");
   auto key = [&](const char* suffix) { return arch + "." + suffix; };
   Hyperparameters h;
+  h.architecture = arch;
+  h.neox_rope = arch == "qwen2" || arch == "qwen3";
+  h.qkv_bias = arch == "qwen2";
+  h.qk_norm = arch == "qwen3";
   h.shapes.n_layers = static_cast<int>(file.get_uint(key("block_count")));
   h.shapes.d_model = static_cast<int>(file.get_uint(key("embedding_length")));
   h.shapes.ffn = static_cast<int>(file.get_uint(key("feed_forward_length")));
@@ -50,10 +60,15 @@ Hyperparameters read_hyperparameters(const gguf::File& file) {
   h.shapes.vocab = static_cast<int>(embedding.dims[1]);
   auto& s = h.shapes;
   if (s.n_layers <= 0 || s.n_layers > 512 || s.d_model <= 0 || s.d_model > 65536 || s.ffn <= 0 || s.ffn > 262144 ||
-      s.n_heads <= 0 || s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0 || s.d_model % s.n_heads != 0 ||
-      s.vocab <= 0 || h.native_context <= 0)
+      s.n_heads <= 0 || s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0 || s.vocab <= 0 || h.native_context <= 0)
     fail("{}: inconsistent model hyperparameters", file.path());
-  s.head_dim = s.d_model / s.n_heads;
+  // Qwen3 states its head size; it need not be d_model / n_heads.
+  const auto key_length = file.opt_uint(key("attention.key_length"));
+  const auto value_length = file.opt_uint(key("attention.value_length"));
+  if (key_length && value_length && *key_length != *value_length)
+    fail("{}: different key and value head sizes are not supported", file.path());
+  if (!key_length && s.d_model % s.n_heads != 0) fail("{}: d_model is not a multiple of the head count", file.path());
+  s.head_dim = key_length ? static_cast<int>(*key_length) : s.d_model / s.n_heads;
   if (auto rope_dims = file.opt_uint(key("rope.dimension_count")); rope_dims && static_cast<int>(*rope_dims) != s.head_dim)
     fail("{}: partial rotary embeddings ({} of {} dims) are not supported", file.path(), *rope_dims, s.head_dim);
   if (s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256)
@@ -98,6 +113,8 @@ std::vector<PackedWeight> pack_group(std::initializer_list<WeightSource> sources
 
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;
+  std::vector<float> qkv_bias;        // Qwen2: [q | k | v] biases, else empty
+  std::vector<float> q_norm, k_norm;  // Qwen3: per-head RMSNorm weights [head_dim], else empty
   std::vector<PackedWeight> qkv;      // one stacked [q; k; v] matrix, or three
   PackedWeight attn_output;
   std::vector<PackedWeight> gate_up;  // one stacked [gate; up] matrix, or two
@@ -183,6 +200,18 @@ class LlamaModel final : public Model {
       const std::string p = fmt::format("blk.{}.", l);
       layers_[l].attn_norm = vector_weight(file_, p + "attn_norm.weight", s.d_model);
       layers_[l].ffn_norm = vector_weight(file_, p + "ffn_norm.weight", s.d_model);
+      if (h_.qkv_bias) {
+        auto& bias = layers_[l].qkv_bias;
+        for (const auto& [name, width] : {std::pair{"attn_q.bias", q_width()}, std::pair{"attn_k.bias", kv_width()},
+                                          std::pair{"attn_v.bias", kv_width()}}) {
+          const auto part = vector_weight(file_, p + name, width);
+          bias.insert(bias.end(), part.begin(), part.end());
+        }
+      }
+      if (h_.qk_norm) {
+        layers_[l].q_norm = vector_weight(file_, p + "attn_q_norm.weight", s.head_dim);
+        layers_[l].k_norm = vector_weight(file_, p + "attn_k_norm.weight", s.head_dim);
+      }
       sources[l] = {weight(file_, p + "attn_q.weight", q_width(), s.d_model),
                     weight(file_, p + "attn_k.weight", kv_width(), s.d_model),
                     weight(file_, p + "attn_v.weight", kv_width(), s.d_model),
@@ -297,10 +326,19 @@ class LlamaModel final : public Model {
       kernels::rms_norm(x, layer.attn_norm.data(), normed_.as<float>(), n, s.d_model, h_.rms_eps, pool_);
       activations_.quantize(normed_.as<float>(), n, s.d_model, pool_);
       matmul_group(layer.qkv, qkv_.as<float>(), qkv_width());
-      kernels::rope_adjacent(qkv_.as<float>(), n, qkv_width(), s.n_heads, s.head_dim, positions.data(), cos_.data(),
-                             sin_.data());
-      kernels::rope_adjacent(qkv_.as<float>() + q_width(), n, qkv_width(), s.n_kv_heads, s.head_dim, positions.data(),
-                             cos_.data(), sin_.data());
+      float* qkv = qkv_.as<float>();
+      if (!layer.qkv_bias.empty())
+        for (int t = 0; t < n; ++t) add_into(qkv + static_cast<size_t>(t) * qkv_width(), layer.qkv_bias.data(), qkv_width());
+      if (!layer.q_norm.empty())
+        for (int t = 0; t < n; ++t) {  // each head's q and k normalised over head_dim, in place
+          float* row = qkv + static_cast<size_t>(t) * qkv_width();
+          kernels::rms_norm(row, layer.q_norm.data(), row, s.n_heads, s.head_dim, h_.rms_eps, pool_);
+          kernels::rms_norm(row + q_width(), layer.k_norm.data(), row + q_width(), s.n_kv_heads, s.head_dim, h_.rms_eps,
+                            pool_);
+        }
+      const auto rope = h_.neox_rope ? kernels::rope_neox : kernels::rope_adjacent;
+      rope(qkv, n, qkv_width(), s.n_heads, s.head_dim, positions.data(), cos_.data(), sin_.data());
+      rope(qkv + q_width(), n, qkv_width(), s.n_kv_heads, s.head_dim, positions.data(), cos_.data(), sin_.data());
       store_kv(l, n, positions.data());
       kernels::AttentionArgs args{qkv_.as<float>(), qkv_width(), keys_[l].as<float>(), values_[l].as<float>(),
                                   attn_.as<float>(), n, position_, s.n_heads, s.n_kv_heads, s.head_dim, capacity_,
@@ -389,7 +427,8 @@ MemoryNeeds estimate_llama_memory(const gguf::File& file) {
 
 std::unique_ptr<Model> load_llama(const gguf::File& file, const LoadOptions& options) {
   const Hyperparameters h = read_hyperparameters(file);
-  if (matches(h.shapes, SmolLM2_135M{})) return std::make_unique<LlamaModel<SmolLM2_135M>>(file, h, options);
+  if (h.architecture == "llama" && matches(h.shapes, SmolLM2_135M{}))
+    return std::make_unique<LlamaModel<SmolLM2_135M>>(file, h, options);
   return std::make_unique<LlamaModel<RuntimeShapes>>(file, h, options);
 }
 
