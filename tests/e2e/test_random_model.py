@@ -99,7 +99,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "reference"))
 sys.path.insert(0, str(REPO / "tools"))
 import llama_ref  # noqa: E402
-from compare import kl_divergence  # noqa: E402
+from compare import check_greedy, kl_divergence, require_cpu, run_engine  # noqa: E402
 from gguf import GGUFReader  # noqa: E402
 import make_random_llama as mrl  # noqa: E402
 
@@ -205,21 +205,9 @@ def models(model_path, tmp_path_factory) -> Models:
     return Models(model_path, tmp_path_factory.mktemp("random_models"))
 
 
-def require_cpu(cpu: str) -> None:
-    flags = Path("/proc/cpuinfo").read_text().split()
-    needed = {"avx2": ["avx2", "fma"], "avx512": ["avx512f", "avx512bw", "avx512_vnni"]}[cpu]
-    missing = [f for f in needed if f not in flags]
-    if missing:
-        pytest.skip(f"this CPU lacks {', '.join(missing)}: the {cpu} path cannot run here")
 
 
 # --- engine calls ---------------------------------------------------------------------
-def run_engine(splash_binary: str, args: list[str], cpu: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([splash_binary, *args], env=dict(os.environ, SPLASH_CPU=cpu), capture_output=True,
-                          text=True, timeout=120)
-    if proc.returncode != 0:
-        pytest.fail(f"splash {' '.join(args[:3])}... exited {proc.returncode}:\n{proc.stderr[-2000:]}")
-    return proc
 
 
 def engine_logits(splash_binary, model_path, ids, cpu, tmp_path) -> np.ndarray:
@@ -312,25 +300,8 @@ def test_greedy_matches_reference(splash_binary, models, model, seq, cpu):
     near_tie = TOL[kind(model)].near_tie
     eng = engine_greedy(splash_binary, models.path(model), ids, GREEDY_STEPS, cpu)
     assert len(eng) == GREEDY_STEPS, f"engine generated {len(eng)} tokens"
-    # A divergence is acceptable only at a near tie: the engine's token must be one the
-    # reference rates within near_tie of its own choice; the reference then continues from
-    # the engine's context.
-    done, ties = 0, 0
-    while done < GREEDY_STEPS:
-        want, margins, step_logits = models.continuation(model, ids + eng[:done], GREEDY_STEPS - done)
-        pos = next((i for i, (a, b) in enumerate(zip(want, eng[done:])) if a != b), None)
-        if pos is None:
-            break
-        at = done + pos
-        regret = float(step_logits[pos][want[pos]] - step_logits[pos][eng[at]])
-        msg = (f"[{cpu}] {model} {seq}: diverges at generated position {at}: reference {want[pos]}, "
-               f"engine {eng[at]}; reference top-2 margin {margins[pos]:.3f}, engine token "
-               f"{regret:.3f} below the reference's choice")
-        print(msg)
-        assert regret < near_tie, f"{msg}: not a near tie (threshold {near_tie})"
-        ties += 1
-        done = at + 1
-    print(f"[{cpu}] {model} {seq}: {GREEDY_STEPS} tokens checked, {ties} near-tie divergence(s)")
+    check_greedy(eng, ids, lambda context, n: models.continuation(model, context, n), near_tie,
+                 f"[{cpu}] {model} {seq}")
 
 
 # --- calibration (manual) -------------------------------------------------------------

@@ -71,8 +71,6 @@ same top-1 on all five prompts; avx2 and avx512 logits differ by < 1e-5.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -82,7 +80,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "reference"))
 import llama_ref  # noqa: E402
-from compare import kl_divergence  # noqa: E402
+from compare import check_greedy, kl_divergence, require_cpu, run_engine  # noqa: E402
 
 MAX_ABS = 2.5
 MAX_KL = 0.06
@@ -172,28 +170,11 @@ def ref_continuation(ref):
     return continuation
 
 
-def require_cpu(cpu: str) -> None:
-    flags = Path("/proc/cpuinfo").read_text().split()
-    needed = {"avx2": ["avx2", "fma"], "avx512": ["avx512f", "avx512bw", "avx512_vnni"]}[cpu]
-    missing = [f for f in needed if f not in flags]
-    if missing:
-        pytest.skip(f"this CPU lacks {', '.join(missing)}: the {cpu} path cannot run here")
 
 
 # --- engine calls ---------------------------------------------------------------------
-def run_engine(splash_binary: str, args: list[str], cpu: str | None = None) -> str:
-    env = dict(os.environ)
-    if cpu:
-        env["SPLASH_CPU"] = cpu
-    proc = subprocess.run([splash_binary, *args], env=env, capture_output=True, text=True,
-                          timeout=120)
-    if proc.returncode != 0:
-        pytest.fail(f"splash {' '.join(args[:3])}... exited {proc.returncode}:\n{proc.stderr[-2000:]}")
-    return proc.stdout
-
-
 def tokenize(splash_binary: str, model: str, text: str) -> list[int]:
-    return json.loads(run_engine(splash_binary, ["tokenize", "--model", model, "--json", text]))
+    return json.loads(run_engine(splash_binary, ["tokenize", "--model", model, "--json", text]).stdout)
 
 
 def engine_logits(splash_binary, model, ids, cpu, tmp_path) -> np.ndarray:
@@ -205,7 +186,7 @@ def engine_logits(splash_binary, model, ids, cpu, tmp_path) -> np.ndarray:
 
 def engine_greedy(splash_binary, model, ids, n, cpu) -> list[int]:
     out = run_engine(splash_binary, ["eval", "--model", model, "--tokens", ",".join(map(str, ids)),
-                                  "--greedy", str(n)], cpu)
+                                  "--greedy", str(n)], cpu).stdout
     return json.loads(out)["generated"]
 
 
@@ -257,28 +238,7 @@ def test_greedy_matches_reference(splash_binary, model_path, ref_continuation, p
     ids = prompt_ids[prompt]
     eng = engine_greedy(splash_binary, model_path, ids, GREEDY_STEPS, cpu)
     assert len(eng) == GREEDY_STEPS, f"engine generated {len(eng)} tokens"
-    # Walk the engine's tokens against the reference. A divergence is acceptable only as a
-    # near tie: the engine's token must be one the reference rates within NEAR_TIE of its
-    # own choice. After an accepted tie the two contexts differ, so the reference restarts
-    # from the engine's context and the comparison goes on with the rest of the tokens.
-    done, ties = 0, 0
-    while done < GREEDY_STEPS:
-        want, margins, step_logits = ref_continuation(ids + eng[:done], GREEDY_STEPS - done)
-        pos = next((i for i, (a, b) in enumerate(zip(want, eng[done:])) if a != b), None)
-        if pos is None:
-            break
-        at = done + pos
-        regret = float(step_logits[pos][want[pos]] - step_logits[pos][eng[at]])
-        msg = (f"[{cpu}] {prompt}: diverges at generated position {at}: reference {want[pos]}, "
-               f"engine {eng[at]}; reference top-2 margin {margins[pos]:.3f}, engine token "
-               f"{regret:.3f} below the reference's choice")
-        print(msg)
-        assert regret < NEAR_TIE, f"{msg}: not a near tie (threshold {NEAR_TIE})"
-        print(f"  accepted: a near tie (< {NEAR_TIE}), within int8 activation rounding; "
-              "continuing from the engine's token")
-        ties += 1
-        done = at + 1
-    print(f"[{cpu}] {prompt}: {GREEDY_STEPS} tokens checked, {ties} near-tie divergence(s)")
+    check_greedy(eng, ids, ref_continuation, NEAR_TIE, f"[{cpu}] {prompt}")
 
 
 # --- calibration (manual): python tests/e2e/test_reference.py --calibrate --model M ----
