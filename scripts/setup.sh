@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(g++ cmake ninja-build pkg-config make git ca-certificates
   libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev
-  libcurl4-openssl-dev libssl-dev libzip-dev zlib1g-dev libcpp-httplib-dev clang libclang-rt-14-dev
+  libcurl4-openssl-dev libssl-dev libzip-dev zlib1g-dev libcpp-httplib-dev libpoppler-cpp-dev clang libclang-rt-14-dev
   libjs-marked libjs-highlight.js node-dompurify chromium chromium-driver)
 
 missing=()
@@ -27,7 +27,7 @@ if [ "${1:-}" = "--python" ]; then
     echo "setup: creating .venv"
     python3 -m venv .venv
   fi
-  if ! .venv/bin/python -c "import pytest, numpy, gguf, transformers, tokenizers, jinja2, openai, requests, selenium" 2>/dev/null ||
+  if ! .venv/bin/python -c "import pytest, numpy, gguf, transformers, tokenizers, jinja2, openai, anthropic, requests, selenium" 2>/dev/null ||
      [ requirements-test.txt -nt .venv/.installed ]; then
     .venv/bin/pip install -q -r requirements-test.txt
     touch .venv/.installed

@@ -1,7 +1,12 @@
 #include "api/openai_chat.h"
 
+#include "api/content_parts.h"
+#include "api/json_fields.h"
+#include "api/tool_fields.h"
+
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -15,58 +20,77 @@ using nlohmann::json;
 
 // Fields that cannot change what the model generates, accepted and not used.
 const std::set<std::string, std::less<>> kInertFields = {"user", "metadata", "store", "service_tier",
-                                                          "prompt_cache_key", "safety_identifier"};
-// Fields of the OpenAI API that this server cannot honour yet: a 400 names them.
-const std::set<std::string, std::less<>> kUnsupportedFields = {
-    "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "audio", "prediction",
-    "web_search_options", "reasoning_effort", "verbosity"};
+                                                          "prompt_cache_key", "safety_identifier", "verbosity",
+                                                          "reasoning_effort", "prompt_cache_retention"};
+// Fields of the OpenAI API that this server cannot honour: a 400 names them.
+const std::set<std::string, std::less<>> kUnsupportedFields = {"functions", "function_call", "audio", "prediction",
+                                                                "web_search_options"};
 
-struct Invalid {
-  ApiError error;
-};
-
-[[noreturn]] void reject(std::string message, std::string param = {}) {
-  throw Invalid{ApiError::bad_request(std::move(message), std::move(param))};
-}
-
-double number(const json& value, const char* name, double low, double high) {
-  if (!value.is_number()) reject(fmt::format("'{}' must be a number", name), name);
-  const double x = value.get<double>();
-  if (!std::isfinite(x) || x < low || x > high) reject(fmt::format("'{}' must be between {} and {}", name, low, high), name);
-  return x;
-}
-
-int64_t integer(const json& value, const char* name, int64_t low, int64_t high) {
-  if (!value.is_number_integer()) reject(fmt::format("'{}' must be an integer", name), name);
-  if (value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(high))
-    reject(fmt::format("'{}' must be between {} and {}", name, low, high), name);
-  const int64_t x = value.get<int64_t>();
-  if (x < low || x > high) reject(fmt::format("'{}' must be between {} and {}", name, low, high), name);
-  return x;
-}
-
-bool boolean(const json& value, const char* name) {
-  if (!value.is_boolean()) reject(fmt::format("'{}' must be a boolean", name), name);
-  return value.get<bool>();
-}
-
-std::string message_content(const json& content, size_t index) {
-  const std::string param = fmt::format("messages[{}].content", index);
+std::string message_content(const json& content, const std::string& param) {
   if (content.is_null()) return {};
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) reject(fmt::format("'{}' must be a string or an array of content parts", param), param);
   std::string text;
-  for (const auto& part : content) {
+  for (size_t i = 0; i < content.size(); ++i) {
+    const auto& part = content[i];
+    const std::string part_path = fmt::format("{}[{}]", param, i);
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
       reject(fmt::format("each part of '{}' must be an object with a 'type'", param), param);
     const auto type = part["type"].get<std::string>();
-    if (type != "text")
-      reject(fmt::format("content parts of type '{}' are not supported by this model (text only)", type), param);
-    if (!part.contains("text") || !part["text"].is_string())
-      reject(fmt::format("text parts of '{}' need a string 'text'", param), param);
-    text += part["text"].get<std::string>();
+    if (type == "text") {
+      if (!part.contains("text") || !part["text"].is_string())
+        reject(fmt::format("text parts of '{}' need a string 'text'", param), param);
+      text += part["text"].get<std::string>();
+    } else if (type == "image_url" || type == "input_image") {
+      reject_image(part_path);
+    } else if (type == "file") {
+      const json& file = part.contains("file") ? part["file"] : json();
+      if (!file.is_object() || !file.contains("file_data"))
+        reject(fmt::format("'{}.file' needs 'file_data' (a base64 data URL); uploaded file ids are not supported", part_path),
+               part_path);
+      const std::string title = file.contains("filename") ? string_field(file["filename"], part_path + ".file.filename") : "";
+      if (!text.empty() && !text.ends_with('\n')) text += '\n';
+      text += data_url_document_text(string_field(file["file_data"], part_path + ".file.file_data"), title,
+                                     part_path + ".file.file_data");
+      text += '\n';
+    } else if (type == "refusal") {
+      if (part.contains("refusal") && part["refusal"].is_string()) text += part["refusal"].get<std::string>();
+    } else {
+      reject(fmt::format("content parts of type '{}' are not supported (text and file are)", type), param);
+    }
   }
   return text;
+}
+
+std::vector<chat::ToolCall> assistant_tool_calls(const json& calls, const std::string& param) {
+  if (!calls.is_array()) reject(fmt::format("'{}' must be an array", param), param);
+  std::vector<chat::ToolCall> out;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const auto& call = calls[i];
+    const std::string path = fmt::format("{}[{}]", param, i);
+    if (!call.is_object()) reject(fmt::format("'{}' must be an object", path), path);
+    chat::ToolCall parsed;
+    if (call.contains("id")) parsed.id = string_field(call["id"], path + ".id");
+    const std::string type = call.contains("type") ? string_field(call["type"], path + ".type") : "function";
+    if (type == "function") {
+      if (!call.contains("function") || !call["function"].is_object())
+        reject(fmt::format("'{}.function' must be an object", path), path + ".function");
+      const auto& f = call["function"];
+      parsed.name = string_field(f.value("name", json()), path + ".function.name");
+      parsed.arguments = f.contains("arguments") ? string_field(f["arguments"], path + ".function.arguments") : "{}";
+    } else if (type == "custom") {
+      if (!call.contains("custom") || !call["custom"].is_object())
+        reject(fmt::format("'{}.custom' must be an object", path), path + ".custom");
+      const auto& c = call["custom"];
+      parsed.name = string_field(c.value("name", json()), path + ".custom.name");
+      parsed.arguments = c.contains("input") ? string_field(c["input"], path + ".custom.input") : "";
+      parsed.custom = true;
+    } else {
+      reject(fmt::format("'{}.type' must be 'function' or 'custom'", path), path + ".type");
+    }
+    out.push_back(std::move(parsed));
+  }
+  return out;
 }
 
 std::vector<chat::ChatMessage> parse_messages(const json& messages) {
@@ -80,93 +104,136 @@ std::vector<chat::ChatMessage> parse_messages(const json& messages) {
     if (!m.contains("role") || !m["role"].is_string()) reject(fmt::format("'{}.role' must be a string", param), param);
     std::string role = m["role"].get<std::string>();
     if (role == "developer") role = "system";  // OpenAI's newer name for system instructions
-    if (role == "tool" || role == "function")
-      reject(fmt::format("'{}' has role '{}': tool calls are not supported yet", param, role), param + ".role");
-    if (role != "system" && role != "user" && role != "assistant")
-      reject(fmt::format("'{}.role' must be one of system, developer, user, assistant; got '{}'", param, role),
+    if (role == "function")
+      reject(fmt::format("'{}' has the deprecated role 'function': use 'tool' messages", param), param + ".role");
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool")
+      reject(fmt::format("'{}.role' must be one of system, developer, user, assistant, tool; got '{}'", param, role),
              param + ".role");
+    chat::ChatMessage message{role, {}};
     for (const auto& [key, value] : m.items()) {
       if (key == "role" || key == "content" || key == "name") continue;
-      if (key == "tool_calls" || key == "function_call" || key == "tool_call_id")
-        reject(fmt::format("'{}.{}': tool calls are not supported yet", param, key), param + "." + key);
-      if (key == "refusal" || key == "audio" || key == "annotations") continue;  // assistant echo fields
+      if (key == "tool_calls" && role == "assistant") {
+        if (!value.is_null()) message.tool_calls = assistant_tool_calls(value, param + ".tool_calls");
+        continue;
+      }
+      if (key == "tool_call_id" && role == "tool") {
+        message.tool_call_id = string_field(value, param + ".tool_call_id");
+        continue;
+      }
+      if (key == "refusal" || key == "audio" || key == "annotations" || key == "reasoning_content" ||
+          key == "reasoning")
+        continue;  // assistant echo fields
+      if (key == "function_call")
+        reject(fmt::format("'{}.function_call' is deprecated: use 'tool_calls'", param), param + "." + key);
       reject(fmt::format("unrecognized field '{}.{}'", param, key), param + "." + key);
     }
     if (!m.contains("content") && role != "assistant")
       reject(fmt::format("'{}.content' is required", param), param + ".content");
-    out.push_back({role, message_content(m.contains("content") ? m["content"] : json(), i)});
+    if (role == "tool" && message.tool_call_id.empty())
+      reject(fmt::format("'{}.tool_call_id' is required for tool messages", param), param + ".tool_call_id");
+    message.content = message_content(m.contains("content") ? m["content"] : json(), param + ".content");
+    out.push_back(std::move(message));
   }
   return out;
 }
 
-std::vector<std::string> parse_stop(const json& stop) {
-  if (stop.is_null()) return {};
-  if (stop.is_string()) return {stop.get<std::string>()};
-  if (!stop.is_array()) reject("'stop' must be a string or an array of strings", "stop");
-  if (stop.size() > 16) reject("'stop' takes at most 16 strings", "stop");
-  std::vector<std::string> out;
-  for (const auto& s : stop) {
-    if (!s.is_string()) reject("'stop' must be a string or an array of strings", "stop");
-    if (!s.get<std::string>().empty()) out.push_back(s.get<std::string>());
+std::vector<chat::ToolSpec> parse_tools(const json& tools) {
+  if (!tools.is_array()) reject("'tools' must be an array", "tools");
+  std::vector<chat::ToolSpec> out;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const auto& t = tools[i];
+    const std::string path = fmt::format("tools[{}]", i);
+    if (!t.is_object() || !t.contains("type")) reject(fmt::format("'{}' must be an object with a 'type'", path), path);
+    const std::string& type = string_field(t["type"], path + ".type");
+    if (type == "function") {
+      if (!t.contains("function") || !t["function"].is_object())
+        reject(fmt::format("'{}.function' must be an object", path), path + ".function");
+      const auto& f = t["function"];
+      const bool strict = f.contains("strict") && !f["strict"].is_null() && boolean_field(f["strict"], path + ".function.strict");
+      out.push_back(function_tool(f.value("name", json()), f.value("description", json()), f.value("parameters", json()),
+                                  strict, path + ".function"));
+    } else if (type == "custom") {
+      if (!t.contains("custom") || !t["custom"].is_object())
+        reject(fmt::format("'{}.custom' must be an object", path), path + ".custom");
+      const auto& c = t["custom"];
+      out.push_back(custom_tool(c.value("name", json()), c.value("description", json()), c.value("format", json()),
+                                path + ".custom"));
+    } else {
+      reject(fmt::format("'{}.type' must be 'function' or 'custom'; got '{}'", path, type), path + ".type");
+    }
   }
+  check_unique_tool_names(out, "tools");
   return out;
+}
+
+void parse_tool_choice(const json& value, engine::ChatRequest& chat) {
+  if (value.is_string()) {
+    const auto& choice = value.get_ref<const std::string&>();
+    if (choice == "auto") chat.tool_choice = engine::ToolChoice::Auto;
+    else if (choice == "none") chat.tool_choice = engine::ToolChoice::None;
+    else if (choice == "required") chat.tool_choice = engine::ToolChoice::Required;
+    else reject("'tool_choice' must be 'auto', 'none', 'required' or a tool object", "tool_choice");
+    return;
+  }
+  if (!value.is_object() || !value.contains("type")) reject("'tool_choice' must be a string or an object with a 'type'", "tool_choice");
+  const std::string& type = string_field(value["type"], "tool_choice.type");
+  if (type != "function" && type != "custom") reject("'tool_choice.type' must be 'function' or 'custom'", "tool_choice.type");
+  if (!value.contains(type) || !value[type].is_object()) reject(fmt::format("'tool_choice.{}' must be an object", type), "tool_choice");
+  chat.tool_choice = engine::ToolChoice::Named;
+  chat.tool_choice_name = string_field(value[type].value("name", json()), fmt::format("tool_choice.{}.name", type));
+}
+
+engine::OutputFormat parse_response_format(const json& value) {
+  if (!value.is_object() || !value.contains("type")) reject("'response_format' must be an object with a 'type'", "response_format");
+  const std::string& type = string_field(value["type"], "response_format.type");
+  engine::OutputFormat format;
+  if (type == "text") return format;
+  if (type == "json_object") {
+    format.kind = engine::OutputFormat::Kind::JsonObject;
+    return format;
+  }
+  if (type != "json_schema")
+    reject("'response_format.type' must be 'text', 'json_object' or 'json_schema'", "response_format.type");
+  if (!value.contains("json_schema") || !value["json_schema"].is_object())
+    reject("'response_format.json_schema' must be an object", "response_format.json_schema");
+  const auto& spec = value["json_schema"];
+  if (!spec.contains("schema")) return engine::OutputFormat{engine::OutputFormat::Kind::JsonObject, {}, {}};
+  return json_schema_format(spec["schema"], "response_format.json_schema.schema");
 }
 
 ChatCompletionRequest parse(std::string_view body, const ServedModel& served) {
-  if (body.find('\0') != std::string_view::npos) reject("the request body contains a NUL byte");
-  json root = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded()) reject("the request body is not valid JSON");
-  if (!root.is_object()) reject("the request body must be a JSON object");
+  json root = parse_body_object(body);
 
   ChatCompletionRequest out;
   auto& sampling = out.chat.sampling;
   // Local-server defaults (llama.cpp's): a small model needs some truncation to stay coherent.
   sampling = engine::SamplingParams{};
-  bool max_tokens_given = false;
   for (const auto& [key, value] : root.items()) {
     if (value.is_null() && key != "messages") continue;  // null means "default" in the OpenAI API
+    if (sampling_field(key, value, sampling)) continue;
     if (key == "messages") {
       out.chat.messages = parse_messages(value);
     } else if (key == "model") {
       if (!value.is_string()) reject("'model' must be a string", "model");
-      if (value.get<std::string>() != served.id) {
+      const auto& name = value.get_ref<const std::string&>();
+      if (name != served.id && std::find(served.aliases.begin(), served.aliases.end(), name) == served.aliases.end()) {
         ApiError error{404, fmt::format("The model '{}' does not exist; this server serves '{}'",
                                         value.get<std::string>(), served.id),
                        "invalid_request_error", "model", "model_not_found"};
-        throw Invalid{error};
+        throw InvalidRequest{error};
       }
     } else if (key == "stream") {
-      out.stream = boolean(value, "stream");
+      out.stream = boolean_field(value, "stream");
     } else if (key == "stream_options") {
       if (!value.is_object()) reject("'stream_options' must be an object", "stream_options");
       for (const auto& [option, v] : value.items()) {
-        if (option == "include_usage") out.include_usage = boolean(v, "stream_options.include_usage");
+        if (option == "include_usage") out.include_usage = boolean_field(v, "stream_options.include_usage");
         else if (option != "include_obfuscation") reject(fmt::format("unrecognized stream option '{}'", option), "stream_options");
       }
     } else if (key == "max_tokens" || key == "max_completion_tokens") {
-      out.chat.max_tokens = static_cast<int>(integer(value, key.c_str(), 1, std::numeric_limits<int32_t>::max()));
-      max_tokens_given = true;
-    } else if (key == "temperature") {
-      sampling.temperature = static_cast<float>(number(value, "temperature", 0.0, 2.0));
-    } else if (key == "top_p") {
-      sampling.top_p = static_cast<float>(number(value, "top_p", 0.0, 1.0));
-      if (sampling.top_p <= 0.0f) reject("'top_p' must be greater than 0", "top_p");
-    } else if (key == "top_k") {
-      sampling.top_k = static_cast<int>(integer(value, "top_k", 0, 1 << 20));
-    } else if (key == "min_p") {
-      sampling.min_p = static_cast<float>(number(value, "min_p", 0.0, 1.0));
-    } else if (key == "repetition_penalty") {
-      sampling.repetition_penalty = static_cast<float>(number(value, "repetition_penalty", 0.01, 10.0));
-    } else if (key == "presence_penalty") {
-      sampling.presence_penalty = static_cast<float>(number(value, "presence_penalty", -2.0, 2.0));
-    } else if (key == "frequency_penalty") {
-      sampling.frequency_penalty = static_cast<float>(number(value, "frequency_penalty", -2.0, 2.0));
-    } else if (key == "seed") {
-      // Any 64-bit integer, signed or unsigned: only its bits seed the generator.
-      if (!value.is_number_integer()) reject("'seed' must be an integer", "seed");
-      sampling.seed = value.is_number_unsigned() ? value.get<uint64_t>() : static_cast<uint64_t>(value.get<int64_t>());
+      out.chat.max_tokens = static_cast<int>(integer_field(value, key, 1, std::numeric_limits<int32_t>::max()));
     } else if (key == "stop") {
-      out.chat.stop = parse_stop(value);
+      out.chat.stop = stop_strings(value, "stop");
     } else if (key == "logit_bias") {
       if (!value.is_object()) reject("'logit_bias' must be an object of token id -> bias", "logit_bias");
       for (const auto& [id_text, bias] : value.items()) {
@@ -180,21 +247,26 @@ ChatCompletionRequest parse(std::string_view body, const ServedModel& served) {
         if (used != id_text.size() || id < 0 || id >= served.vocab)
           reject(fmt::format("logit_bias key '{}' is not a token id of this model (0..{})", id_text, served.vocab - 1),
                  "logit_bias");
-        sampling.logit_bias[static_cast<int32_t>(id)] = static_cast<float>(number(bias, "logit_bias", -100.0, 100.0));
+        sampling.logit_bias[static_cast<int32_t>(id)] = static_cast<float>(number_field(bias, "logit_bias", -100.0, 100.0));
       }
     } else if (key == "logprobs") {
-      out.logprobs = boolean(value, "logprobs");
+      out.logprobs = boolean_field(value, "logprobs");
     } else if (key == "top_logprobs") {
-      out.chat.top_logprobs = static_cast<int>(integer(value, "top_logprobs", 0, 20));
+      out.chat.top_logprobs = static_cast<int>(integer_field(value, "top_logprobs", 0, 20));
     } else if (key == "n") {
-      if (integer(value, "n", 1, 128) != 1) reject("'n' must be 1: one choice per request is supported", "n");
+      if (integer_field(value, "n", 1, 128) != 1) reject("'n' must be 1: one choice per request is supported", "n");
+    } else if (key == "tools") {
+      out.chat.tools = parse_tools(value);
+    } else if (key == "tool_choice") {
+      parse_tool_choice(value, out.chat);
+    } else if (key == "parallel_tool_calls") {
+      out.chat.parallel_tool_calls = boolean_field(value, "parallel_tool_calls");
     } else if (key == "response_format") {
-      if (!value.is_object() || !value.contains("type") || value["type"] != "text")
-        reject("'response_format' other than text is not supported yet", "response_format");
+      out.chat.output_format = parse_response_format(value);
     } else if (key == "modalities") {
       if (value != json::array({"text"})) reject("only the text modality is supported", "modalities");
     } else if (kUnsupportedFields.count(key)) {
-      reject(fmt::format("'{}' is not supported yet", key), key);
+      reject(fmt::format("'{}' is not supported", key), key);
     } else if (!kInertFields.count(key)) {
       reject(fmt::format("unrecognized request argument '{}'", key), key);
     }
@@ -204,7 +276,10 @@ ChatCompletionRequest parse(std::string_view body, const ServedModel& served) {
   if (out.logprobs && out.chat.top_logprobs < 0) out.chat.top_logprobs = 0;
   if (!out.logprobs) out.chat.top_logprobs = -1;
   if (out.include_usage && !out.stream) reject("'stream_options' is only allowed with 'stream': true", "stream_options");
-  (void)max_tokens_given;
+  if (out.chat.tools.empty() && root.contains("tool_choice") && !root["tool_choice"].is_null() &&
+      out.chat.tool_choice != engine::ToolChoice::None && out.chat.tool_choice != engine::ToolChoice::Auto)
+    reject("'tool_choice' requires 'tools'", "tool_choice");
+  check_tool_choice(out.chat, "tool_choice");
   return out;
 }
 
@@ -225,7 +300,7 @@ std::variant<ChatCompletionRequest, ApiError> parse_chat_completion_request(std:
                                                                             const ServedModel& served) {
   try {
     return parse(body, served);
-  } catch (const Invalid& invalid) {
+  } catch (const InvalidRequest& invalid) {
     return invalid.error;
   } catch (const json::exception& e) {  // e.g. a string that is not valid UTF-8
     return ApiError::bad_request(std::string("invalid request: ") + e.what());
@@ -233,7 +308,17 @@ std::variant<ChatCompletionRequest, ApiError> parse_chat_completion_request(std:
 }
 
 const char* openai_finish_reason(engine::FinishReason reason) {
-  return reason == engine::FinishReason::Length ? "length" : "stop";
+  switch (reason) {
+    case engine::FinishReason::Length: return "length";
+    case engine::FinishReason::ToolCalls: return "tool_calls";
+    default: return "stop";
+  }
+}
+
+nlohmann::json chat_tool_call_json(const chat::ToolCall& call) {
+  if (call.custom)
+    return {{"id", call.id}, {"type", "custom"}, {"custom", {{"name", call.name}, {"input", call.arguments}}}};
+  return {{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
 }
 
 nlohmann::json usage_json(int prompt_tokens, int completion_tokens, int cached_prompt_tokens) {
@@ -283,6 +368,29 @@ std::string ChatCompletionRenderer::stream_event(const engine::ChatEvent& event)
       if (logprobs_) choice["logprobs"] = logprobs_json(event.logprobs);
       return sse(chunk(json::array({choice})));
     }
+    case Kind::ToolCallStarted: {
+      const auto& call = event.tool_call;
+      json delta = call.custom ? json{{"index", event.tool_index}, {"id", call.id}, {"type", "custom"},
+                                      {"custom", {{"name", call.name}, {"input", ""}}}}
+                               : json{{"index", event.tool_index}, {"id", call.id}, {"type", "function"},
+                                      {"function", {{"name", call.name}, {"arguments", ""}}}};
+      custom_calls_.push_back(call.custom);
+      return sse(chunk(json::array({{{"index", 0},
+                                     {"delta", {{"tool_calls", json::array({delta})}}},
+                                     {"logprobs", nullptr},
+                                     {"finish_reason", nullptr}}})));
+    }
+    case Kind::ToolCallArguments: {
+      const bool custom = event.tool_index < static_cast<int>(custom_calls_.size()) && custom_calls_[event.tool_index];
+      json delta = custom ? json{{"index", event.tool_index}, {"custom", {{"input", event.text}}}}
+                          : json{{"index", event.tool_index}, {"function", {{"arguments", event.text}}}};
+      return sse(chunk(json::array({{{"index", 0},
+                                     {"delta", {{"tool_calls", json::array({delta})}}},
+                                     {"logprobs", nullptr},
+                                     {"finish_reason", nullptr}}})));
+    }
+    case Kind::ToolCallFinished:
+      return {};
     case Kind::Finished: {
       std::string out = sse(chunk(json::array(
           {{{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", openai_finish_reason(event.finish)}}})));
@@ -299,6 +407,10 @@ std::string ChatCompletionRenderer::stream_event(const engine::ChatEvent& event)
   return {};
 }
 
+std::string ChatCompletionRenderer::stream_error(const ApiError& error) {
+  return "data: " + dump_json(openai_error_body(error)) + "\n\n";
+}
+
 void ChatCompletionRenderer::collect(const engine::ChatEvent& event) {
   using Kind = engine::ChatEvent::Kind;
   if (event.kind == Kind::Text) {
@@ -311,13 +423,20 @@ void ChatCompletionRenderer::collect(const engine::ChatEvent& event) {
     cached_prompt_tokens_ = event.cached_prompt_tokens;
   } else if (event.kind == Kind::Started) {
     prompt_tokens_ = event.prompt_tokens;
+  } else if (event.kind == Kind::ToolCallFinished) {
+    tool_calls_.push_back(event.tool_call);
   }
 }
 
 nlohmann::json ChatCompletionRenderer::completion() const {
-  json choice = {{"index", 0},
-                 {"message", {{"role", "assistant"}, {"content", text_}, {"refusal", nullptr}}},
-                 {"logprobs", nullptr},
+  json message = {{"role", "assistant"}, {"content", text_}, {"refusal", nullptr}};
+  if (!tool_calls_.empty()) {
+    json calls = json::array();
+    for (const auto& call : tool_calls_) calls.push_back(chat_tool_call_json(call));
+    message["tool_calls"] = std::move(calls);
+    if (text_.empty()) message["content"] = nullptr;
+  }
+  json choice = {{"index", 0}, {"message", std::move(message)}, {"logprobs", nullptr},
                  {"finish_reason", openai_finish_reason(finish_)}};
   if (logprobs_) choice["logprobs"] = logprobs_json(all_logprobs_);
   return {{"id", id_},

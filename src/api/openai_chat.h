@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/api_error.h"
+#include "api/reply_renderer.h"
 #include "engine/chat_request.h"
 
 namespace splash::api {
@@ -17,6 +18,7 @@ namespace splash::api {
 struct ServedModel {
   std::string id;
   int vocab = 0;
+  std::vector<std::string> aliases = {};  // other names requests may use for it
 };
 
 struct ChatCompletionRequest {
@@ -33,17 +35,20 @@ std::variant<ChatCompletionRequest, ApiError> parse_chat_completion_request(std:
                                                                             const ServedModel& served);
 
 // Renders the event stream of one completion, streaming (SSE chunks) or as one object.
-class ChatCompletionRenderer {
+class ChatCompletionRenderer : public ReplyRenderer {
  public:
   ChatCompletionRenderer(std::string model_id, bool include_usage, bool logprobs);
 
   // SSE lines ("data: ...\n\n") for one event; empty when the event adds nothing.
-  std::string stream_event(const engine::ChatEvent& event);
+  std::string stream_event(const engine::ChatEvent& event) override;
   static std::string stream_done() { return "data: [DONE]\n\n"; }
+  std::string stream_end() override { return stream_done(); }
+  std::string stream_error(const ApiError& error) override;
 
   // Non-streaming: feed every event, then take the chat.completion object.
-  void collect(const engine::ChatEvent& event);
+  void collect(const engine::ChatEvent& event) override;
   nlohmann::json completion() const;
+  nlohmann::json final_body() override { return completion(); }
 
   const std::string& id() const { return id_; }
 
@@ -60,9 +65,12 @@ class ChatCompletionRenderer {
   std::vector<engine::TokenLogprob> all_logprobs_;
   engine::FinishReason finish_ = engine::FinishReason::Stop;
   int prompt_tokens_ = 0, completion_tokens_ = 0, cached_prompt_tokens_ = 0;
+  std::vector<chat::ToolCall> tool_calls_;  // non-streaming: the finished calls
+  std::vector<bool> custom_calls_;          // streaming: which call index is a custom tool's
 };
 
 const char* openai_finish_reason(engine::FinishReason reason);
+nlohmann::json chat_tool_call_json(const chat::ToolCall& call);
 nlohmann::json usage_json(int prompt_tokens, int completion_tokens, int cached_prompt_tokens = 0);
 
 }  // namespace splash::api

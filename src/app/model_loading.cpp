@@ -54,6 +54,9 @@ void print_summary(const LoadedModel& loaded, std::FILE* out) {
   fmt::print(out, "kernels      {} path, {}, {} threads\n", info.isa, info.kernel_shapes, info.threads);
   fmt::print(out, "context      {} tokens (model window {}), KV cache {:.1f} MiB\n", info.context,
              info.native_context, info.kv_cache_bytes / mib);
+  if (info.context > info.native_context)
+    fmt::print(out, "warning      the context ({} tokens) exceeds the model's trained window ({}): output quality "
+                    "degrades past it\n", info.context, info.native_context);
   fmt::print(out, "{}", loaded.plan.table());
   fmt::print(out, "chat format  {}\n", loaded.chat->description());
   fmt::print(out, "loaded in    {:.2f} s\n", loaded.load_seconds);

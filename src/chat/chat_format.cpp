@@ -1,10 +1,12 @@
 #include "chat/chat_format.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string_view>
 
 #include "common/error.h"
+#include "chat/tool_prompt.h"
 #include "formats/gguf.h"
 
 namespace splash::chat {
@@ -37,7 +39,15 @@ void append_turn(RenderedPrompt& out, std::string_view role, std::string_view co
 
 }  // namespace
 
-RenderedPrompt ChatMlFormat::render_prompt(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+RenderedPrompt ChatMlFormat::render_conversation(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
+                                                bool add_generation_prompt) const {
+  const bool has_tool_turns = std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) {
+    return m.role == "tool" || !m.tool_calls.empty();
+  });
+  if (!tools.empty() || has_tool_turns) {
+    const std::vector<ChatMessage> lowered = lower_tool_turns(messages, tools, default_system_prompt_);
+    return render_conversation(lowered, {}, add_generation_prompt);
+  }
   RenderedPrompt out;
   // The SmolLM2 template checks only the first message's role, and only inside its loop:
   // an empty conversation gets no system prompt, and any first role other than exactly
@@ -51,8 +61,8 @@ RenderedPrompt ChatMlFormat::render_prompt(std::span<const ChatMessage> messages
 }
 
 std::vector<int32_t> encode_prompt(const ChatFormat& format, const tokenizer::Tokenizer& tokenizer,
-                                   std::span<const ChatMessage> messages) {
-  const RenderedPrompt prompt = format.render_prompt(messages, /*add_generation_prompt=*/true);
+                                   std::span<const ChatMessage> messages, std::span<const ToolSpec> tools) {
+  const RenderedPrompt prompt = format.render_conversation(messages, tools, /*add_generation_prompt=*/true);
   std::vector<int32_t> ids = tokenizer.encode_with_literals(prompt.text, prompt.content);
   if (tokenizer.add_bos() && tokenizer.bos() >= 0 && (ids.empty() || ids.front() != tokenizer.bos()))
     ids.insert(ids.begin(), tokenizer.bos());

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/tool_spec.h"
 #include "tokenizer/tokenizer.h"
 
 namespace splash::gguf {
@@ -23,6 +24,8 @@ namespace splash::chat {
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant", "tool", ... written as the template does
   std::string content;
+  std::vector<ToolCall> tool_calls = {};  // assistant: the calls it made (after its content)
+  std::string tool_call_id = {};          // tool: the call this message answers
 };
 
 // A rendered prompt and where each message's content sits in it, so the tokenizer can keep
@@ -39,7 +42,14 @@ class ChatFormat {
   // that opens the assistant's reply. Content is inserted verbatim (no escaping), exactly
   // as the template does; keeping user text from acting as control tokens is the
   // tokenizer's job, given the content spans.
-  virtual RenderedPrompt render_prompt(std::span<const ChatMessage> messages, bool add_generation_prompt) const = 0;
+  // With tools, the family's tool format is used (chat/tool_prompt.h): the tool list joins
+  // the system prompt, assistant tool calls and tool results are written the way the model
+  // is to read and write them.
+  virtual RenderedPrompt render_conversation(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
+                                             bool add_generation_prompt) const = 0;
+  RenderedPrompt render_prompt(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+    return render_conversation(messages, {}, add_generation_prompt);
+  }
   std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
     return render_prompt(messages, add_generation_prompt).text;
   }
@@ -60,7 +70,8 @@ class ChatMlFormat : public ChatFormat {
  public:
   ChatMlFormat(std::string name, std::string default_system_prompt, bool recognized,
                std::string description);
-  RenderedPrompt render_prompt(std::span<const ChatMessage> messages, bool add_generation_prompt) const override;
+  RenderedPrompt render_conversation(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
+                                     bool add_generation_prompt) const override;
   std::vector<std::string> stop_texts() const override;
   std::string name() const override { return name_; }
   bool recognized() const override { return recognized_; }
@@ -77,7 +88,7 @@ class ChatMlFormat : public ChatFormat {
 // recognised only in the template's own markup (never inside message content), and BOS
 // prepended when the vocabulary asks for it and the template did not write one.
 std::vector<int32_t> encode_prompt(const ChatFormat& format, const tokenizer::Tokenizer& tokenizer,
-                                   std::span<const ChatMessage> messages);
+                                   std::span<const ChatMessage> messages, std::span<const ToolSpec> tools = {});
 
 // Picks the renderer for a model from its chat template. A known template gets its
 // family's renderer; an unknown or missing template on an architecture that splash

@@ -15,6 +15,7 @@
 
 #include "chat/chat_format.h"
 #include "engine/chat_request.h"
+#include "grammar/token_trie.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -57,7 +58,8 @@ class EngineService {
   void shut_down();
 
   // The prompt tokens of a conversation (chat format + tokenizer + BOS rule).
-  std::vector<int32_t> encode_chat(std::span<const chat::ChatMessage> messages) const;
+  std::vector<int32_t> encode_chat(std::span<const chat::ChatMessage> messages,
+                                   std::span<const chat::ToolSpec> tools = {}) const;
 
   EngineCounters counters() const;
   bool accepting() const { return !stopping_.load(); }
@@ -75,6 +77,7 @@ class EngineService {
   std::atomic<bool> stopping_{false};
   EngineCounters counters_;
   CachedSequence cached_;  // what the model's KV cache holds (worker thread only)
+  std::shared_ptr<const grammar::TokenTrie> token_trie_;  // for constrained decoding
   std::thread worker_;
 };
 

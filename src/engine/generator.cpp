@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "engine/output_constraints.h"
 #include "engine/stop_matcher.h"
 #include "tokenizer/streaming_detokenizer.h"
 
@@ -14,6 +15,7 @@ const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
     case FinishReason::Stop: return "stop";
     case FinishReason::Length: return "length";
+    case FinishReason::ToolCalls: return "tool_calls";
     case FinishReason::Cancelled: return "cancelled";
   }
   return "stop";
@@ -64,7 +66,14 @@ GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& token
   Sampler sampler(request.sampling);
   result.seed = sampler.seed();
   tokenizer::StreamingDetokenizer detokenizer(tokenizer);
-  StopMatcher stops(request.stop);
+  ReplyShaper shaper(request.constraints, tokenizer, request.token_trie);
+  if (shaper.active() && !request.token_trie) fail("constrained decoding needs the vocabulary's token trie");
+  // The text stream hides stop strings and, when the model may call tools, the marker that
+  // opens a call (from there on the shaper routes bytes to the tool-call stream).
+  std::vector<std::string> stop_texts = request.stop;
+  const std::string marker(shaper.tool_call_marker());
+  if (shaper.calls_enabled()) stop_texts.push_back(marker);
+  StopMatcher stops(stop_texts);
   std::vector<int32_t> history = request.prompt;
 
   // Reuse what the cache holds, if it really is what the model holds.
@@ -88,10 +97,35 @@ GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& token
     pending_logprobs.clear();
     return keep_going;
   };
+  std::vector<ToolCallUpdate> updates;
+  auto emit_updates = [&]() {
+    bool keep_going = true;
+    for (const ToolCallUpdate& update : updates) {
+      GenerationPiece piece{{}, pending_logprobs, &update};
+      keep_going = (sink ? sink(piece) : true) && keep_going;
+      pending_logprobs.clear();
+    }
+    updates.clear();
+    return keep_going;
+  };
+  // Optimistic constrained sampling: draw from the whole distribution, and only when the
+  // shaper refuses that token compute the mask and draw again from the allowed tokens.
+  std::vector<uint8_t> allowed;
+  auto next_token = [&]() -> int32_t {
+    const int32_t token = sampler.sample(logits, history);
+    if (!shaper.active() || shaper.allows(token)) return token;
+    shaper.fill_mask(allowed);
+    return sampler.sample(logits, history, allowed);
+  };
 
   result.finish = FinishReason::Length;
+  bool in_text = shaper.in_text();
   while (static_cast<int>(result.tokens.size()) < request.max_tokens) {
-    const int32_t token = sampler.sample(logits, history);
+    const int32_t token = next_token();
+    if (token < 0) {  // the constraints allow nothing more (e.g. a complete structured reply)
+      result.finish = FinishReason::Stop;
+      break;
+    }
     if (!request.ignore_end_of_generation && tokenizer.is_end_of_generation(token)) {
       result.finish = FinishReason::Stop;
       break;
@@ -99,11 +133,26 @@ GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& token
     result.tokens.push_back(token);
     history.push_back(token);
     if (request.top_logprobs >= 0) pending_logprobs.push_back(logprob_of(token, logits, request.top_logprobs, tokenizer));
-    if (!emit(stops.push(detokenizer.push(token))) || (stop_flag && stop_flag->load())) {
+    shaper.accept(token, updates);
+    bool keep_going = true;
+    if (in_text) {
+      keep_going = emit(stops.push(detokenizer.push(token)));
+      if (!shaper.in_text()) {  // this token opened a tool call: the text ends before the marker
+        in_text = false;
+        keep_going = emit(stops.flush()) && keep_going;
+      }
+    }
+    keep_going = emit_updates() && keep_going;
+    if (!keep_going || (stop_flag && stop_flag->load())) {
       result.finish = FinishReason::Cancelled;
       break;
     }
-    if (stops.stopped()) {
+    if (in_text && stops.stopped()) {
+      result.finish = FinishReason::Stop;
+      result.stop_sequence = stops.matched();
+      break;
+    }
+    if (shaper.finished()) {
       result.finish = FinishReason::Stop;
       break;
     }
@@ -111,11 +160,17 @@ GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& token
     logits = model.forward({&token, 1});
     if (cache) cache->tokens.push_back(token);
   }
-  if (result.finish != FinishReason::Cancelled && !stops.stopped()) {
-    std::string tail = stops.push(detokenizer.flush());
-    tail += stops.flush();
-    emit(tail);
+  if (result.finish != FinishReason::Cancelled) {
+    if (in_text && !stops.stopped()) {
+      std::string tail = stops.push(detokenizer.flush());
+      tail += stops.flush();
+      emit(tail);
+    }
+    shaper.finish(updates);
+    emit_updates();
+    if (!shaper.calls().empty() && result.finish == FinishReason::Stop) result.finish = FinishReason::ToolCalls;
   }
+  result.tool_calls = shaper.calls();
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - decode_start).count();
   return result;
 }

@@ -5,18 +5,29 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "engine/sampler.h"
+#include "engine/tool_call_stream.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
+namespace splash::grammar {
+class TokenTrie;
+}
+
 namespace splash::engine {
 
-enum class FinishReason { Stop, Length, Cancelled };
+enum class FinishReason {
+  Stop,       // end of generation token, a stop string, or a structured reply that is complete
+  Length,     // max_tokens or the end of the context
+  ToolCalls,  // the reply ended after one or more tool calls
+  Cancelled,
+};
 const char* finish_reason_name(FinishReason reason);
 
 struct GenerationRequest {
@@ -26,6 +37,10 @@ struct GenerationRequest {
   std::vector<std::string> stop;
   bool ignore_end_of_generation = false;  // benchmarks decode a fixed count
   int top_logprobs = -1;                  // -1: no logprobs; else also the n most likely
+  // Tool calls and structured output (engine/output_constraints.h); null: free text. Shared
+  // and immutable, so a cached compilation serves many requests.
+  std::shared_ptr<const OutputConstraints> constraints;
+  std::shared_ptr<const grammar::TokenTrie> token_trie;  // the vocabulary for constraints' masks
 };
 
 // A generated token's log-probability under the model (raw logits, before sampling
@@ -39,9 +54,11 @@ struct TokenLogprob {
 
 // What the sink receives: text safe to show now, and the logprobs of the tokens generated
 // since the previous piece (a piece can carry tokens but no text yet, e.g. half a character).
+// A piece carries either text or one tool-call update.
 struct GenerationPiece {
   std::string_view text;
   std::span<const TokenLogprob> logprobs;
+  const ToolCallUpdate* tool = nullptr;
 };
 
 // The tokens whose keys and values the model's cache holds, in position order. Passed to
@@ -56,6 +73,8 @@ struct GenerationResult {
   std::string text;
   std::vector<int32_t> tokens;
   FinishReason finish = FinishReason::Stop;
+  std::string stop_sequence;  // the request's stop string that ended it, if one did
+  std::vector<chat::ToolCall> tool_calls;
   int prompt_tokens = 0;
   int cached_prompt_tokens = 0;  // prompt tokens reused from the cache, not recomputed
   double prefill_seconds = 0.0;

@@ -53,7 +53,10 @@ MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memor
   plan.activation_bytes = needs.activation_bytes;
   plan.runtime_bytes = kRuntimeBytes;
   const size_t fixed = plan.weight_bytes + plan.mapped_bytes + plan.activation_bytes + plan.runtime_bytes;
-  const int wanted = requested_context > 0 ? std::min(requested_context, needs.native_context) : needs.native_context;
+  // --max-context may exceed the model's trained window (as llama.cpp's -c may): positions
+  // past it are computed the same way, but the model was never trained on them, so quality
+  // degrades; print_summary warns. Agents' prompts (15-20K tokens) need this on small models.
+  const int wanted = requested_context > 0 ? requested_context : needs.native_context;
   const size_t room = plan.budget_bytes > fixed ? plan.budget_bytes - fixed : 0;
   const size_t per_token = std::max<size_t>(needs.kv_bytes_per_token, 1);
   const int affordable = static_cast<int>(std::min<size_t>(room / per_token, static_cast<size_t>(wanted)));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <unordered_map>
 
 namespace splash::engine {
@@ -37,6 +38,11 @@ double Sampler::next_uniform() {
 }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  return sample(logits, history, {});
+}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history,
+                        std::span<const uint8_t> allowed) {
   adjusted_.assign(logits.begin(), logits.end());
   for (const auto& [id, bias] : params_.logit_bias)
     if (id >= 0 && static_cast<size_t>(id) < adjusted_.size()) adjusted_[id] += bias;
@@ -57,6 +63,14 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     }
   }
 
+  if (!allowed.empty()) {
+    bool any = false;
+    for (size_t i = 0; i < adjusted_.size(); ++i) {
+      if (i < allowed.size() && allowed[i]) any = true;
+      else adjusted_[i] = -std::numeric_limits<float>::infinity();
+    }
+    if (!any) return -1;
+  }
   if (params_.greedy())
     return static_cast<int32_t>(std::max_element(adjusted_.begin(), adjusted_.end()) - adjusted_.begin());
 
@@ -65,7 +79,7 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   candidates_.clear();
   const float best = *std::max_element(adjusted_.begin(), adjusted_.end());
   for (size_t i = 0; i < adjusted_.size(); ++i)
-    if (adjusted_[i] >= best - 30.0f * std::max(params_.temperature, 1.0f))
+    if (std::isfinite(adjusted_[i]) && adjusted_[i] >= best - 30.0f * std::max(params_.temperature, 1.0f))
       candidates_.push_back({static_cast<int32_t>(i), adjusted_[i]});
   auto by_logit = [](const Candidate& a, const Candidate& b) {
     return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;

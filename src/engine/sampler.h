@@ -36,6 +36,10 @@ class Sampler {
   explicit Sampler(const SamplingParams& params);
   // history: the tokens of the sequence so far (prompt and generated), for the penalties.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  // The same, over only the tokens with allowed[id] != 0 (constrained decoding); -1 when the
+  // mask allows none. The mask is applied before top-k/top-p/min-p, so they choose among
+  // allowed tokens.
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> history, std::span<const uint8_t> allowed);
   uint64_t seed() const { return seed_; }
 
  private:

@@ -17,7 +17,8 @@
 #include "api/api_error.h"
 #include "api/openai_chat.h"
 #include "common/error.h"
-#include "server/event_channel.h"
+#include "server/agent_routes.h"
+#include "server/reply_stream.h"
 #include "server/request_guard.h"
 #include "server/web_routes.h"
 
@@ -28,6 +29,10 @@ using nlohmann::json;
 constexpr auto kJson = "application/json";
 // No real client sends more header fields than this (browsers ~20, SDKs ~15).
 constexpr size_t kMaxHeaderCount = 100;
+// A stable name for whatever model is served, so agent configurations need not change when
+// the model does (Chat Completions refuses other names; Messages and Responses accept any,
+// since Claude Code and Codex send their own model names).
+constexpr std::string_view kModelAlias = "splash-model";
 
 void send_error(httplib::Response& res, const api::ApiError& error) {
   res.status = error.status;
@@ -137,14 +142,14 @@ void HttpServer::register_routes() {
   auto guarded = [allowlist, api_key](httplib::Server::Handler handler) {
     return [allowlist, api_key, handler](const httplib::Request& req, httplib::Response& res) {
       if (!allowlist->allows(req.get_header_value("Host")))
-        return send_error(res, {403,
+        return send_api_error(req, res, {403,
                                 fmt::format("Host '{}' is not allowed (allowed: {}; add one with --allowed-host)",
                                             req.get_header_value("Host"), allowlist->describe()),
                                 "permission_error", {}, "host_not_allowed"});
       if (!api_key.empty() && !is_public_route(req.path)) {
         const auto key = presented_api_key(req.get_header_value("Authorization"), req.get_header_value("x-api-key"));
         if (!key || !api_key_matches(api_key, *key))
-          return send_error(res, {401, "invalid or missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
+          return send_api_error(req, res, {401, "invalid or missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
                                   "authentication_error", {}, "invalid_api_key"});
       }
       handler(req, res);
@@ -156,10 +161,16 @@ void HttpServer::register_routes() {
   const size_t max_body = options_.max_body_bytes;
   http.set_pre_routing_handler([max_body](const httplib::Request& req, httplib::Response& res) {
     auto refuse = [&](const api::ApiError& error) {
-      send_error(res, error);
+      send_api_error(req, res, error);
       res.set_header("Connection", "close");
       return httplib::Server::HandlerResponse::Handled;
     };
+    // Claude Code checks that the server is there with HEAD / before anything else: it gets a
+    // 200 whether or not the chat page is served.
+    if (req.method == "HEAD" && req.path == "/") {
+      res.status = 200;
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (req.headers.size() > kMaxHeaderCount)
       return refuse({431, fmt::format("more than {} header fields", kMaxHeaderCount), "invalid_request_error", {}, {}});
     if (!req.has_header("Host")) return refuse(api::ApiError::bad_request("the request has no Host header"));
@@ -187,9 +198,9 @@ void HttpServer::register_routes() {
       case 405: message = fmt::format("method {} is not allowed on {}", req.method, req.path); break;
       default: message = fmt::format("HTTP error {}", res.status); break;
     }
-    send_error(res, {res.status, message, res.status == 404 ? "not_found_error" : "invalid_request_error", {}, {}});
+    send_api_error(req, res, {res.status, message, res.status == 404 ? "not_found_error" : "invalid_request_error", {}, {}});
   });
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+  http.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
     std::string message = "internal error";
     try {
       std::rethrow_exception(error);
@@ -197,8 +208,9 @@ void HttpServer::register_routes() {
       message = std::string("internal error: ") + e.what();
     } catch (...) {
     }
-    send_error(res, {500, message, "server_error", {}, {}});
+    send_api_error(req, res, {500, message, "server_error", {}, {}});
   });
+
 
   http.Get("/health", guarded([](const httplib::Request&, httplib::Response& res) { send_json(res, {{"status", "ok"}}); }));
   http.Get("/ready", guarded([this](const httplib::Request&, httplib::Response& res) {
@@ -209,10 +221,11 @@ void HttpServer::register_routes() {
 
   http.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
     send_json(res, {{"object", "list"},
-                    {"data", json::array({{{"id", model_.id}, {"object", "model"}, {"created", 0}, {"owned_by", "splash"}}})}});
+                    {"data", json::array({{{"id", model_.id}, {"object", "model"}, {"created", 0}, {"owned_by", "splash"}},
+                                          {{"id", kModelAlias}, {"object", "model"}, {"created", 0}, {"owned_by", "splash"}}})}});
   }));
   http.Get(R"(/v1/models/(.+))", guarded([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.matches[1] != model_.id)
+    if (req.matches[1].str() != model_.id && req.matches[1].str() != kModelAlias)
       return send_error(res, {404, fmt::format("The model '{}' does not exist", req.matches[1].str()),
                               "invalid_request_error", "model", "model_not_found"});
     send_json(res, {{"id", model_.id}, {"object", "model"}, {"created", 0}, {"owned_by", "splash"}});
@@ -269,74 +282,17 @@ void HttpServer::register_routes() {
     if (body.is_discarded() || !body.is_object() || !body.contains("messages"))
       return send_error(res, api::ApiError::bad_request("the body must be a JSON object with 'messages'", "messages"));
     json minimal = {{"messages", body["messages"]}};
+    if (body.contains("tools")) minimal["tools"] = body["tools"];
     auto parsed = api::parse_chat_completion_request(api::dump_json(minimal), {model_.id, model_.vocab});
     if (auto* error = std::get_if<api::ApiError>(&parsed)) return send_error(res, *error);
-    const auto& messages = std::get<api::ChatCompletionRequest>(parsed).chat.messages;
-    send_json(res, {{"prompt", chat_.render(messages, true)}, {"tokens", engine_.encode_chat(messages)}});
+    const auto& chat = std::get<api::ChatCompletionRequest>(parsed).chat;
+    send_json(res, {{"prompt", chat_.render_conversation(chat.messages, chat.tools, true).text},
+                    {"tokens", engine_.encode_chat(chat.messages, chat.tools)}});
   }));
 
-  http.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
-    // Counted until the last byte is written (for a stream: until its releaser runs), so
-    // shutdown can let it finish.
-    auto in_flight = std::shared_ptr<void>(
-        (completions_in_flight_->fetch_add(1), nullptr),
-        [counter = completions_in_flight_](void*) { counter->fetch_sub(1); });
-    auto parsed = api::parse_chat_completion_request(req.body, {model_.id, model_.vocab});
-    if (auto* error = std::get_if<api::ApiError>(&parsed)) return send_error(res, *error);
-    auto request = std::get<api::ChatCompletionRequest>(std::move(parsed));
-    auto channel = std::make_shared<EventChannel>();
-    auto ticket = engine_.submit(std::move(request.chat), [channel](const engine::ChatEvent& e) { return channel->push(e); });
-
-    // The first event decides the status: Started (200, then the stream) or Failed (400).
-    std::optional<engine::ChatEvent> first;
-    while (!(first = channel->pop(std::chrono::milliseconds(500)))) {
-    }
-    if (first->kind == engine::ChatEvent::Kind::Failed) {
-      channel->abandon();
-      const bool shutting_down = !engine_.accepting();
-      return send_error(res, {shutting_down ? 503 : 400, first->error,
-                              shutting_down ? "server_error" : "invalid_request_error", {}, {}});
-    }
-    auto renderer = std::make_shared<api::ChatCompletionRenderer>(model_.id, request.include_usage, request.logprobs);
-    if (!request.stream) {
-      renderer->collect(*first);
-      while (true) {
-        auto event = channel->pop(std::chrono::milliseconds(500));
-        if (!event) continue;
-        if (event->kind == engine::ChatEvent::Kind::Failed) {
-          channel->abandon();
-          return send_error(res, {500, event->error, "server_error", {}, {}});
-        }
-        renderer->collect(*event);
-        if (event->kind == engine::ChatEvent::Kind::Finished) break;
-      }
-      return send_json(res, renderer->completion());
-    }
-    auto pending = std::make_shared<std::string>(renderer->stream_event(*first));
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [channel, ticket, renderer, pending](size_t, httplib::DataSink& sink) {
-          // Each call writes what is ready; a failed write means the client left.
-          if (!pending->empty()) {
-            if (!sink.write(pending->data(), pending->size())) return ticket->cancel(), false;
-            pending->clear();
-          }
-          auto event = channel->pop(std::chrono::milliseconds(200));
-          if (!event) return true;  // nothing yet; called again
-          std::string out = renderer->stream_event(*event);
-          const bool last = event->kind == engine::ChatEvent::Kind::Finished || event->kind == engine::ChatEvent::Kind::Failed;
-          if (last) out += api::ChatCompletionRenderer::stream_done();
-          if (!out.empty() && !sink.write(out.data(), out.size())) return ticket->cancel(), false;
-          if (last) sink.done();
-          return true;
-        },
-        [channel, ticket, in_flight](bool success) {
-          if (!success) ticket->cancel();
-          channel->abandon();
-        });
-  }));
+  register_agent_routes(http, guarded,
+                        {engine_, model_.id, {std::string(kModelAlias)}, model_.vocab,
+                         std::make_shared<api::ResponseStore>(), completions_in_flight_});
 
   if (options_.webui) register_web_routes(http, guarded);
 }

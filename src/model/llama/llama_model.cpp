@@ -137,7 +137,7 @@ class LlamaModel final : public Model {
     info_.ffn = s.ffn;
     info_.vocab = s.vocab;
     info_.native_context = h.native_context;
-    info_.context = options.max_context > 0 ? std::min(options.max_context, h.native_context) : h.native_context;
+    info_.context = options.max_context > 0 ? options.max_context : h.native_context;
     info_.isa = kernels::matmul_isa_name();
     info_.threads = pool_.size();
     info_.kernel_shapes = Shapes::name ? fmt::format("compile-time shapes of {}", Shapes::name)

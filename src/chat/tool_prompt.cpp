@@ -1,0 +1,145 @@
+#include "chat/tool_prompt.h"
+
+#include <nlohmann/json.hpp>
+
+#include "chat/chat_format.h"
+
+namespace splash::chat {
+
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+// JSON with ", " and ": " separators, the way Python's json.dumps writes the tool lines
+// Qwen's templates were trained on.
+template <typename Json>
+std::string spaced_json(const Json& value) {
+  std::string out;
+  const std::string compact = value.dump(-1, ' ', false, Json::error_handler_t::replace);
+  out.reserve(compact.size() + compact.size() / 8);
+  bool in_string = false;
+  for (size_t i = 0; i < compact.size(); ++i) {
+    const char c = compact[i];
+    out += c;
+    if (in_string) {
+      if (c == '\\' && i + 1 < compact.size()) out += compact[++i];
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == ',' || c == ':') {
+      out += ' ';
+    }
+  }
+  return out;
+}
+
+// Keys in the order Qwen's templates write them (ordered_json keeps insertion order).
+ordered_json tool_line(const ToolSpec& tool) {
+  if (tool.kind == ToolSpec::Kind::Custom) {
+    ordered_json line = {{"type", "custom"}, {"name", tool.name}, {"description", tool.description}};
+    if (!tool.lark_grammar.empty())
+      line["format"] = {{"type", "grammar"}, {"syntax", "lark"}, {"definition", tool.lark_grammar}};
+    return line;
+  }
+  const ordered_json parameters = ordered_json::parse(tool.parameters.dump(-1, ' ', false, json::error_handler_t::replace));
+  return {{"type", "function"},
+          {"function", {{"name", tool.name}, {"description", tool.description}, {"parameters", parameters}}}};
+}
+
+}  // namespace
+
+bool is_valid_tool_name(std::string_view name) {
+  if (name.empty() || name.size() > 128) return false;
+  for (unsigned char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+                    c == '.' || c == ':';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string tools_system_block(std::span<const ToolSpec> tools) {
+  bool any_custom = false;
+  std::string out =
+      "# Tools\n\nYou may call one or more of these tools to help with the request. They are listed inside "
+      "<tools></tools>, one JSON object per line:\n<tools>";
+  for (const ToolSpec& tool : tools) {
+    out += '\n';
+    out += spaced_json(tool_line(tool));
+    any_custom = any_custom || tool.kind == ToolSpec::Kind::Custom;
+  }
+  out +=
+      "\n</tools>\n\nTo call a function, write a JSON object with its name and arguments inside <tool_call></tool_call> "
+      "tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <arguments-json-object>}\n</tool_call>";
+  if (any_custom) {
+    out +=
+        "\n\nA custom tool takes raw text instead of JSON: write its name on the first line inside the tags and its "
+        "input, in the tool's format, after it:\n<tool_call>\n<tool-name>\n<input>\n</tool_call>";
+  }
+  return out;
+}
+
+std::string render_tool_call(const ToolCall& call) {
+  std::string out(kToolCallOpen);
+  out += kToolCallBodyStart;
+  if (call.custom) {
+    out += call.name;
+    out += '\n';
+    out += call.arguments;
+  } else {
+    // Arguments are re-serialised in the same layout the model is asked to write; text that
+    // is not JSON (a client may echo anything back) is kept as it came.
+    json arguments = json::parse(call.arguments, nullptr, false);
+    out += kFunctionCallNamePrefix;
+    out += call.name;
+    out += kFunctionCallArgumentsPrefix;
+    out += arguments.is_discarded() ? (call.arguments.empty() ? std::string("{}") : call.arguments) : spaced_json(arguments);
+    out += kFunctionCallSuffix;
+  }
+  out += kToolCallEnd;
+  return out;
+}
+
+std::vector<ChatMessage> lower_tool_turns(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
+                                          std::string_view system_prompt_when_missing) {
+  std::vector<ChatMessage> out;
+  out.reserve(messages.size() + 1);
+  if (!tools.empty()) {
+    const std::string block = tools_system_block(tools);
+    if (!messages.empty() && messages.front().role == "system") {
+      out.push_back({"system", messages.front().content + "\n\n" + block});
+      messages = messages.subspan(1);
+    } else {
+      std::string system(system_prompt_when_missing);
+      out.push_back({"system", system.empty() ? block : system + "\n\n" + block});
+    }
+  }
+  for (const ChatMessage& m : messages) {
+    if (m.role == "tool") {
+      std::string response = "<tool_response>\n" + m.content + "\n</tool_response>";
+      // Consecutive results answer one assistant turn: they share one user turn.
+      if (!out.empty() && out.back().role == "user" && out.back().content.ends_with("</tool_response>") &&
+          out.back().tool_call_id == "tool_responses") {
+        out.back().content += "\n" + response;
+      } else {
+        out.push_back({"user", std::move(response), {}, "tool_responses"});
+      }
+      continue;
+    }
+    if (m.role == "assistant" && !m.tool_calls.empty()) {
+      std::string content = m.content;
+      for (const ToolCall& call : m.tool_calls) {
+        if (!content.empty()) content += '\n';
+        content += render_tool_call(call);
+      }
+      out.push_back({"assistant", std::move(content)});
+      continue;
+    }
+    out.push_back({m.role, m.content});
+  }
+  for (auto& m : out) m.tool_call_id.clear();
+  return out;
+}
+
+}  // namespace splash::chat

@@ -1,0 +1,58 @@
+#pragma once
+// The tool-call format: how tools are shown to the model and how it calls them.
+//
+// One format serves every family this engine supports: Qwen2.5/Qwen3's own (the tool list
+// as JSON lines inside <tools></tools> in the system prompt, each call a JSON object inside
+// <tool_call></tool_call>, results inside <tool_response></tool_response> in a user turn),
+// which is also the documented default for families whose template has no tool format
+// (SmolLM2). Freeform (custom) tools use the same tags with the tool's name on the first
+// line and the raw input after it, so a grammar can constrain the input byte for byte:
+//
+//   <tool_call>
+//   {"name": "get_weather", "arguments": {"city": "Paris"}}
+//   </tool_call>
+//   <tool_call>
+//   apply_patch
+//   *** Begin Patch ...
+//   </tool_call>
+//
+// engine/tool_call_stream.h parses the model's output in this format back into calls, and
+// engine/output_constraint.h builds the grammar that makes every call valid.
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "chat/tool_spec.h"
+
+namespace splash::chat {
+
+struct ChatMessage;
+
+inline constexpr std::string_view kToolCallOpen = "<tool_call>";
+inline constexpr std::string_view kToolCallClose = "</tool_call>";
+// What follows kToolCallOpen before a function call's JSON, and what closes any call.
+inline constexpr std::string_view kToolCallBodyStart = "\n";
+inline constexpr std::string_view kToolCallEnd = "\n</tool_call>";
+// The fixed JSON layout of a function call: {"name": "<name>", "arguments": <object>}
+inline constexpr std::string_view kFunctionCallNamePrefix = "{\"name\": \"";
+inline constexpr std::string_view kFunctionCallArgumentsPrefix = "\", \"arguments\": ";
+inline constexpr std::string_view kFunctionCallSuffix = "}";
+
+// The block appended to the system prompt that lists the tools and explains the format.
+std::string tools_system_block(std::span<const ToolSpec> tools);
+
+// One call as the model writes it, from <tool_call> to </tool_call>.
+std::string render_tool_call(const ToolCall& call);
+
+// Rewrites a conversation with tool calls and results into plain role/content turns in
+// this format: `system_prompt_when_missing` (the template's default, possibly empty) is
+// used when tools must be listed and the conversation has no system message; assistant
+// calls follow the assistant's text; consecutive tool results become one user turn.
+std::vector<ChatMessage> lower_tool_turns(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
+                                          std::string_view system_prompt_when_missing);
+
+// Whether `name` can be written into the format unambiguously (letters, digits, _ - . :).
+bool is_valid_tool_name(std::string_view name);
+
+}  // namespace splash::chat

@@ -1,0 +1,271 @@
+#include "engine/output_constraints.h"
+
+#include <algorithm>
+#include <list>
+#include <mutex>
+#include <unordered_map>
+
+#include "chat/tool_prompt.h"
+#include "common/error.h"
+#include "grammar/grammar_builder.h"
+
+namespace splash::engine {
+
+namespace {
+
+using grammar::GrammarBuilder;
+
+// One call's body: "\n", then a function call in the fixed JSON layout or a custom tool's
+// name line and raw input, then "\n</tool_call>".
+GrammarBuilder::Id call_body(GrammarBuilder& b, const ChatRequest& request) {
+  std::vector<GrammarBuilder::Id> alternatives;
+  for (const chat::ToolSpec& tool : request.tools) {
+    if (request.tool_choice == ToolChoice::Named && tool.name != request.tool_choice_name) continue;
+    if (tool.kind == chat::ToolSpec::Kind::Function) {
+      GrammarBuilder::Id arguments;
+      try {
+        arguments = b.json_schema(tool.parameters);
+      } catch (const Error& e) {
+        if (tool.strict) fail("tool '{}': {}", tool.name, e.what());
+        arguments = b.json_object();
+      }
+      alternatives.push_back(b.sequence({b.literal(std::string(chat::kFunctionCallNamePrefix) + tool.name +
+                                                   std::string(chat::kFunctionCallArgumentsPrefix)),
+                                         arguments, b.literal(chat::kFunctionCallSuffix)}));
+    } else {
+      GrammarBuilder::Id input;
+      if (tool.lark_grammar.empty()) {
+        input = b.repeat(b.any_byte(), 0, -1);
+      } else {
+        try {
+          input = b.lark(tool.lark_grammar);
+        } catch (const Error& e) {
+          fail("tool '{}': its Lark grammar: {}", tool.name, e.what());
+        }
+      }
+      alternatives.push_back(b.sequence({b.literal(tool.name + "\n"), input}));
+    }
+  }
+  if (alternatives.empty()) fail("tool_choice names '{}', which is not one of the tools", request.tool_choice_name);
+  return b.sequence({b.literal(chat::kToolCallBodyStart), b.choice(std::move(alternatives)), b.literal(chat::kToolCallEnd)});
+}
+
+std::shared_ptr<const grammar::Grammar> build_calls(const ChatRequest& request, std::string_view prefix) {
+  GrammarBuilder b;
+  const auto body = call_body(b, request);
+  return b.build(prefix.empty() ? body : b.sequence({b.literal(prefix), body}));
+}
+
+std::shared_ptr<const grammar::Grammar> build_text(const OutputFormat& format) {
+  GrammarBuilder b;
+  switch (format.kind) {
+    case OutputFormat::Kind::Text: return nullptr;
+    case OutputFormat::Kind::JsonObject: return b.build(b.json_object());
+    case OutputFormat::Kind::JsonSchema: return b.build(b.json_schema(format.schema));
+    case OutputFormat::Kind::Lark: return b.build(b.lark(format.grammar));
+  }
+  return nullptr;
+}
+
+std::shared_ptr<const OutputConstraints> compile_uncached(const ChatRequest& request) {
+  auto out = std::make_shared<OutputConstraints>();
+  out->tool_choice = request.tool_choice;
+  out->parallel_tool_calls = request.parallel_tool_calls && request.tool_choice != ToolChoice::Named;
+  out->has_tools = !request.tools.empty();
+  if (out->has_tools && request.tool_choice != ToolChoice::None) {
+    out->call_body = build_calls(request, {});
+    if (request.tool_choice == ToolChoice::Required || request.tool_choice == ToolChoice::Named)
+      out->first_call = build_calls(request, chat::kToolCallOpen);
+    if (out->parallel_tool_calls) out->next_call = build_calls(request, std::string("\n") + std::string(chat::kToolCallOpen));
+  }
+  out->text = build_text(request.output_format);
+  return out;
+}
+
+// Agents send the same tools with every request: compiled grammars are kept, keyed by
+// everything they are compiled from, least recently used out first.
+class ConstraintCache {
+ public:
+  std::shared_ptr<const OutputConstraints> get(const ChatRequest& request) {
+    nlohmann::json key = {{"choice", static_cast<int>(request.tool_choice)},
+                          {"name", request.tool_choice_name},
+                          {"parallel", request.parallel_tool_calls},
+                          {"format", static_cast<int>(request.output_format.kind)},
+                          {"schema", request.output_format.schema},
+                          {"grammar", request.output_format.grammar}};
+    auto& tools = key["tools"] = nlohmann::json::array();
+    for (const auto& t : request.tools)
+      tools.push_back({static_cast<int>(t.kind), t.name, t.parameters, t.lark_grammar});
+    const std::string text = key.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = index_.find(text); it != index_.end()) {
+        order_.splice(order_.begin(), order_, it->second);
+        return it->second->second;
+      }
+    }
+    auto compiled = compile_uncached(request);  // outside the lock: compiling can take a while
+    std::lock_guard lock(mutex_);
+    if (index_.count(text)) return compiled;
+    order_.emplace_front(text, compiled);
+    index_[text] = order_.begin();
+    if (order_.size() > kCapacity) {
+      index_.erase(order_.back().first);
+      order_.pop_back();
+    }
+    return compiled;
+  }
+
+ private:
+  static constexpr size_t kCapacity = 32;
+  std::mutex mutex_;
+  std::list<std::pair<std::string, std::shared_ptr<const OutputConstraints>>> order_;
+  std::unordered_map<std::string, decltype(order_)::iterator> index_;
+};
+
+bool is_special(const tokenizer::Tokenizer& tokenizer, int32_t id) {
+  const auto type = tokenizer.token_type(id);
+  return type == tokenizer::TokenType::control || type == tokenizer::TokenType::unknown ||
+         type == tokenizer::TokenType::unused;
+}
+
+}  // namespace
+
+std::shared_ptr<const OutputConstraints> compile_output_constraints(const ChatRequest& request) {
+  if (request.tools.empty() && request.output_format.kind == OutputFormat::Kind::Text) return nullptr;
+  if (request.tool_choice == ToolChoice::Named &&
+      std::none_of(request.tools.begin(), request.tools.end(),
+                   [&](const chat::ToolSpec& t) { return t.name == request.tool_choice_name; }))
+    fail("tool_choice names '{}', which is not one of the tools", request.tool_choice_name);
+  static ConstraintCache cache;
+  return cache.get(request);
+}
+
+std::shared_ptr<const grammar::TokenTrie> build_token_trie(const tokenizer::Tokenizer& tokenizer) {
+  std::vector<std::string> bytes(tokenizer.size());
+  for (size_t id = 0; id < bytes.size(); ++id)
+    if (!is_special(tokenizer, static_cast<int32_t>(id))) bytes[id] = tokenizer.token_bytes(static_cast<int32_t>(id));
+  return std::make_shared<const grammar::TokenTrie>(bytes);
+}
+
+// --- ReplyShaper --------------------------------------------------------------------------
+
+ReplyShaper::ReplyShaper(std::shared_ptr<const OutputConstraints> constraints, const tokenizer::Tokenizer& tokenizer,
+                         std::shared_ptr<const grammar::TokenTrie> trie)
+    : constraints_(std::move(constraints)), tokenizer_(tokenizer), trie_(std::move(trie)) {
+  if (!constraints_) return;
+  if (constraints_->first_call) {
+    calls_started_ = true;
+    call_open_ = true;
+    call_.emplace(constraints_->first_call);
+    marker_to_skip_ = chat::kToolCallOpen.size();
+  } else if (constraints_->text) {
+    text_.emplace(constraints_->text);
+  }
+}
+
+std::string_view ReplyShaper::tool_call_marker() const { return chat::kToolCallOpen; }
+
+bool ReplyShaper::calls_enabled() const { return constraints_ && constraints_->call_body != nullptr && !text_; }
+
+std::optional<size_t> ReplyShaper::marker_end(std::string_view bytes) const {
+  const std::string joined = marker_tail_ + std::string(bytes);
+  const size_t at = joined.find(chat::kToolCallOpen);
+  if (at == std::string::npos) return std::nullopt;
+  // The position in `bytes` just after the marker.
+  return at + chat::kToolCallOpen.size() - marker_tail_.size();
+}
+
+bool ReplyShaper::text_allows(std::string_view bytes) const {
+  if (text_) return text_->can_accept(bytes);
+  const auto end = marker_end(bytes);
+  if (!end) return true;
+  if (!calls_enabled() || constraints_->tool_choice == ToolChoice::None) return false;
+  grammar::Matcher fresh(constraints_->call_body);
+  return fresh.can_accept(bytes.substr(*end));
+}
+
+bool ReplyShaper::end_allowed() const {
+  if (!calls_started_) return !text_ || text_->is_complete();
+  return !call_open_;
+}
+
+bool ReplyShaper::allows(int32_t token) const {
+  if (!constraints_) return true;
+  if (tokenizer_.is_end_of_generation(token)) return end_allowed();
+  if (is_special(tokenizer_, token)) return !calls_started_ && !text_;  // free text: stop texts handle them
+  const std::string& bytes = tokenizer_.token_bytes(token);
+  if (!calls_started_) return text_allows(bytes);
+  if (!call_) return false;  // the last allowed call is done
+  return call_->can_accept(bytes);
+}
+
+void ReplyShaper::fill_mask(std::vector<uint8_t>& allowed) const {
+  allowed.assign(tokenizer_.size(), 0);
+  if (calls_started_ ? static_cast<bool>(call_) : static_cast<bool>(text_)) {
+    (calls_started_ ? *call_ : *text_).fill_mask(*trie_, allowed);
+    allowed.resize(tokenizer_.size(), 0);
+  } else if (!calls_started_) {
+    for (size_t id = 0; id < allowed.size(); ++id) allowed[id] = allows(static_cast<int32_t>(id)) ? 1 : 0;
+    return;
+  }
+  const bool end = end_allowed();
+  for (size_t id = 0; id < allowed.size(); ++id)
+    if (tokenizer_.is_end_of_generation(static_cast<int32_t>(id))) allowed[id] = end ? 1 : 0;
+}
+
+void ReplyShaper::accept(int32_t token, std::vector<ToolCallUpdate>& updates) {
+  if (!constraints_ || tokenizer_.is_end_of_generation(token)) return;
+  std::string_view bytes = tokenizer_.token_bytes(token);
+  if (!calls_started_) {
+    if (text_) {
+      text_->accept(bytes);
+      return;
+    }
+    if (const auto end = calls_enabled() ? marker_end(bytes) : std::nullopt) {
+      calls_started_ = true;
+      call_open_ = true;
+      call_.emplace(constraints_->call_body);
+      marker_tail_.clear();
+      bytes = bytes.substr(*end);
+      call_->accept(bytes);
+      push_call_bytes(bytes, updates);
+      return;
+    }
+    marker_tail_ += bytes;
+    if (marker_tail_.size() >= chat::kToolCallOpen.size())
+      marker_tail_.erase(0, marker_tail_.size() - (chat::kToolCallOpen.size() - 1));
+    return;
+  }
+  if (!call_) return;
+  call_->accept(bytes);
+  call_open_ = true;
+  // A required first call's grammar starts with the marker itself, which the stream (made
+  // to start after it) must not see.
+  const size_t skip = std::min(marker_to_skip_, bytes.size());
+  marker_to_skip_ -= skip;
+  push_call_bytes(bytes.substr(skip), updates);
+}
+
+void ReplyShaper::push_call_bytes(std::string_view bytes, std::vector<ToolCallUpdate>& updates) {
+  const size_t before = updates.size();
+  stream_.push(bytes, updates);
+  for (size_t i = before; i < updates.size(); ++i) {
+    if (updates[i].kind != ToolCallUpdate::Kind::Finished) continue;
+    call_open_ = false;
+    if (constraints_->next_call) call_.emplace(constraints_->next_call);
+    else call_.reset();
+  }
+}
+
+void ReplyShaper::finish(std::vector<ToolCallUpdate>& updates) {
+  if (calls_started_) stream_.finish(updates);
+}
+
+bool ReplyShaper::finished() const {
+  if (!constraints_) return false;
+  if (calls_started_) return !call_open_ && !call_;
+  return text_ && text_->is_complete() && text_->is_dead();
+}
+
+}  // namespace splash::engine

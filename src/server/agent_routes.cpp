@@ -1,0 +1,85 @@
+#include "server/agent_routes.h"
+
+#include "api/anthropic_messages.h"
+#include "api/openai_chat.h"
+#include "api/openai_responses.h"
+#include "server/reply_stream.h"
+
+namespace splash::server {
+
+namespace {
+
+void write_openai_error(httplib::Response& res, const api::ApiError& error) {
+  res.status = error.status;
+  res.set_content(api::dump_json(api::openai_error_body(error)), "application/json");
+}
+
+void write_anthropic_error(httplib::Response& res, const api::ApiError& error) {
+  res.status = error.status;
+  res.set_content(api::dump_json(api::anthropic_error_body(error)), "application/json");
+}
+
+// Counted until the last byte is written (for a stream: until its releaser runs).
+std::shared_ptr<void> count_in_flight(const std::shared_ptr<std::atomic<int>>& counter) {
+  counter->fetch_add(1);
+  return std::shared_ptr<void>(nullptr, [counter](void*) { counter->fetch_sub(1); });
+}
+
+}  // namespace
+
+void register_agent_routes(httplib::Server& http, const RouteGuard& guard, AgentRoutesContext context) {
+  auto ctx = std::make_shared<AgentRoutesContext>(std::move(context));
+
+  http.Post("/v1/chat/completions", guard([ctx](const httplib::Request& req, httplib::Response& res) {
+    auto in_flight = count_in_flight(ctx->in_flight);
+    api::ServedModel served{ctx->model_id, ctx->vocab, ctx->model_aliases};
+    auto parsed = api::parse_chat_completion_request(req.body, served);
+    if (auto* error = std::get_if<api::ApiError>(&parsed)) return write_openai_error(res, *error);
+    auto request = std::get<api::ChatCompletionRequest>(std::move(parsed));
+    auto renderer = std::make_shared<api::ChatCompletionRenderer>(ctx->model_id, request.include_usage, request.logprobs);
+    serve_reply(res, ctx->engine, std::move(request.chat), request.stream, renderer, write_openai_error, in_flight);
+  }));
+
+  http.Post("/v1/messages", guard([ctx](const httplib::Request& req, httplib::Response& res) {
+    auto in_flight = count_in_flight(ctx->in_flight);
+    auto parsed = api::parse_messages_request(req.body);
+    if (auto* error = std::get_if<api::ApiError>(&parsed)) return write_anthropic_error(res, *error);
+    auto request = std::get<api::MessagesRequest>(std::move(parsed));
+    auto renderer = std::make_shared<api::MessagesRenderer>(request.model);
+    serve_reply(res, ctx->engine, std::move(request.chat), request.stream, renderer, write_anthropic_error, in_flight);
+  }));
+
+  // Answered by the tokenizer on this thread, never queued behind generation.
+  http.Post("/v1/messages/count_tokens", guard([ctx](const httplib::Request& req, httplib::Response& res) {
+    auto parsed = api::parse_messages_request(req.body, /*for_counting=*/true);
+    if (auto* error = std::get_if<api::ApiError>(&parsed)) return write_anthropic_error(res, *error);
+    const auto& chat = std::get<api::MessagesRequest>(parsed).chat;
+    const auto tokens = ctx->engine.encode_chat(chat.messages, chat.tools);
+    res.set_content(api::dump_json({{"input_tokens", tokens.size()}}), "application/json");
+  }));
+
+  http.Post("/v1/responses", guard([ctx](const httplib::Request& req, httplib::Response& res) {
+    auto in_flight = count_in_flight(ctx->in_flight);
+    auto parsed = api::parse_responses_request(req.body, *ctx->responses);
+    if (auto* error = std::get_if<api::ApiError>(&parsed)) return write_openai_error(res, *error);
+    auto request = std::get<api::ResponsesRequest>(std::move(parsed));
+    auto renderer = std::make_shared<api::ResponsesRenderer>(request, ctx->responses);
+    serve_reply(res, ctx->engine, std::move(request.chat), request.stream, renderer, write_openai_error, in_flight);
+  }));
+  http.Get(R"(/v1/responses/([^/]+))", guard([ctx](const httplib::Request& req, httplib::Response& res) {
+    auto stored = ctx->responses->get(req.matches[1]);
+    if (!stored)
+      return write_openai_error(res, {404, "No response with id '" + req.matches[1].str() + "' is stored",
+                                      "invalid_request_error", "response_id", "not_found"});
+    res.set_content(api::dump_json(stored->response), "application/json");
+  }));
+  http.Delete(R"(/v1/responses/([^/]+))", guard([ctx](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1];
+    if (!ctx->responses->erase(id))
+      return write_openai_error(res, {404, "No response with id '" + id + "' is stored", "invalid_request_error",
+                                      "response_id", "not_found"});
+    res.set_content(api::dump_json({{"id", id}, {"object", "response.deleted"}, {"deleted", true}}), "application/json");
+  }));
+}
+
+}  // namespace splash::server

@@ -1,0 +1,85 @@
+#include "server/reply_stream.h"
+
+#include <httplib.h>
+
+#include "api/anthropic_messages.h"
+#include "common/error.h"
+#include "engine/output_constraints.h"
+#include "server/event_channel.h"
+
+namespace splash::server {
+
+bool is_anthropic_route(const std::string& path) { return path.starts_with("/v1/messages"); }
+
+void send_api_error(const httplib::Request& req, httplib::Response& res, const api::ApiError& error) {
+  res.status = error.status;
+  const auto body = is_anthropic_route(req.path) ? api::anthropic_error_body(error) : api::openai_error_body(error);
+  res.set_content(api::dump_json(body), "application/json");
+}
+
+void serve_reply(httplib::Response& res, engine::EngineService& engine, engine::ChatRequest request, bool stream,
+                 std::shared_ptr<api::ReplyRenderer> renderer, const ErrorWriter& write_error,
+                 std::shared_ptr<void> in_flight) {
+  // Grammars are compiled here, on the HTTP thread: a schema this engine cannot honour is the
+  // caller's 400, and compiling never holds up the engine (results are cached by shape).
+  try {
+    if (!request.constraints) request.constraints = engine::compile_output_constraints(request);
+  } catch (const Error& e) {
+    return write_error(res, api::ApiError::bad_request(e.what()));
+  }
+  auto channel = std::make_shared<EventChannel>();
+  auto ticket = engine.submit(std::move(request), [channel](const engine::ChatEvent& e) { return channel->push(e); });
+
+  // The first event decides the status: Started (200, then the reply) or Failed (400/503).
+  std::optional<engine::ChatEvent> first;
+  while (!(first = channel->pop(std::chrono::milliseconds(500)))) {
+  }
+  if (first->kind == engine::ChatEvent::Kind::Failed) {
+    channel->abandon();
+    const bool shutting_down = !engine.accepting();
+    return write_error(res, {shutting_down ? 503 : 400, first->error,
+                             shutting_down ? "server_error" : "invalid_request_error", {}, {}});
+  }
+  if (!stream) {
+    renderer->collect(*first);
+    while (true) {
+      auto event = channel->pop(std::chrono::milliseconds(500));
+      if (!event) continue;
+      if (event->kind == engine::ChatEvent::Kind::Failed) {
+        channel->abandon();
+        return write_error(res, {500, event->error, "server_error", {}, {}});
+      }
+      renderer->collect(*event);
+      if (event->kind == engine::ChatEvent::Kind::Finished) break;
+    }
+    res.set_content(api::dump_json(renderer->final_body()), "application/json");
+    return;
+  }
+  auto pending = std::make_shared<std::string>(renderer->stream_event(*first));
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [channel, ticket, renderer, pending](size_t, httplib::DataSink& sink) {
+        // Each call writes what is ready; a failed write means the client left.
+        if (!pending->empty()) {
+          if (!sink.write(pending->data(), pending->size())) return ticket->cancel(), false;
+          pending->clear();
+        }
+        auto event = channel->pop(std::chrono::milliseconds(200));
+        if (!event) return true;  // nothing yet; called again
+        std::string out = renderer->stream_event(*event);
+        const bool last =
+            event->kind == engine::ChatEvent::Kind::Finished || event->kind == engine::ChatEvent::Kind::Failed;
+        if (last) out += renderer->stream_end();
+        if (!out.empty() && !sink.write(out.data(), out.size())) return ticket->cancel(), false;
+        if (last) sink.done();
+        return true;
+      },
+      [channel, ticket, in_flight](bool success) {
+        if (!success) ticket->cancel();
+        channel->abandon();
+      });
+}
+
+}  // namespace splash::server

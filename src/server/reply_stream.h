@@ -1,0 +1,32 @@
+#pragma once
+// Serves one generation over HTTP for any protocol: submits the ChatRequest to the engine,
+// answers errors before the first token with the protocol's error body and status, and then
+// either streams the renderer's SSE events (a client that disconnects cancels the generation)
+// or collects them into one JSON body.
+#include <functional>
+#include <memory>
+
+#include "api/api_error.h"
+#include "api/reply_renderer.h"
+#include "engine/engine_service.h"
+
+namespace httplib {
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace splash::server {
+
+// Writes an error in the route's protocol shape.
+using ErrorWriter = std::function<void(httplib::Response&, const api::ApiError&)>;
+
+// `in_flight` is held until the last byte is written (shutdown waits for it).
+void serve_reply(httplib::Response& res, engine::EngineService& engine, engine::ChatRequest request, bool stream,
+                 std::shared_ptr<api::ReplyRenderer> renderer, const ErrorWriter& write_error,
+                 std::shared_ptr<void> in_flight);
+
+// OpenAI's {"error": {...}} or Anthropic's {"type":"error",...}, chosen by the request path.
+void send_api_error(const httplib::Request& req, httplib::Response& res, const api::ApiError& error);
+bool is_anthropic_route(const std::string& path);
+
+}  // namespace splash::server

@@ -1,0 +1,330 @@
+// Tool calls end to end inside the engine: the prompt format (chat/tool_prompt.h), the
+// streaming parser of the model's calls (engine/tool_call_stream.h), and constrained decoding
+// (engine/output_constraints.h) on the real vocabulary and model: every call the engine emits
+// is valid JSON matching its tool's schema, whatever the model would rather write.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <random>
+
+#include "chat/chat_format.h"
+#include "chat/tool_prompt.h"
+#include "common/error.h"
+#include "engine/generator.h"
+#include "engine/output_constraints.h"
+#include "engine/tool_call_stream.h"
+#include "formats/gguf.h"
+#include "model/model.h"
+#include "model_fixture.h"
+#include "tokenizer/tokenizer.h"
+
+namespace splash::engine {
+namespace {
+
+using nlohmann::json;
+
+bool valid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    i += n;
+  }
+  return true;
+}
+
+// Feeds `text` in pieces of `step` bytes; returns every update.
+std::vector<ToolCallUpdate> stream_in_pieces(const std::string& text, size_t step) {
+  ToolCallStream stream;
+  std::vector<ToolCallUpdate> updates;
+  for (size_t i = 0; i < text.size(); i += step) stream.push(text.substr(i, step), updates);
+  stream.finish(updates);
+  return updates;
+}
+
+// The text after the first "<tool_call>": two function calls and a custom one.
+const std::string kCalls =
+    "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\", \"days\": [1, 2]}}\n</tool_call>"
+    "\n<tool_call>\n{\"name\": \"read\", \"arguments\": {}}\n</tool_call>"
+    "\n<tool_call>\napply_patch\n*** Begin Patch\n*** Add File: a.txt\n+héllo }\n*** End Patch\n\n</tool_call>";
+
+TEST(ToolCallStream, ParsesCallsWhateverTheChunking) {
+  for (size_t step : {1, 2, 3, 5, 7, 64, 1000}) {
+    const auto updates = stream_in_pieces(kCalls, step);
+    std::vector<std::string> names, arguments(3);
+    std::vector<bool> custom;
+    std::vector<chat::ToolCall> finished;
+    for (const auto& u : updates) {
+      ASSERT_LT(u.index, 3);
+      if (u.kind == ToolCallUpdate::Kind::Started) {
+        names.push_back(u.call.name);
+        custom.push_back(u.call.custom);
+        EXPECT_TRUE(u.call.id.starts_with("call_"));
+      } else if (u.kind == ToolCallUpdate::Kind::Arguments) {
+        EXPECT_TRUE(valid_utf8(u.arguments)) << "step " << step << ": a delta splits a character";
+        arguments[u.index] += u.arguments;
+      } else {
+        finished.push_back(u.call);
+      }
+    }
+    ASSERT_EQ(names, (std::vector<std::string>{"get_weather", "read", "apply_patch"})) << "step " << step;
+    EXPECT_EQ(custom, (std::vector<bool>{false, false, true}));
+    ASSERT_EQ(finished.size(), 3u);
+    EXPECT_EQ(finished[0].arguments, "{\"city\": \"Zürich\", \"days\": [1, 2]}");
+    EXPECT_EQ(finished[1].arguments, "{}");
+    EXPECT_EQ(finished[2].arguments, "*** Begin Patch\n*** Add File: a.txt\n+héllo }\n*** End Patch\n");
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(arguments[i], finished[i].arguments) << "deltas of call " << i;
+  }
+}
+
+TEST(ToolCallStream, ACallCutShortEndsWithWhatItHas) {
+  ToolCallStream stream;
+  std::vector<ToolCallUpdate> updates;
+  stream.push("\n{\"name\": \"f\", \"arguments\": {\"a\": \"unfinished", updates);
+  stream.finish(updates);
+  ASSERT_FALSE(updates.empty());
+  EXPECT_EQ(updates.back().kind, ToolCallUpdate::Kind::Finished);
+  EXPECT_EQ(updates.back().call.arguments, "{\"a\": \"unfinished");
+
+  // Cut before the name is complete: nothing usable, no call.
+  ToolCallStream early;
+  updates.clear();
+  early.push("\n{\"name\": \"ge", updates);
+  early.finish(updates);
+  EXPECT_TRUE(updates.empty());
+  EXPECT_TRUE(early.calls().empty());
+}
+
+TEST(ToolPrompt, ToolsJoinTheSystemPromptAndCallsRoundTrip) {
+  chat::ToolSpec weather{chat::ToolSpec::Kind::Function, "get_weather", "Weather for a city",
+                         json{{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}, "", false};
+  chat::ToolSpec patch{chat::ToolSpec::Kind::Custom, "apply_patch", "Edit files", json::object(), "start: \"x\"", false};
+  std::vector<chat::ToolSpec> tools{weather, patch};
+  chat::ChatMessage assistant{"assistant", "Checking."};
+  assistant.tool_calls = {{"call_1", "get_weather", "{\"city\":\"Paris\"}", false}, {"call_2", "apply_patch", "x", true}};
+  chat::ChatMessage result1{"tool", "sunny"}, result2{"tool", "ok"};
+  result1.tool_call_id = "call_1";
+  result2.tool_call_id = "call_2";
+  std::vector<chat::ChatMessage> messages{{"system", "Be brief."}, {"user", "Weather?"}, assistant, result1, result2};
+  const auto lowered = chat::lower_tool_turns(messages, tools, "default prompt");
+  ASSERT_EQ(lowered.size(), 4u);
+  EXPECT_EQ(lowered[0].role, "system");
+  EXPECT_TRUE(lowered[0].content.starts_with("Be brief.\n\n# Tools"));
+  EXPECT_NE(lowered[0].content.find("{\"type\": \"function\", \"function\": {\"name\": \"get_weather\""), std::string::npos);
+  EXPECT_NE(lowered[0].content.find("\"syntax\": \"lark\""), std::string::npos);
+  EXPECT_EQ(lowered[2].content,
+            "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+            "<tool_call>\napply_patch\nx\n</tool_call>");
+  // Both results answer one assistant turn: one user turn.
+  EXPECT_EQ(lowered[3].role, "user");
+  EXPECT_EQ(lowered[3].content, "<tool_response>\nsunny\n</tool_response>\n<tool_response>\nok\n</tool_response>");
+
+  // What the model is shown is what ToolCallStream parses back.
+  const std::string rendered = chat::render_tool_call(assistant.tool_calls[0]);
+  ToolCallStream stream;
+  std::vector<ToolCallUpdate> updates;
+  stream.push(std::string_view(rendered).substr(chat::kToolCallOpen.size()), updates);
+  ASSERT_EQ(stream.calls().size(), 1u);
+  EXPECT_EQ(stream.calls()[0].name, "get_weather");
+  EXPECT_EQ(json::parse(stream.calls()[0].arguments), json::parse(assistant.tool_calls[0].arguments));
+
+  // Without a system message, the template's default prompt carries the tools.
+  const auto defaulted = chat::lower_tool_turns(std::vector<chat::ChatMessage>{{"user", "hi"}}, tools, "default prompt");
+  EXPECT_TRUE(defaulted[0].content.starts_with("default prompt\n\n# Tools"));
+}
+
+TEST(ToolPrompt, NamesThatWouldBreakTheFormatAreRefused) {
+  EXPECT_TRUE(chat::is_valid_tool_name("mcp__server__read_file"));
+  EXPECT_TRUE(chat::is_valid_tool_name("a.b-c:d"));
+  for (const char* bad : {"", "has space", "quo\"te", "new\nline", "<tool_call>", "slash/name"})
+    EXPECT_FALSE(chat::is_valid_tool_name(bad)) << bad;
+  EXPECT_FALSE(chat::is_valid_tool_name(std::string(129, 'a')));
+}
+
+// --- constrained decoding on the real vocabulary and model ----------------------------------
+
+const json kWeatherSchema = {{"type", "object"},
+                             {"properties",
+                              {{"city", {{"type", "string"}, {"maxLength", 20}}},
+                               {"unit", {{"enum", {"celsius", "fahrenheit"}}}},
+                               {"days", {{"type", "integer"}, {"minimum", 1}, {"maximum", 7}}}}},
+                             {"required", {"city", "unit", "days"}},
+                             {"additionalProperties", false}};
+
+void expect_valid_weather(const json& args) {
+  ASSERT_TRUE(args.is_object()) << args;
+  ASSERT_EQ(args.size(), 3u) << args;
+  ASSERT_TRUE(args["city"].is_string());
+  size_t characters = 0;  // maxLength counts characters, not bytes
+  for (unsigned char c : args["city"].get<std::string>()) characters += (c & 0xC0) != 0x80;
+  EXPECT_LE(characters, 20u) << args;
+  EXPECT_TRUE(args["unit"] == "celsius" || args["unit"] == "fahrenheit") << args;
+  ASSERT_TRUE(args["days"].is_number_integer()) << args;
+  EXPECT_GE(args["days"].get<int>(), 1);
+  EXPECT_LE(args["days"].get<int>(), 7);
+}
+
+class ConstrainedOnModel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string path = splash::testing::test_model_path();
+    if (path.empty()) GTEST_SKIP() << "SPLASH_TEST_MODEL is not set";
+    file_ = std::make_unique<gguf::File>(gguf::File::open(path));
+    tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_gguf(*file_));
+    chat_ = chat::chat_format_for(*file_);
+    trie_ = build_token_trie(*tokenizer_);
+  }
+
+  ChatRequest weather_request(ToolChoice choice) const {
+    ChatRequest request;
+    request.messages = {{"user", "What's the weather in Paris for the next 3 days?"}};
+    request.tools = {{chat::ToolSpec::Kind::Function, "get_weather", "Weather forecast", kWeatherSchema, "", true},
+                     {chat::ToolSpec::Kind::Function, "get_time", "The time", json{{"type", "object"}}, "", false}};
+    request.tool_choice = choice;
+    return request;
+  }
+
+  std::unique_ptr<gguf::File> file_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<chat::ChatFormat> chat_;
+  std::shared_ptr<const grammar::TokenTrie> trie_;
+};
+
+// Random walks through the mask (no model): whatever allowed tokens are chosen, the calls
+// parse and match the schema. Also checks that allows() agrees with the mask.
+TEST_F(ConstrainedOnModel, EveryWalkThroughTheMaskGivesValidCalls) {
+  ChatRequest request = weather_request(ToolChoice::Named);
+  request.tool_choice_name = "get_weather";
+  request.parallel_tool_calls = false;
+  const auto constraints = compile_output_constraints(request);
+  ASSERT_TRUE(constraints);
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    std::mt19937_64 rng(seed);
+    ReplyShaper shaper(constraints, *tokenizer_, trie_);
+    std::vector<ToolCallUpdate> updates;
+    std::vector<uint8_t> allowed;
+    int steps = 0;
+    while (!shaper.finished() && steps++ < 400) {
+      shaper.fill_mask(allowed);
+      std::vector<int32_t> choices;
+      for (size_t id = 0; id < allowed.size(); ++id)
+        if (allowed[id]) choices.push_back(static_cast<int32_t>(id));
+      ASSERT_FALSE(choices.empty()) << "the grammar left nothing to choose at step " << steps;
+      // Prefer short tokens now and then, so walks also reach closing quotes and brackets.
+      int32_t token = choices[rng() % choices.size()];
+      if (rng() % 2) {
+        for (int32_t c : choices)
+          if (tokenizer_->token_bytes(c).size() == 1 && rng() % 3 == 0) token = c;
+      }
+      for (int probe = 0; probe < 5; ++probe) {  // allows() agrees with the mask
+        const auto id = static_cast<int32_t>(rng() % allowed.size());
+        ASSERT_EQ(shaper.allows(id), allowed[id] != 0) << "token " << id;
+      }
+      if (tokenizer_->is_end_of_generation(token)) break;
+      shaper.accept(token, updates);
+    }
+    shaper.finish(updates);
+    ASSERT_TRUE(shaper.finished()) << "seed " << seed << ": the call never closed in 400 tokens";
+    ASSERT_EQ(shaper.calls().size(), 1u) << "seed " << seed;
+    EXPECT_EQ(shaper.calls()[0].name, "get_weather");
+    const json args = json::parse(shaper.calls()[0].arguments, nullptr, false);
+    ASSERT_FALSE(args.is_discarded()) << shaper.calls()[0].arguments;
+    expect_valid_weather(args);
+  }
+}
+
+TEST_F(ConstrainedOnModel, NoneForbidsOpeningACallAndAutoChecksWhatFollowsTheMarker) {
+  const auto open_marker = tokenizer_->encode("<tool_call>", false);
+  ASSERT_GT(open_marker.size(), 1u);
+  {
+    auto constraints = compile_output_constraints(weather_request(ToolChoice::None));
+    ReplyShaper shaper(constraints, *tokenizer_, trie_);
+    std::vector<ToolCallUpdate> updates;
+    for (size_t i = 0; i + 1 < open_marker.size(); ++i) {
+      ASSERT_TRUE(shaper.allows(open_marker[i]));
+      shaper.accept(open_marker[i], updates);
+    }
+    EXPECT_FALSE(shaper.allows(open_marker.back())) << "tool_choice none must never open a call";
+  }
+  {
+    auto constraints = compile_output_constraints(weather_request(ToolChoice::Auto));
+    ReplyShaper shaper(constraints, *tokenizer_, trie_);
+    std::vector<ToolCallUpdate> updates;
+    for (int32_t t : tokenizer_->encode("Sure. ", false)) shaper.accept(t, updates);
+    for (size_t i = 0; i + 1 < open_marker.size(); ++i) shaper.accept(open_marker[i], updates);
+    EXPECT_TRUE(shaper.allows(open_marker.back()));
+    EXPECT_TRUE(shaper.in_text());
+    shaper.accept(open_marker.back(), updates);
+    EXPECT_FALSE(shaper.in_text());
+    // Inside the call only the format's bytes are allowed: no end of turn, no free text.
+    EXPECT_FALSE(shaper.allows(tokenizer_->eos()));
+    EXPECT_FALSE(shaper.allows(tokenizer_->encode(" hello", false)[0]));
+    EXPECT_TRUE(shaper.allows(tokenizer_->encode("\n", false)[0]));
+  }
+}
+
+TEST_F(ConstrainedOnModel, UnsupportedSchemasAreErrorsOnlyWhenStrict) {
+  ChatRequest request = weather_request(ToolChoice::Auto);
+  request.tools[0].parameters = {{"type", "object"}, {"if", {{"required", {"a"}}}}};
+  request.tools[0].strict = true;
+  EXPECT_THROW(compile_output_constraints(request), splash::Error);
+  request.tools[0].strict = false;  // degrades to "any JSON object"
+  EXPECT_NO_THROW(compile_output_constraints(request));
+  request.tool_choice = ToolChoice::Named;
+  request.tool_choice_name = "nope";
+  EXPECT_THROW(compile_output_constraints(request), splash::Error);
+}
+
+TEST_F(ConstrainedOnModel, TheModelsCallsAndStructuredRepliesAreValid) {
+  auto model = model::load_model(*file_, {.max_context = 1024, .threads = 0});
+  // A required call, greedy and sampled.
+  for (float temperature : {0.0f, 1.0f}) {
+    ChatRequest chat = weather_request(ToolChoice::Required);
+    GenerationRequest request;
+    request.prompt = chat::encode_prompt(*chat_, *tokenizer_, chat.messages, chat.tools);
+    request.sampling.temperature = temperature;
+    request.sampling.seed = 7;
+    request.max_tokens = 120;
+    request.stop = chat_->stop_texts();
+    request.constraints = compile_output_constraints(chat);
+    request.token_trie = trie_;
+    std::string streamed;
+    const auto result = generate(*model, *tokenizer_, request, [&](const GenerationPiece& piece) {
+      if (piece.tool && piece.tool->kind == ToolCallUpdate::Kind::Arguments && piece.tool->index == 0)
+        streamed += piece.tool->arguments;
+      return true;
+    });
+    ASSERT_FALSE(result.tool_calls.empty()) << "temperature " << temperature;
+    EXPECT_EQ(streamed, result.tool_calls[0].arguments);
+    if (result.finish == FinishReason::Length) continue;  // a later call may be cut short
+    EXPECT_EQ(result.finish, FinishReason::ToolCalls);
+    for (const auto& call : result.tool_calls) {
+      const json args = json::parse(call.arguments, nullptr, false);
+      ASSERT_FALSE(args.is_discarded()) << call.arguments;
+      if (call.name == "get_weather") expect_valid_weather(args);
+      else EXPECT_EQ(call.name, "get_time");
+    }
+  }
+  // A JSON Schema reply.
+  ChatRequest chat;
+  chat.messages = {{"user", "Give the weather in Paris as JSON."}};
+  chat.output_format = {OutputFormat::Kind::JsonSchema, kWeatherSchema, {}};
+  GenerationRequest request;
+  request.prompt = chat::encode_prompt(*chat_, *tokenizer_, chat.messages);
+  request.sampling.temperature = 0.0f;
+  request.max_tokens = 200;
+  request.stop = chat_->stop_texts();
+  request.constraints = compile_output_constraints(chat);
+  request.token_trie = trie_;
+  const auto result = generate(*model, *tokenizer_, request, nullptr);
+  ASSERT_EQ(result.finish, FinishReason::Stop) << result.text;
+  const json reply = json::parse(result.text, nullptr, false);
+  ASSERT_FALSE(reply.is_discarded()) << result.text;
+  expect_valid_weather(reply);
+}
+
+}  // namespace
+}  // namespace splash::engine
