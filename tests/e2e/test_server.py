@@ -271,7 +271,8 @@ def test_ready_line_and_probes(server):
 def test_models_list(server, served_id):
     body = get(server, "/v1/models").json()
     assert body["object"] == "list"
-    assert len(body["data"]) == 1, body
+    # The model's own id, then the stable alias agent configurations use.
+    assert [m["id"] for m in body["data"]][1:] == ["splash-model"], body
     model = body["data"][0]
     assert model["object"] == "model"
     assert isinstance(model["id"], str) and model["id"]
@@ -281,7 +282,13 @@ def test_models_list(server, served_id):
 
 def test_models_list_through_sdk(client, served_id):
     models = list(client.models.list())
-    assert [m.id for m in models] == [served_id]
+    assert [m.id for m in models] == [served_id, "splash-model"]
+
+
+def test_alias_serves_the_model(client):
+    reply = client.chat.completions.create(model="splash-model", messages=[{"role": "user", "content": "Hi"}],
+                                           max_tokens=2)
+    assert reply.choices[0].message.content is not None
 
 
 def test_status_fields(server):
@@ -658,11 +665,22 @@ def test_utility_routes_reject_malformed_json(server, path):
 BAD_CHAT_REQUESTS = [
     # Unsupported parameters: 400 naming them.
     ("n_2", {"n": 2}, "n"),
-    ("tools", {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}, "tools"),
     ("functions", {"functions": [{"name": "f", "parameters": {"type": "object"}}]}, "functions"),
-    ("response_format_json_object", {"response_format": {"type": "json_object"}}, "response_format"),
-    ("response_format_json_schema", {"response_format": {"type": "json_schema", "json_schema": {
-        "name": "x", "schema": {"type": "object"}}}}, "response_format"),
+    # Tools and structured output: malformed or unsupported, 400 naming what.
+    ("tools_not_array", {"tools": {"type": "function"}}, "tools"),
+    ("tool_name_with_space", {"tools": [{"type": "function", "function": {"name": "has space"}}]}, "name"),
+    ("tool_type_unknown", {"tools": [{"type": "retrieval"}]}, "type"),
+    ("tool_duplicate_names", {"tools": [{"type": "function", "function": {"name": "f"}},
+                                       {"type": "function", "function": {"name": "f"}}]}, "two tools"),
+    ("tool_choice_unknown_tool", {"tools": [{"type": "function", "function": {"name": "f"}}],
+                                  "tool_choice": {"type": "function", "function": {"name": "g"}}}, "g"),
+    ("tool_choice_bad_string", {"tool_choice": "always"}, "tool_choice"),
+    ("tool_schema_strict_unsupported", {"tools": [{"type": "function", "function": {
+        "name": "f", "strict": True, "parameters": {"type": "object", "if": {"type": "object"}}}}]}, "if"),
+    ("response_format_bad_type", {"response_format": {"type": "yaml"}}, "response_format"),
+    ("response_format_unsupported_keyword", {"response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "object", "patternProperties": {"^a": {}}}}}}, "patternProperties"),
+    ("tool_message_without_id", {"messages": [{"role": "tool", "content": "x"}]}, "tool_call_id"),
     ("audio", {"audio": {"voice": "alloy", "format": "wav"}}, "audio"),
     # Unknown parameters: 400 naming them.
     ("unknown_param", {"frobnicate": 1}, "frobnicate"),
