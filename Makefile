@@ -54,19 +54,26 @@ e2e-test: build
 	@scripts/setup.sh --python
 	@SPLASH_BIN=$(abspath $(BUILD))/splash SPLASH_TEST_MODEL=$$($(BUILD)/splash pull) .venv/bin/python -m pytest -q tests/e2e
 
-# Each libFuzzer target runs FUZZ_SECONDS from a seed corpus: the GGUF reader and the
-# OpenAI request parser.
+# Each libFuzzer target runs FUZZ_SECONDS from a seed corpus: the GGUF reader, the OpenAI
+# Chat Completions parser, the Anthropic Messages / OpenAI Responses parsers (with the
+# grammar compiler behind them), and the grammar engine (JSON Schema, Lark, matcher).
 fuzz: setup
 	@scripts/setup.sh --python
 	@cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DSPLASH_FUZZ=ON > /dev/null
-	@ninja -C $(FUZZ_BUILD) -j $(JOBS) fuzz_gguf fuzz_chat_request
-	@mkdir -p $(FUZZ_BUILD)/corpus-gguf $(FUZZ_BUILD)/corpus-chat
+	@ninja -C $(FUZZ_BUILD) -j $(JOBS) fuzz_gguf fuzz_chat_request fuzz_agent_request fuzz_grammar
+	@mkdir -p $(FUZZ_BUILD)/corpus-gguf $(FUZZ_BUILD)/corpus-chat $(FUZZ_BUILD)/corpus-agent $(FUZZ_BUILD)/corpus-grammar
 	@.venv/bin/python tools/make_gguf_fuzz_seeds.py $(FUZZ_BUILD)/corpus-gguf
 	@cp tests/fuzz/seeds/chat/* $(FUZZ_BUILD)/corpus-chat/ 2>/dev/null || true
 	@$(FUZZ_BUILD)/tests/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
 	  $(FUZZ_BUILD)/corpus-gguf 2>&1 | tail -n 3
 	@$(FUZZ_BUILD)/tests/fuzz/fuzz_chat_request -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -print_final_stats=1 \
 	  $(FUZZ_BUILD)/corpus-chat 2>&1 | tail -n 3
+	@cp tests/fuzz/seeds/agent/* $(FUZZ_BUILD)/corpus-agent/
+	@$(FUZZ_BUILD)/tests/fuzz/fuzz_agent_request -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -print_final_stats=1 \
+	  $(FUZZ_BUILD)/corpus-agent 2>&1 | tail -n 3
+	@cp tests/fuzz/seeds/grammar/* $(FUZZ_BUILD)/corpus-grammar/
+	@$(FUZZ_BUILD)/tests/fuzz/fuzz_grammar -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
+	  $(FUZZ_BUILD)/corpus-grammar 2>&1 | tail -n 3
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -37,7 +37,8 @@ void check_request(const splash::api::ChatCompletionRequest& request, std::strin
   const auto& chat = request.chat;
   if (chat.messages.empty()) fail("accepted a request without messages");
   for (const auto& m : chat.messages) {
-    if (m.role != "system" && m.role != "user" && m.role != "assistant") fail("accepted an unknown role");
+    if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool")
+      fail("accepted an unknown role");
   }
   if (chat.max_tokens < 0) fail("negative max_tokens");
   if (chat.top_logprobs < -1 || chat.top_logprobs > 20) fail("top_logprobs out of range");
