@@ -9,6 +9,9 @@
 
 #include "app/commands.h"
 #include "app/model_loading.h"
+#include "engine/chat_request.h"
+#include "engine/generator.h"
+#include "engine/output_constraints.h"
 #include "kernels/cpu/memory_bandwidth.h"
 
 namespace splash::app {
@@ -20,6 +23,7 @@ struct BenchFlags {
   int decode_tokens = 128;
   int repetitions = 3;
   bool json = false;
+  bool structured = false;
 };
 
 // The same pseudo-random token ids bench/llamacpp_peer.py feeds the peer engine.
@@ -42,9 +46,60 @@ double seconds_of(Fn&& fn) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// A schema that keeps a reply going (at least 40 entries), so that decode speed with and
+// without constraints is compared over the same number of tokens.
+const char* kBenchSchema = R"({"type":"object","properties":{"files":{"type":"array","minItems":40,"items":{
+  "type":"object","properties":{"path":{"type":"string","maxLength":60},"lines":{"type":"integer","minimum":1},
+  "summary":{"type":"string","maxLength":120}},"required":["path","lines","summary"],"additionalProperties":false}}},
+  "required":["files"],"additionalProperties":false})";
+
+// Decode through the whole generation loop (sampler, detokenizer, stop strings), free and
+// under a JSON Schema, on the same prompt: the cost of constrained decoding as a ratio.
+void bench_structured(LoadedModel& loaded, int decode_tokens, int repetitions, nlohmann::json& report) {
+  const std::vector<chat::ChatMessage> messages{
+      {"user", "List the files of a small Python web project as JSON, with line counts and a summary of each."}};
+  engine::ChatRequest chat;
+  chat.output_format = {engine::OutputFormat::Kind::JsonSchema, nlohmann::json::parse(kBenchSchema), {}};
+  const auto constraints = engine::compile_output_constraints(chat);
+  const auto trie = engine::build_token_trie(loaded.tokenizer);
+  std::vector<double> free_rates, constrained_rates;
+  int masked = 0, constrained_tokens = 0;
+  for (int r = 0; r < repetitions; ++r) {
+    for (const bool constrained : {false, true}) {
+      engine::GenerationRequest request;
+      request.prompt = encode_chat(loaded, messages);
+      request.sampling.temperature = 0.0f;
+      request.max_tokens = decode_tokens;
+      request.ignore_end_of_generation = !constrained;
+      if (constrained) {
+        request.constraints = constraints;
+        request.token_trie = trie;
+      }
+      loaded.model->truncate(0);
+      const auto result = engine::generate(*loaded.model, loaded.tokenizer, request, nullptr);
+      const double rate = result.tokens.size() > 1 ? (result.tokens.size() - 1) / result.decode_seconds : 0.0;
+      (constrained ? constrained_rates : free_rates).push_back(rate);
+      if (constrained) {
+        masked += result.masked_tokens;
+        constrained_tokens += static_cast<int>(result.tokens.size());
+      }
+    }
+  }
+  const double free_rate = median(free_rates), constrained_rate = median(constrained_rates);
+  fmt::print("{:<28} {:>12.1f}\n", "decode, free text", free_rate);
+  fmt::print("{:<28} {:>12.1f}\n", "decode, JSON Schema", constrained_rate);
+  fmt::print("constrained decode is {:.0f}% of free decode; {} of {} constrained tokens needed the full mask\n",
+             100.0 * constrained_rate / free_rate, masked, constrained_tokens);
+  report["decode_free_text"] = free_rate;
+  report["decode_json_schema"] = constrained_rate;
+  report["json_schema_masked_tokens"] = masked;
+  report["json_schema_tokens"] = constrained_tokens;
+}
+
 void bench(BenchFlags flags) {
   const int longest = *std::max_element(flags.prompt_sizes.begin(), flags.prompt_sizes.end());
-  if (flags.model.load.max_context == 0) flags.model.load.max_context = std::max(longest, 16 + flags.decode_tokens) + 16;
+  if (flags.model.load.max_context == 0)
+    flags.model.load.max_context = std::max(longest, 16 + flags.decode_tokens) + 16 + (flags.structured ? 64 : 0);
   const auto budget = flags.model.max_memory_bytes();  // checked before any download
   auto loaded = load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget);
   auto& model = *loaded->model;
@@ -95,6 +150,7 @@ void bench(BenchFlags flags) {
   report["decode_ceiling"] = ceiling;
   report["bandwidth_gb_s"] = bandwidth / 1e9;
   report["decode_read_mb"] = info.decode_read_bytes / 1e6;
+  if (flags.structured) bench_structured(*loaded, flags.decode_tokens, flags.repetitions, report);
   if (flags.json) fmt::print("{}\n", report.dump());
 }
 
@@ -114,6 +170,8 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   command->add_flag("--json", flags->json, "Also print a JSON line with the results");
+  command->add_flag("--structured", flags->structured,
+                    "Also compare decode speed with and without a JSON Schema constraint");
   command->callback([flags] { bench(*flags); });
 }
 

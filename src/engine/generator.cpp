@@ -114,6 +114,7 @@ GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& token
   auto next_token = [&]() -> int32_t {
     const int32_t token = sampler.sample(logits, history);
     if (!shaper.active() || shaper.allows(token)) return token;
+    ++result.masked_tokens;
     shaper.fill_mask(allowed);
     return sampler.sample(logits, history, allowed);
   };

@@ -79,6 +79,7 @@ struct GenerationResult {
   int cached_prompt_tokens = 0;  // prompt tokens reused from the cache, not recomputed
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;  // from the first sampled token to the last
+  int masked_tokens = 0;        // tokens whose constraint mask had to be computed (slow path)
   uint64_t seed = 0;
 };
 
