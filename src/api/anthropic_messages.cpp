@@ -147,7 +147,8 @@ void parse_message(const json& m, size_t index, std::vector<chat::ChatMessage>& 
     } else if (type == "tool_result" && role == "user") {
       flush_text();
       chat::ChatMessage result{"tool", tool_result_text(block, path)};
-      result.tool_call_id = block.contains("tool_use_id") ? string_field(block["tool_use_id"], path + ".tool_use_id") : "";
+      if (!block.contains("tool_use_id")) reject(fmt::format("'{}.tool_use_id' is required", path), path + ".tool_use_id");
+      result.tool_call_id = string_field(block["tool_use_id"], path + ".tool_use_id");
       out.push_back(std::move(result));
     } else if (type == "thinking" || type == "redacted_thinking") {
       // Earlier reasoning is not part of the prompt (as the Anthropic API drops it too).
@@ -187,7 +188,7 @@ std::vector<chat::ToolSpec> parse_tools(const json& tools) {
     // tools with versioned types are not ours to run: accepted, left out of the prompt.
     if (type != "custom") continue;
     if (!t.contains("input_schema")) reject(fmt::format("'{}.input_schema' is required", path), path + ".input_schema");
-    const bool strict = t.contains("strict") && !t["strict"].is_null() && boolean_field(t["strict"], path + ".strict");
+    const bool strict = optional_boolean(t, "strict", path);
     out.push_back(function_tool(t.value("name", json()), t.value("description", json()), t["input_schema"], strict, path));
   }
   check_unique_tool_names(out, "tools");

@@ -33,6 +33,11 @@ bool boolean_field(const json& value, const std::string& name) {
   return value.get<bool>();
 }
 
+bool optional_boolean(const json& object, const std::string& key, const std::string& path) {
+  if (!object.contains(key) || object[key].is_null()) return false;
+  return boolean_field(object[key], path + "." + key);
+}
+
 const std::string& string_field(const json& value, const std::string& name) {
   if (!value.is_string()) reject(fmt::format("'{}' must be a string", name), name);
   return value.get_ref<const std::string&>();

@@ -21,6 +21,8 @@ struct InvalidRequest {
 double number_field(const nlohmann::json& value, const std::string& name, double low, double high);
 int64_t integer_field(const nlohmann::json& value, const std::string& name, int64_t low, int64_t high);
 bool boolean_field(const nlohmann::json& value, const std::string& name);
+// object[key] as a boolean; false when absent or null.
+bool optional_boolean(const nlohmann::json& object, const std::string& key, const std::string& path);
 const std::string& string_field(const nlohmann::json& value, const std::string& name);
 // A string or an array of strings (empty ones dropped), at most 16.
 std::vector<std::string> stop_strings(const nlohmann::json& value, const std::string& name);

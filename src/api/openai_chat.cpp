@@ -149,7 +149,7 @@ std::vector<chat::ToolSpec> parse_tools(const json& tools) {
       if (!t.contains("function") || !t["function"].is_object())
         reject(fmt::format("'{}.function' must be an object", path), path + ".function");
       const auto& f = t["function"];
-      const bool strict = f.contains("strict") && !f["strict"].is_null() && boolean_field(f["strict"], path + ".function.strict");
+      const bool strict = optional_boolean(f, "strict", path + ".function");
       out.push_back(function_tool(f.value("name", json()), f.value("description", json()), f.value("parameters", json()),
                                   strict, path + ".function"));
     } else if (type == "custom") {
@@ -167,14 +167,7 @@ std::vector<chat::ToolSpec> parse_tools(const json& tools) {
 }
 
 void parse_tool_choice(const json& value, engine::ChatRequest& chat) {
-  if (value.is_string()) {
-    const auto& choice = value.get_ref<const std::string&>();
-    if (choice == "auto") chat.tool_choice = engine::ToolChoice::Auto;
-    else if (choice == "none") chat.tool_choice = engine::ToolChoice::None;
-    else if (choice == "required") chat.tool_choice = engine::ToolChoice::Required;
-    else reject("'tool_choice' must be 'auto', 'none', 'required' or a tool object", "tool_choice");
-    return;
-  }
+  if (openai_tool_choice_string(value, chat)) return;
   if (!value.is_object() || !value.contains("type")) reject("'tool_choice' must be a string or an object with a 'type'", "tool_choice");
   const std::string& type = string_field(value["type"], "tool_choice.type");
   if (type != "function" && type != "custom") reject("'tool_choice.type' must be 'function' or 'custom'", "tool_choice.type");

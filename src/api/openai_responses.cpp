@@ -118,7 +118,7 @@ void parse_input_item(const json& item, const std::string& path, std::vector<cha
 }
 
 void parse_function_tool(const json& t, const std::string& path, std::vector<chat::ToolSpec>& out) {
-  const bool strict = t.contains("strict") && !t["strict"].is_null() && boolean_field(t["strict"], path + ".strict");
+  const bool strict = optional_boolean(t, "strict", path);
   out.push_back(function_tool(t.value("name", json()), t.value("description", json()), t.value("parameters", json()),
                               strict, path));
 }
@@ -157,14 +157,7 @@ std::vector<chat::ToolSpec> parse_tools(const json& tools) {
 }
 
 void parse_tool_choice(const json& value, engine::ChatRequest& chat) {
-  if (value.is_string()) {
-    const auto& choice = value.get_ref<const std::string&>();
-    if (choice == "auto") chat.tool_choice = engine::ToolChoice::Auto;
-    else if (choice == "none") chat.tool_choice = engine::ToolChoice::None;
-    else if (choice == "required") chat.tool_choice = engine::ToolChoice::Required;
-    else reject("'tool_choice' must be 'auto', 'none', 'required' or an object", "tool_choice");
-    return;
-  }
+  if (openai_tool_choice_string(value, chat)) return;
   if (!value.is_object() || !value.contains("type")) reject("'tool_choice' must be a string or an object", "tool_choice");
   const std::string& type = string_field(value["type"], "tool_choice.type");
   if (type == "function" || type == "custom") {
@@ -446,6 +439,11 @@ std::string ResponsesRenderer::stream_event(const engine::ChatEvent& event) {
     }
     case Kind::Finished: {
       std::string out = finish_text();
+      if (tool_item_ >= 0) {  // a call cut short by max_output_tokens: done, but incomplete
+        output_[tool_item_]["status"] = "incomplete";
+        out += sse("response.output_item.done", {{"output_index", tool_item_}, {"item", output_[tool_item_]}});
+        tool_item_ = -1;
+      }
       finish(event);
       if (event.finish == engine::FinishReason::Length)
         return out + sse("response.incomplete", {{"response", response_object("incomplete")}});

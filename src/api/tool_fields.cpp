@@ -81,6 +81,16 @@ void check_unique_tool_names(const std::vector<chat::ToolSpec>& tools, const std
     if (!seen.insert(tool.name).second) reject(fmt::format("'{}' has two tools named '{}'", path, tool.name), path);
 }
 
+bool openai_tool_choice_string(const json& value, engine::ChatRequest& request) {
+  if (!value.is_string()) return false;
+  const auto& choice = value.get_ref<const std::string&>();
+  if (choice == "auto") request.tool_choice = engine::ToolChoice::Auto;
+  else if (choice == "none") request.tool_choice = engine::ToolChoice::None;
+  else if (choice == "required") request.tool_choice = engine::ToolChoice::Required;
+  else reject("'tool_choice' must be 'auto', 'none', 'required' or a tool object", "tool_choice");
+  return true;
+}
+
 void check_tool_choice(const engine::ChatRequest& request, const std::string& path) {
   if (request.tool_choice != engine::ToolChoice::Named) return;
   for (const auto& tool : request.tools)

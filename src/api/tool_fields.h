@@ -26,6 +26,10 @@ engine::OutputFormat json_schema_format(const nlohmann::json& schema, const std:
 // Refuses duplicate tool names (a call must identify its tool).
 void check_unique_tool_names(const std::vector<chat::ToolSpec>& tools, const std::string& path);
 
+// OpenAI's string tool choices ("auto", "none", "required"), shared by Chat Completions and
+// Responses; returns false when `value` is not a string (the object forms differ).
+bool openai_tool_choice_string(const nlohmann::json& value, engine::ChatRequest& request);
+
 // A named tool_choice must name one of the tools.
 void check_tool_choice(const engine::ChatRequest& request, const std::string& path);
 

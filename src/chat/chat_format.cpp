@@ -41,8 +41,10 @@ void append_turn(RenderedPrompt& out, std::string_view role, std::string_view co
 
 RenderedPrompt ChatMlFormat::render_conversation(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
                                                 bool add_generation_prompt) const {
+  // Tool results are recognised by the call they answer: a bare "tool" role (as a template
+  // test or a plain chat client may send) is written verbatim, as the template does.
   const bool has_tool_turns = std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) {
-    return m.role == "tool" || !m.tool_calls.empty();
+    return (m.role == "tool" && !m.tool_call_id.empty()) || !m.tool_calls.empty();
   });
   if (!tools.empty() || has_tool_turns) {
     const std::vector<ChatMessage> lowered = lower_tool_turns(messages, tools, default_system_prompt_);

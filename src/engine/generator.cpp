@@ -167,8 +167,7 @@ GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& token
       tail += stops.flush();
       emit(tail);
     }
-    shaper.finish(updates);
-    emit_updates();
+    shaper.finish();
     if (!shaper.calls().empty() && result.finish == FinishReason::Stop) result.finish = FinishReason::ToolCalls;
   }
   result.tool_calls = shaper.calls();

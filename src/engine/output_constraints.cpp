@@ -52,6 +52,7 @@ GrammarBuilder::Id call_body(GrammarBuilder& b, const ChatRequest& request) {
 
 std::shared_ptr<const grammar::Grammar> build_calls(const ChatRequest& request, std::string_view prefix) {
   GrammarBuilder b;
+  b.single_line_json();  // the format puts a call's JSON on one line
   const auto body = call_body(b, request);
   return b.build(prefix.empty() ? body : b.sequence({b.literal(prefix), body}));
 }
@@ -258,8 +259,8 @@ void ReplyShaper::push_call_bytes(std::string_view bytes, std::vector<ToolCallUp
   }
 }
 
-void ReplyShaper::finish(std::vector<ToolCallUpdate>& updates) {
-  if (calls_started_) stream_.finish(updates);
+void ReplyShaper::finish() {
+  if (calls_started_) stream_.finish();
 }
 
 bool ReplyShaper::finished() const {

@@ -69,8 +69,8 @@ class ReplyShaper {
   // Records an accepted token. Tool-call bytes, including those after a "<tool_call>" that
   // this token completes, go to the tool-call stream, whose updates are appended.
   void accept(int32_t token, std::vector<ToolCallUpdate>& updates);
-  // At the end of generation: a call cut short is finished with what it has.
-  void finish(std::vector<ToolCallUpdate>& updates);
+  // At the end of generation: a call cut short is dropped (see ToolCallStream::finish).
+  void finish();
   // The text that opens a call; the caller's text stream must stop before showing it.
   std::string_view tool_call_marker() const;
   bool calls_enabled() const;

@@ -160,13 +160,11 @@ void ToolCallStream::step(std::vector<ToolCallUpdate>& out) {
   }
 }
 
-void ToolCallStream::finish(std::vector<ToolCallUpdate>& out) {
-  // A call cut off before its name is complete carries nothing usable: it is dropped.
-  if (state_ == State::Arguments) {
-    current_.arguments += buffer_;
-    buffer_.clear();
-    end_call(out);
-  }
+void ToolCallStream::finish() {
+  // A call cut short (max_tokens) is dropped: its arguments are not the complete, valid JSON
+  // every reported call carries. (A stream has already shown its start and partial deltas;
+  // the finish reason, length, says why it never finished.)
+  current_ = {};
   buffer_.clear();
   state_ = State::BetweenCalls;
 }

@@ -45,6 +45,10 @@ class GrammarBuilder {
   void define(Id rule, Id body);
 
   Id utf8_char_nonascii();  // one well-formed UTF-8 character of 2-4 bytes
+  // From now on JSON whitespace is at most one space between tokens (no newlines): tool-call
+  // arguments are written on one line, as models trained on tool calls write them, and a
+  // small model cannot spend its tokens on indentation. Call before building any JSON.
+  void single_line_json();
   Id json_value();          // any JSON value (limited whitespace, see json_schema.cpp)
   Id json_object();         // any JSON object
   Id json_string();         // any JSON string, quotes included

@@ -35,6 +35,15 @@ Id json_ws(GrammarBuilder& b) {
   return impl.json_ws;
 }
 
+}  // namespace
+
+void GrammarBuilder::single_line_json() {
+  if (impl_->json_ws != -1) fail("single_line_json() must come before any JSON is built");
+  impl_->json_ws = optional(literal(" "));
+}
+
+namespace {
+
 Id hex(GrammarBuilder& b) { return b.char_class("0-9a-fA-F"); }
 
 Id json_char(GrammarBuilder& b) {

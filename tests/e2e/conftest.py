@@ -213,3 +213,7 @@ def run_serve_expecting_failure(*args: str, timeout: float = 30) -> subprocess.C
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"`{' '.join(cmd)}` was still running after {timeout} s (expected an error)\n"
                     f"stdout: {e.stdout!r}\nstderr: {e.stderr!r}")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long prefills (agent replays); deselect with -m 'not slow'")

@@ -76,8 +76,8 @@ TEST(OpenAiChat, RejectsWithTheParameterNamed) {
       {{{"messages", kHello}, {"top_logprobs", 21}, {"logprobs", true}}, "top_logprobs"},
       {{{"messages", kHello}, {"top_logprobs", 2}}, "top_logprobs"},
       {{{"messages", kHello}, {"n", 2}}, "n"},
-      {{{"messages", kHello}, {"tools", json::array()}}, "tools"},
-      {{{"messages", kHello}, {"response_format", {{"type", "json_object"}}}}, "response_format"},
+      {{{"messages", kHello}, {"tools", "not an array"}}, "tools"},
+      {{{"messages", kHello}, {"response_format", {{"type", "yaml"}}}}, "response_format.type"},
       {{{"messages", kHello}, {"frobnicate", 1}}, "frobnicate"},
       {{{"messages", kHello}, {"logit_bias", {{"abc", 1}}}}, "logit_bias"},
       {{{"messages", kHello}, {"logit_bias", {{"49152", 1}}}}, "logit_bias"},
@@ -90,7 +90,7 @@ TEST(OpenAiChat, RejectsWithTheParameterNamed) {
       {{{"messages", json::array({{{"role", "user"}}})}}, "messages[0].content"},
       {{{"messages", json::array({{{"role", "user"}, {"content", 5}}})}}, "messages[0].content"},
       {{{"messages", json::array({{{"role", "user"}, {"content", json::array({{{"type", "image_url"}}})}}})}},
-       "messages[0].content"},
+       "messages[0].content[0]"},
       {{{"temperature", 1}}, "messages"},
   };
   for (const auto& [body, param] : cases) {

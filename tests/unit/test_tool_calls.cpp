@@ -41,7 +41,7 @@ std::vector<ToolCallUpdate> stream_in_pieces(const std::string& text, size_t ste
   ToolCallStream stream;
   std::vector<ToolCallUpdate> updates;
   for (size_t i = 0; i < text.size(); i += step) stream.push(text.substr(i, step), updates);
-  stream.finish(updates);
+  stream.finish();
   return updates;
 }
 
@@ -80,20 +80,22 @@ TEST(ToolCallStream, ParsesCallsWhateverTheChunking) {
   }
 }
 
-TEST(ToolCallStream, ACallCutShortEndsWithWhatItHas) {
+TEST(ToolCallStream, ACallCutShortIsNeverReportedFinished) {
   ToolCallStream stream;
   std::vector<ToolCallUpdate> updates;
-  stream.push("\n{\"name\": \"f\", \"arguments\": {\"a\": \"unfinished", updates);
-  stream.finish(updates);
+  stream.push("\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"unfin",
+              updates);
+  stream.finish();
   ASSERT_FALSE(updates.empty());
-  EXPECT_EQ(updates.back().kind, ToolCallUpdate::Kind::Finished);
-  EXPECT_EQ(updates.back().call.arguments, "{\"a\": \"unfinished");
+  EXPECT_EQ(updates.back().kind, ToolCallUpdate::Kind::Arguments);  // streamed so far, never finished
+  ASSERT_EQ(stream.calls().size(), 1u);
+  EXPECT_EQ(stream.calls()[0].arguments, "{}");
 
   // Cut before the name is complete: nothing usable, no call.
   ToolCallStream early;
   updates.clear();
   early.push("\n{\"name\": \"ge", updates);
-  early.finish(updates);
+  early.finish();
   EXPECT_TRUE(updates.empty());
   EXPECT_TRUE(early.calls().empty());
 }
@@ -226,7 +228,7 @@ TEST_F(ConstrainedOnModel, EveryWalkThroughTheMaskGivesValidCalls) {
       if (tokenizer_->is_end_of_generation(token)) break;
       shaper.accept(token, updates);
     }
-    shaper.finish(updates);
+    shaper.finish();
     ASSERT_TRUE(shaper.finished()) << "seed " << seed << ": the call never closed in 400 tokens";
     ASSERT_EQ(shaper.calls().size(), 1u) << "seed " << seed;
     EXPECT_EQ(shaper.calls()[0].name, "get_weather");
