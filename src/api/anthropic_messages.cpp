@@ -9,6 +9,7 @@
 #include "api/content_parts.h"
 #include "api/json_fields.h"
 #include "api/tool_fields.h"
+#include "common/json_depth.h"
 
 namespace splash::api {
 
@@ -282,6 +283,7 @@ std::string sse(std::string_view event, const json& data) {
 }
 
 json parse_arguments(const std::string& text) {
+  if (json_nesting_depth(text) > kMaxJsonDepth) return json::object();
   json input = json::parse(text, nullptr, false);
   return input.is_discarded() ? json::object() : input;
 }

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "common/json_depth.h"
+
 namespace splash::api {
 
 using nlohmann::json;
@@ -58,6 +60,8 @@ std::vector<std::string> stop_strings(const json& stop, const std::string& name)
 
 json parse_body_object(std::string_view body) {
   if (body.find('\0') != std::string_view::npos) reject("the request body contains a NUL byte");
+  if (json_nesting_depth(body) > kMaxJsonDepth)
+    reject(fmt::format("the request body nests arrays and objects deeper than {} levels", kMaxJsonDepth));
   json root = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) reject("the request body is not valid JSON");
   if (!root.is_object()) reject("the request body must be a JSON object");

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/chat_format.h"
+#include "common/json_depth.h"
 
 namespace splash::chat {
 
@@ -90,7 +91,8 @@ std::string render_tool_call(const ToolCall& call) {
   } else {
     // Arguments are re-serialised in the same layout the model is asked to write; text that
     // is not JSON (a client may echo anything back) is kept as it came.
-    json arguments = json::parse(call.arguments, nullptr, false);
+    json arguments(json::value_t::discarded);
+    if (json_nesting_depth(call.arguments) <= kMaxJsonDepth) arguments = json::parse(call.arguments, nullptr, false);
     out += kFunctionCallNamePrefix;
     out += call.name;
     out += kFunctionCallArgumentsPrefix;

@@ -17,6 +17,7 @@
 #include "api/api_error.h"
 #include "api/openai_chat.h"
 #include "common/error.h"
+#include "common/json_depth.h"
 #include "server/agent_routes.h"
 #include "server/reply_stream.h"
 #include "server/request_guard.h"
@@ -45,6 +46,10 @@ void send_json(httplib::Response& res, const json& body) { res.set_content(api::
 std::optional<json> object_body(const httplib::Request& req, httplib::Response& res) {
   if (req.body.find('\0') != std::string::npos) {
     send_error(res, api::ApiError::bad_request("the request body contains a NUL byte"));
+    return std::nullopt;
+  }
+  if (json_nesting_depth(req.body) > kMaxJsonDepth) {
+    send_error(res, api::ApiError::bad_request("the request body nests too deeply"));
     return std::nullopt;
   }
   json body = json::parse(req.body, nullptr, false);
@@ -278,6 +283,8 @@ void HttpServer::register_routes() {
   }));
   http.Post("/apply-template", guarded([this](const httplib::Request& req, httplib::Response& res) {
     // Same validation as a chat completion, but nothing is generated.
+    if (json_nesting_depth(req.body) > kMaxJsonDepth)
+      return send_error(res, api::ApiError::bad_request("the request body nests too deeply"));
     json body = json::parse(req.body, nullptr, false);
     if (body.is_discarded() || !body.is_object() || !body.contains("messages"))
       return send_error(res, api::ApiError::bad_request("the body must be a JSON object with 'messages'", "messages"));

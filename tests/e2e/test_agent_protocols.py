@@ -762,3 +762,42 @@ def test_head_root_is_200(server, splash_server_module):
         resp = requests.head(f"{srv}/", timeout=10, headers={"User-Agent": "Bun/1.4.0"})
         assert resp.status_code == 200, (srv.args, resp.status_code)
         assert resp.content == b""
+
+
+# === Hostile bodies: every route answers, the server keeps serving ================================
+
+@pytest.mark.parametrize("depth", [600, 100_000, 1_000_000])
+def test_deeply_nested_bodies_are_refused(server, depth):
+    nested = "[" * depth + "]" * depth
+    bodies = {
+        "/v1/chat/completions": '{"model":"splash-model","max_tokens":2,"messages":[{"role":"user","content":"hi"}],'
+                                '"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":'
+                                '{"enum":' + nested + '}}}}',
+        "/v1/messages": '{"model":"m","max_tokens":2,"messages":[{"role":"user","content":"hi"}],"metadata":'
+                        + nested + '}',
+        "/v1/messages/count_tokens": '{"model":"m","messages":[{"role":"assistant","content":[{"type":"tool_use",'
+                                     '"id":"t","name":"f","input":{"a":' + nested + '}}]}]}',
+        "/v1/responses": '{"model":"m","input":"hi","metadata":' + nested + '}',
+        "/apply-template": '{"messages":[{"role":"user","content":"hi"}],"x":' + nested + '}',
+        "/tokenize": '{"content":"hi","x":' + nested + '}',
+    }
+    for path, body in bodies.items():
+        resp = requests.post(f"{server}{path}", data=body, headers={"Content-Type": "application/json"},
+                             timeout=TIMEOUT)
+        assert resp.status_code == 400, (path, resp.status_code, resp.text[:200])
+        assert "deep" in resp.text, (path, resp.text[:200])
+    assert requests.get(f"{server}/health", timeout=10).status_code == 200
+
+
+def test_tool_call_arguments_echoed_back_deeply_nested_are_harmless(server):
+    # Arguments are a string inside the body: the body is shallow, the string is not (deeper
+    # than the server ever parses, so it is kept as text).
+    nested = "[" * 600 + "]" * 600
+    resp = requests.post(f"{server}/v1/chat/completions", timeout=TIMEOUT, json={
+        "model": "splash-model", "max_tokens": 2, "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+                                                  "function": {"name": "f", "arguments": nested}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"}]})
+    assert resp.status_code == 200, resp.text[:300]
+    assert requests.get(f"{server}/health", timeout=10).status_code == 200

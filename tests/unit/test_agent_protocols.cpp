@@ -12,6 +12,7 @@
 #include "api/anthropic_messages.h"
 #include "api/openai_responses.h"
 #include "common/error.h"
+#include "common/json_depth.h"
 #include "documents/document_text.h"
 
 namespace splash::api {
@@ -327,3 +328,20 @@ TEST(Documents, Base64IsStrict) {
 
 }  // namespace
 }  // namespace splash::api
+
+namespace splash {
+namespace {
+
+TEST(JsonDepth, CountsBracketsOutsideStringsOnly) {
+  EXPECT_EQ(json_nesting_depth("{}"), 1u);
+  EXPECT_EQ(json_nesting_depth(R"({"a": [1, {"b": []}]})"), 4u);
+  EXPECT_EQ(json_nesting_depth(R"({"a": "[[[[\"[[["})"), 1u);
+  EXPECT_EQ(json_nesting_depth("]]]]"), 0u);  // malformed: the parser refuses it later
+  EXPECT_EQ(json_nesting_depth(std::string(100000, '[')), 100000u);
+  const auto parsed = api::parse_messages_request(std::string(600, '[') + std::string(600, ']'));
+  ASSERT_TRUE(std::holds_alternative<api::ApiError>(parsed));
+  EXPECT_NE(std::get<api::ApiError>(parsed).message.find("deeper"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace splash

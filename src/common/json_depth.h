@@ -1,0 +1,32 @@
+#pragma once
+// How deeply a JSON text nests arrays and objects, found by scanning its bytes (strings are
+// skipped). Checked before any JSON from outside is parsed: recursive code downstream
+// (serialising, schema compilers, the library's own recursion) must never meet a document
+// that nests deeper than kMaxJsonDepth, or a 200 KB body of brackets would exhaust the stack.
+#include <cstddef>
+#include <string_view>
+
+namespace splash {
+
+inline constexpr size_t kMaxJsonDepth = 512;
+
+inline size_t json_nesting_depth(std::string_view text) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > deepest) deepest = depth;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+}  // namespace splash
