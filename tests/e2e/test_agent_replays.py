@@ -36,8 +36,10 @@ pytestmark = [pytest.mark.slow,
 
 
 def recordings_dir() -> Path | None:
-    candidates = [os.environ.get("SPLASH_AGENT_RECORDINGS"), REPO / "shared" / "agents",
-                  REPO.parent / "shared" / "agents"]
+    # A copy of ../shared/agents lives in tests/golden/agents, so a clean clone (CI) replays
+    # them too; SPLASH_AGENT_RECORDINGS points at newer recordings.
+    candidates = [os.environ.get("SPLASH_AGENT_RECORDINGS"), REPO / "tests" / "golden" / "agents",
+                  REPO / "shared" / "agents", REPO.parent / "shared" / "agents"]
     for c in candidates:
         if c and Path(c).is_dir() and list(Path(c).glob("*.json")):
             return Path(c)
