@@ -408,6 +408,8 @@ std::string MessagesRenderer::stream_event(const engine::ChatEvent& event) {
   return {};
 }
 
+std::string MessagesRenderer::keep_alive() { return sse("ping", {{"type", "ping"}}); }
+
 std::string MessagesRenderer::stream_error(const ApiError& error) { return sse("error", anthropic_error_body(error)); }
 
 void MessagesRenderer::collect(const engine::ChatEvent& event) {

@@ -35,6 +35,7 @@ class MessagesRenderer : public ReplyRenderer {
   explicit MessagesRenderer(std::string model);
   std::string stream_event(const engine::ChatEvent& event) override;
   std::string stream_error(const ApiError& error) override;
+  std::string keep_alive() override;  // Anthropic's own ping event
   void collect(const engine::ChatEvent& event) override;
   nlohmann::json final_body() override;
 

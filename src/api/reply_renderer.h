@@ -18,6 +18,10 @@ class ReplyRenderer {
   virtual std::string stream_event(const engine::ChatEvent& event) = 0;
   // SSE text after the last event (e.g. "data: [DONE]").
   virtual std::string stream_end() { return {}; }
+  // Written when nothing else was for a while (a long prompt is being read): clients that
+  // time out idle streams (Claude Code after 300 s) keep waiting. An SSE comment by default,
+  // which every SSE parser skips.
+  virtual std::string keep_alive() { return ": keep-alive\n\n"; }
   // An error after the stream has started, in the protocol's streaming shape.
   virtual std::string stream_error(const ApiError& error) = 0;
   // Non-streaming: every event is collected, then the body is taken.

@@ -126,6 +126,10 @@ void add_serve_command(CLI::App& app) {
   command->add_option("--allowed-host", flags->server.allowed_hosts,
                       "Also accept this Host header (repeatable; localhost, 127.0.0.1, [::1] always are)");
   command->add_flag("--no-webui", flags->no_webui, "Do not serve the chat page at /");
+  command->add_option("--sse-keep-alive", flags->server.keep_alive_seconds,
+                      "Seconds a stream may stay silent (a long prompt being read) before a keep-alive is sent")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
   command->callback([flags] { serve(*flags); });
 }
 

@@ -37,7 +37,8 @@ void register_agent_routes(httplib::Server& http, const RouteGuard& guard, Agent
     if (auto* error = std::get_if<api::ApiError>(&parsed)) return write_openai_error(res, *error);
     auto request = std::get<api::ChatCompletionRequest>(std::move(parsed));
     auto renderer = std::make_shared<api::ChatCompletionRenderer>(ctx->model_id, request.include_usage, request.logprobs);
-    serve_reply(res, ctx->engine, std::move(request.chat), request.stream, renderer, write_openai_error, in_flight);
+    serve_reply(res, ctx->engine, std::move(request.chat), request.stream, renderer, write_openai_error, in_flight,
+                ctx->keep_alive);
   }));
 
   http.Post("/v1/messages", guard([ctx](const httplib::Request& req, httplib::Response& res) {
@@ -46,7 +47,8 @@ void register_agent_routes(httplib::Server& http, const RouteGuard& guard, Agent
     if (auto* error = std::get_if<api::ApiError>(&parsed)) return write_anthropic_error(res, *error);
     auto request = std::get<api::MessagesRequest>(std::move(parsed));
     auto renderer = std::make_shared<api::MessagesRenderer>(request.model);
-    serve_reply(res, ctx->engine, std::move(request.chat), request.stream, renderer, write_anthropic_error, in_flight);
+    serve_reply(res, ctx->engine, std::move(request.chat), request.stream, renderer, write_anthropic_error, in_flight,
+                ctx->keep_alive);
   }));
 
   // Answered by the tokenizer on this thread, never queued behind generation.
@@ -64,7 +66,8 @@ void register_agent_routes(httplib::Server& http, const RouteGuard& guard, Agent
     if (auto* error = std::get_if<api::ApiError>(&parsed)) return write_openai_error(res, *error);
     auto request = std::get<api::ResponsesRequest>(std::move(parsed));
     auto renderer = std::make_shared<api::ResponsesRenderer>(request, ctx->responses);
-    serve_reply(res, ctx->engine, std::move(request.chat), request.stream, renderer, write_openai_error, in_flight);
+    serve_reply(res, ctx->engine, std::move(request.chat), request.stream, renderer, write_openai_error, in_flight,
+                ctx->keep_alive);
   }));
   http.Get(R"(/v1/responses/([^/]+))", guard([ctx](const httplib::Request& req, httplib::Response& res) {
     auto stored = ctx->responses->get(req.matches[1]);

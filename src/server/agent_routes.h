@@ -6,6 +6,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -22,6 +23,7 @@ struct AgentRoutesContext {
   int vocab = 0;
   std::shared_ptr<api::ResponseStore> responses;
   std::shared_ptr<std::atomic<int>> in_flight;  // generations still writing (shutdown waits)
+  std::chrono::seconds keep_alive{15};           // see ServerOptions::keep_alive_seconds
 };
 
 void register_agent_routes(httplib::Server& http, const RouteGuard& guard, AgentRoutesContext context);

@@ -27,6 +27,7 @@ struct ServerOptions {
   std::vector<std::string> allowed_hosts;  // besides localhost, 127.0.0.1 and [::1]
   bool webui = true;
   size_t max_body_bytes = size_t{8} << 20;
+  int keep_alive_seconds = 15;  // silence before a stream gets a keep-alive (clients time out idle streams)
   int http_threads = 256;  // connections served at once (streams and idle keep-alives hold one each)
 };
 

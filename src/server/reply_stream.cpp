@@ -19,7 +19,7 @@ void send_api_error(const httplib::Request& req, httplib::Response& res, const a
 
 void serve_reply(httplib::Response& res, engine::EngineService& engine, engine::ChatRequest request, bool stream,
                  std::shared_ptr<api::ReplyRenderer> renderer, const ErrorWriter& write_error,
-                 std::shared_ptr<void> in_flight) {
+                 std::shared_ptr<void> in_flight, std::chrono::seconds keep_alive) {
   // Grammars are compiled here, on the HTTP thread: a schema this engine cannot honour is the
   // caller's 400, and compiling never holds up the engine (results are cached by shape).
   try {
@@ -56,18 +56,29 @@ void serve_reply(httplib::Response& res, engine::EngineService& engine, engine::
     return;
   }
   auto pending = std::make_shared<std::string>(renderer->stream_event(*first));
+  using Clock = std::chrono::steady_clock;
+  auto last_write = std::make_shared<Clock::time_point>(Clock::now());
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [channel, ticket, renderer, pending](size_t, httplib::DataSink& sink) {
+      [channel, ticket, renderer, pending, last_write, keep_alive](size_t, httplib::DataSink& sink) {
         // Each call writes what is ready; a failed write means the client left.
         if (!pending->empty()) {
           if (!sink.write(pending->data(), pending->size())) return ticket->cancel(), false;
           pending->clear();
+          *last_write = Clock::now();
         }
         auto event = channel->pop(std::chrono::milliseconds(200));
-        if (!event) return true;  // nothing yet; called again
+        if (!event) {  // nothing yet (e.g. a long prompt is being read); called again
+          if (Clock::now() - *last_write >= keep_alive) {
+            const std::string ping = renderer->keep_alive();
+            if (!sink.write(ping.data(), ping.size())) return ticket->cancel(), false;
+            *last_write = Clock::now();
+          }
+          return true;
+        }
+        *last_write = Clock::now();
         std::string out = renderer->stream_event(*event);
         const bool last =
             event->kind == engine::ChatEvent::Kind::Finished || event->kind == engine::ChatEvent::Kind::Failed;

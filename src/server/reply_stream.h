@@ -3,6 +3,7 @@
 // answers errors before the first token with the protocol's error body and status, and then
 // either streams the renderer's SSE events (a client that disconnects cancels the generation)
 // or collects them into one JSON body.
+#include <chrono>
 #include <functional>
 #include <memory>
 
@@ -20,10 +21,11 @@ namespace splash::server {
 // Writes an error in the route's protocol shape.
 using ErrorWriter = std::function<void(httplib::Response&, const api::ApiError&)>;
 
-// `in_flight` is held until the last byte is written (shutdown waits for it).
+// `in_flight` is held until the last byte is written (shutdown waits for it). A stream silent
+// for `keep_alive` (a long prompt being read) gets the renderer's keep-alive.
 void serve_reply(httplib::Response& res, engine::EngineService& engine, engine::ChatRequest request, bool stream,
                  std::shared_ptr<api::ReplyRenderer> renderer, const ErrorWriter& write_error,
-                 std::shared_ptr<void> in_flight);
+                 std::shared_ptr<void> in_flight, std::chrono::seconds keep_alive);
 
 // OpenAI's {"error": {...}} or Anthropic's {"type":"error",...}, chosen by the request path.
 void send_api_error(const httplib::Request& req, httplib::Response& res, const api::ApiError& error);

@@ -801,3 +801,44 @@ def test_tool_call_arguments_echoed_back_deeply_nested_are_harmless(server):
             {"role": "tool", "tool_call_id": "c1", "content": "ok"}]})
     assert resp.status_code == 200, resp.text[:300]
     assert requests.get(f"{server}/health", timeout=10).status_code == 200
+
+
+# === Keep-alive while a long prompt is read ========================================================
+
+@pytest.fixture(scope="module")
+def eager_keep_alive_server(splash_server_module):
+    return splash_server_module("--sse-keep-alive", "1")
+
+
+def timed_sse_lines(resp) -> list[tuple[float, str]]:
+    start = time.monotonic()
+    return [(time.monotonic() - start, line.decode()) for line in resp.iter_lines() if line]
+
+
+LONG_PROMPT = " ".join(f"Line {i}: the quick brown fox jumps over the lazy dog." for i in range(450))  # ~7K tokens
+
+
+def test_silent_prefill_gets_keep_alives(eager_keep_alive_server):
+    server = eager_keep_alive_server
+    with requests.post(f"{server}/v1/messages", stream=True, timeout=TIMEOUT, json={
+            "model": "m", "max_tokens": 2, "stream": True,
+            "messages": [{"role": "user", "content": LONG_PROMPT}]}) as resp:
+        assert resp.status_code == 200, resp.text
+        lines = timed_sse_lines(resp)
+    events = [(t, line.split(": ", 1)[1]) for t, line in lines if line.startswith("event: ")]
+    first_content = next(t for t, name in events if name in ("content_block_start", "message_delta"))
+    pings = [t for t, name in events if name == "ping" and t < first_content]
+    # A prompt this long takes seconds to read on these machines: Anthropic pings fill the gap.
+    assert first_content < 2.5 or len(pings) >= 2, (first_content, events[:12])
+    # Chat Completions and Responses streams get SSE comments, which their SDKs skip.
+    for path, body in (("/v1/chat/completions", {"model": "splash-model", "max_tokens": 2, "stream": True,
+                                                 "messages": [{"role": "user", "content": LONG_PROMPT + " x"}]}),
+                       ("/v1/responses", {"model": "m", "max_output_tokens": 2, "stream": True,
+                                          "input": LONG_PROMPT + " y"})):
+        with requests.post(f"{server}{path}", stream=True, timeout=TIMEOUT, json=body) as resp:
+            lines = timed_sse_lines(resp)
+        data_times = [t for t, line in lines if line.startswith("data: ")]
+        gap = max(b - a for a, b in zip(data_times, data_times[1:]))
+        comments = [line for _, line in lines if line.startswith(":")]
+        assert gap < 2.5 or comments, (path, gap, lines[:6])
+        assert all(line == ": keep-alive" for line in comments), comments
