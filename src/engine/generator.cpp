@@ -121,6 +121,7 @@ GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& token
 
   result.finish = FinishReason::Length;
   bool in_text = shaper.in_text();
+  std::string held;  // text held back while the reply may still open a bare JSON call
   while (static_cast<int>(result.tokens.size()) < request.max_tokens) {
     const int32_t token = next_token();
     if (token < 0) {  // the constraints allow nothing more (e.g. a complete structured reply)
@@ -137,10 +138,20 @@ GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& token
     shaper.accept(token, updates);
     bool keep_going = true;
     if (in_text) {
-      keep_going = emit(stops.push(detokenizer.push(token)));
-      if (!shaper.in_text()) {  // this token opened a tool call: the text ends before the marker
+      std::string shown = stops.push(detokenizer.push(token));
+      if (!shaper.in_text()) {  // this token opened a tool call
         in_text = false;
-        keep_going = emit(stops.flush()) && keep_going;
+        // After <tool_call> the stop matcher has hidden the marker; a bare JSON call's opening
+        // (held back while undecided) belongs to the call, not to the text.
+        if (shaper.bare_call()) shown.clear(), held.clear();
+        keep_going = emit(held + shown + stops.flush());
+        held.clear();
+      } else if (shaper.undecided()) {  // may still become a bare JSON call: hold it back
+        held += shown;
+        keep_going = emit({});
+      } else {
+        keep_going = emit(held + shown);
+        held.clear();
       }
     }
     keep_going = emit_updates() && keep_going;
@@ -162,12 +173,16 @@ GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& token
     if (cache) cache->tokens.push_back(token);
   }
   if (result.finish != FinishReason::Cancelled) {
-    if (in_text && !stops.stopped()) {
-      std::string tail = stops.push(detokenizer.flush());
-      tail += stops.flush();
+    if (in_text) {
+      std::string tail = std::move(held);
+      if (!stops.stopped()) {
+        tail += stops.push(detokenizer.flush());
+        tail += stops.flush();
+      }
       emit(tail);
     }
-    shaper.finish();
+    shaper.finish(updates);
+    emit_updates();
     if (!shaper.calls().empty() && result.finish == FinishReason::Stop) result.finish = FinishReason::ToolCalls;
   }
   result.tool_calls = shaper.calls();

@@ -1,6 +1,7 @@
 #include "engine/output_constraints.h"
 
 #include <algorithm>
+#include <cctype>
 #include <list>
 #include <mutex>
 #include <unordered_map>
@@ -57,6 +58,29 @@ std::shared_ptr<const grammar::Grammar> build_calls(const ChatRequest& request, 
   return b.build(prefix.empty() ? body : b.sequence({b.literal(prefix), body}));
 }
 
+// After `{"name": "`: a known function's name, its arguments, the closing brace and maybe
+// the end of a code fence, with the whitespace pretty-printing puts there.
+std::shared_ptr<const grammar::Grammar> build_bare_call(const ChatRequest& request) {
+  GrammarBuilder b;
+  const auto ws = b.repeat(b.char_class(" \t\r\n"), 0, 16);
+  std::vector<GrammarBuilder::Id> alternatives;
+  for (const chat::ToolSpec& tool : request.tools) {
+    if (tool.kind != chat::ToolSpec::Kind::Function) continue;
+    GrammarBuilder::Id arguments;
+    try {
+      arguments = b.json_schema(tool.parameters);
+    } catch (const Error& e) {
+      if (tool.strict) fail("tool '{}': {}", tool.name, e.what());
+      arguments = b.json_object();
+    }
+    alternatives.push_back(b.sequence({b.literal(tool.name + "\""), ws, b.literal(","), ws, b.literal("\"arguments\""), ws,
+                                       b.literal(":"), ws, arguments, ws, b.literal("}"),
+                                       b.optional(b.sequence({ws, b.literal("```")}))}));
+  }
+  if (alternatives.empty()) return nullptr;
+  return b.build(b.choice(std::move(alternatives)));
+}
+
 std::shared_ptr<const grammar::Grammar> build_text(const OutputFormat& format) {
   GrammarBuilder b;
   switch (format.kind) {
@@ -80,6 +104,7 @@ std::shared_ptr<const OutputConstraints> compile_uncached(const ChatRequest& req
     if (out->parallel_tool_calls) out->next_call = build_calls(request, std::string("\n") + std::string(chat::kToolCallOpen));
   }
   out->text = build_text(request.output_format);
+  if (out->call_body && request.tool_choice == ToolChoice::Auto && !out->text) out->bare_call = build_bare_call(request);
   return out;
 }
 
@@ -132,6 +157,41 @@ bool is_special(const tokenizer::Tokenizer& tokenizer, int32_t id) {
 
 }  // namespace
 
+BareCallOpening match_bare_call_opening(std::string_view text) {
+  constexpr size_t kMaxSpace = 16, kMaxLanguage = 16;
+  size_t i = 0;
+  // Each step: Maybe when the text ends inside it, No when it cannot match.
+  auto space = [&] {
+    size_t n = 0;
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i])) && n++ < kMaxSpace) ++i;
+    return n <= kMaxSpace;
+  };
+  auto literal = [&](std::string_view word) -> BareCallOpening::Match {
+    const size_t n = std::min(word.size(), text.size() - i);
+    if (text.substr(i, n) != word.substr(0, n)) return BareCallOpening::Match::No;
+    i += n;
+    return n < word.size() ? BareCallOpening::Match::Maybe : BareCallOpening::Match::Yes;
+  };
+  using Match = BareCallOpening::Match;
+  if (!space()) return {};
+  if (i == text.size()) return {Match::Maybe, 0};
+  if (text[i] == '`') {
+    if (const auto m = literal("```"); m != Match::Yes) return {m, 0};
+    size_t n = 0;
+    while (i < text.size() && std::isalpha(static_cast<unsigned char>(text[i])) && n++ < kMaxLanguage) ++i;
+    if (!space()) return {};
+  }
+  for (std::string_view step : {"{", "", "\"name\"", "", ":", "", "\""}) {
+    if (i == text.size()) return {Match::Maybe, 0};
+    if (step.empty()) {
+      if (!space()) return {};
+      continue;
+    }
+    if (const auto m = literal(step); m != Match::Yes) return {m, 0};
+  }
+  return {Match::Yes, i};
+}
+
 std::shared_ptr<const OutputConstraints> compile_output_constraints(const ChatRequest& request) {
   if (request.tools.empty() && request.output_format.kind == OutputFormat::Kind::Text) return nullptr;
   if (request.tool_choice == ToolChoice::Named &&
@@ -163,6 +223,7 @@ ReplyShaper::ReplyShaper(std::shared_ptr<const OutputConstraints> constraints, c
   } else if (constraints_->text) {
     text_.emplace(constraints_->text);
   }
+  undecided_ = constraints_->bare_call != nullptr;
 }
 
 std::string_view ReplyShaper::tool_call_marker() const { return chat::kToolCallOpen; }
@@ -179,6 +240,14 @@ std::optional<size_t> ReplyShaper::marker_end(std::string_view bytes) const {
 
 bool ReplyShaper::text_allows(std::string_view bytes) const {
   if (text_) return text_->can_accept(bytes);
+  if (undecided_) {
+    const std::string joined = reply_start_ + std::string(bytes);
+    const auto opening = match_bare_call_opening(joined);
+    if (opening.match == BareCallOpening::Match::Yes) {
+      grammar::Matcher fresh(constraints_->bare_call);
+      return fresh.can_accept(std::string_view(joined).substr(opening.end));
+    }
+  }
   const auto end = marker_end(bytes);
   if (!end) return true;
   if (!calls_enabled() || constraints_->tool_choice == ToolChoice::None) return false;
@@ -188,6 +257,7 @@ bool ReplyShaper::text_allows(std::string_view bytes) const {
 
 bool ReplyShaper::end_allowed() const {
   if (!calls_started_) return !text_ || text_->is_complete();
+  if (bare_) return call_ && call_->is_complete();
   return !call_open_;
 }
 
@@ -222,6 +292,21 @@ void ReplyShaper::accept(int32_t token, std::vector<ToolCallUpdate>& updates) {
     if (text_) {
       text_->accept(bytes);
       return;
+    }
+    if (undecided_) {
+      reply_start_ += bytes;
+      const auto opening = match_bare_call_opening(reply_start_);
+      if (opening.match == BareCallOpening::Match::Yes) {
+        undecided_ = false;
+        calls_started_ = call_open_ = bare_ = true;
+        call_.emplace(constraints_->bare_call);
+        const std::string rest = reply_start_.substr(opening.end);
+        call_->accept(rest);
+        stream_.begin_bare_call();
+        push_call_bytes(rest, updates);
+        return;
+      }
+      if (opening.match == BareCallOpening::Match::No) undecided_ = false;  // text after all
     }
     if (const auto end = calls_enabled() ? marker_end(bytes) : std::nullopt) {
       calls_started_ = true;
@@ -259,12 +344,13 @@ void ReplyShaper::push_call_bytes(std::string_view bytes, std::vector<ToolCallUp
   }
 }
 
-void ReplyShaper::finish() {
-  if (calls_started_) stream_.finish();
+void ReplyShaper::finish(std::vector<ToolCallUpdate>& updates) {
+  if (calls_started_) stream_.finish(bare_ && call_ && call_->is_complete(), updates);
 }
 
 bool ReplyShaper::finished() const {
   if (!constraints_) return false;
+  if (bare_) return call_ && call_->is_dead();
   if (calls_started_) return !call_open_ && !call_;
   return text_ && text_->is_complete() && text_->is_dead();
 }

@@ -42,7 +42,21 @@ struct OutputConstraints {
   std::shared_ptr<const grammar::Grammar> next_call;
   // The reply's text when an output format is set; null: free text.
   std::shared_ptr<const grammar::Grammar> text;
+  // tool_choice auto: a reply that opens as a bare JSON call, `{"name": "` (perhaps inside a
+  // ```json fence), as small models often write instead of <tool_call>: after that opening,
+  // a known function's name, `", "arguments": ` and its arguments, `}`, an optional fence.
+  std::shared_ptr<const grammar::Grammar> bare_call;
 };
+
+// Where a reply's first bytes stand against the bare JSON call opening
+// (ws* ("```" lang? ws*)? "{" ws* "\"name\"" ws* ":" ws* "\""): not it, maybe (so far a
+// prefix of it), or it, ending at `end`.
+struct BareCallOpening {
+  enum class Match { No, Maybe, Yes };
+  Match match = Match::No;
+  size_t end = 0;
+};
+BareCallOpening match_bare_call_opening(std::string_view reply_start);
 
 // Null when the request constrains nothing. Throws splash::Error for a schema or grammar
 // this engine cannot compile (naming the keyword) or a tool_choice naming no tool.
@@ -66,11 +80,17 @@ class ReplyShaper {
 
   // Whether generated tokens are still the reply's text (shown by the caller) or tool calls.
   bool in_text() const { return !calls_started_; }
+  // The reply's first bytes may still turn out to be a bare JSON call: the caller holds its
+  // text back until this is false (text after all, or the call began, in_text() false).
+  bool undecided() const { return undecided_; }
+  // The call began as a bare JSON object (its opening text is the call's, not the reply's).
+  bool bare_call() const { return bare_; }
   // Records an accepted token. Tool-call bytes, including those after a "<tool_call>" that
   // this token completes, go to the tool-call stream, whose updates are appended.
   void accept(int32_t token, std::vector<ToolCallUpdate>& updates);
-  // At the end of generation: a call cut short is dropped (see ToolCallStream::finish).
-  void finish();
+  // At the end of generation: a call cut short is dropped, a complete bare call is finished
+  // (see ToolCallStream::finish).
+  void finish(std::vector<ToolCallUpdate>& updates);
   // The text that opens a call; the caller's text stream must stop before showing it.
   std::string_view tool_call_marker() const;
   bool calls_enabled() const;
@@ -92,6 +112,9 @@ class ReplyShaper {
   std::optional<grammar::Matcher> call_;   // the current call's (or the next call's) matcher
   bool calls_started_ = false;
   bool call_open_ = false;  // inside a call (between <tool_call> and </tool_call>)
+  bool bare_ = false;       // the call is a bare JSON one (ends with the reply)
+  bool undecided_ = false;  // the reply so far may still open a bare JSON call
+  std::string reply_start_; // the reply's bytes while undecided
   size_t marker_to_skip_ = 0;  // bytes of a required first call's "<tool_call>" still to come
   std::string marker_tail_;  // the last bytes of free text, to find a marker split over tokens
   ToolCallStream stream_;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <random>
 
 #include "chat/tool_prompt.h"
@@ -71,6 +73,18 @@ void ToolCallStream::end_call(std::vector<ToolCallUpdate>& out) {
   current_ = {};
   emitted_ = 0;
   state_ = State::BetweenCalls;
+}
+
+void ToolCallStream::stream_arguments(size_t safe, std::vector<ToolCallUpdate>& out) {
+  const std::string& args = current_.arguments;
+  safe -= incomplete_utf8_tail(std::string_view(args).substr(0, safe));
+  if (safe <= emitted_) return;
+  ToolCallUpdate delta;
+  delta.kind = ToolCallUpdate::Kind::Arguments;
+  delta.index = static_cast<int>(calls_.size());
+  delta.arguments = args.substr(emitted_, safe - emitted_);
+  out.push_back(std::move(delta));
+  emitted_ = safe;
 }
 
 void ToolCallStream::step(std::vector<ToolCallUpdate>& out) {
@@ -144,23 +158,72 @@ void ToolCallStream::step(std::vector<ToolCallUpdate>& out) {
           end_call(out);
           continue;
         }
-        size_t safe = args.size() - partial_marker_tail(args, terminator);
-        safe -= incomplete_utf8_tail(std::string_view(args).substr(0, safe));
-        if (safe > emitted_) {
-          ToolCallUpdate delta;
-          delta.kind = ToolCallUpdate::Kind::Arguments;
-          delta.index = static_cast<int>(calls_.size());
-          delta.arguments = args.substr(emitted_, safe - emitted_);
-          out.push_back(std::move(delta));
-          emitted_ = safe;
+        stream_arguments(args.size() - partial_marker_tail(args, terminator), out);
+        return;
+      }
+      case State::BareName: {
+        const size_t quote = buffer_.find('"');
+        if (quote == std::string::npos) {
+          if (buffer_.size() < kMaxHead) return;
+          state_ = State::BetweenCalls;  // not a name: nothing to report
+          continue;
         }
+        std::string name = buffer_.substr(0, quote);
+        buffer_.erase(0, quote + 1);
+        start_call(std::move(name), false, out);
+        state_ = State::BareSeekArguments;
+        continue;
+      }
+      case State::BareSeekArguments: {
+        // `, "arguments": ` with any whitespace (the grammar allows some).
+        const size_t key = buffer_.find("\"arguments\"");
+        if (key == std::string::npos) return;
+        const size_t colon = buffer_.find(':', key);
+        if (colon == std::string::npos) return;
+        size_t value = colon + 1;
+        while (value < buffer_.size() && std::isspace(static_cast<unsigned char>(buffer_[value]))) ++value;
+        if (value == buffer_.size()) return;
+        buffer_.erase(0, value);
+        state_ = State::BareArguments;
+        continue;
+      }
+      case State::BareArguments: {
+        std::string& args = current_.arguments;
+        args += buffer_;
+        buffer_.clear();
+        // Whitespace, braces and backticks at the end may be the call's closing, not arguments.
+        size_t safe = args.size();
+        while (safe > emitted_ && std::string_view(" \t\r\n}`").find(args[safe - 1]) != std::string_view::npos) --safe;
+        stream_arguments(safe, out);
         return;
       }
     }
   }
 }
 
-void ToolCallStream::finish() {
+void ToolCallStream::begin_bare_call() {
+  state_ = State::BareName;
+  buffer_.clear();
+}
+
+void ToolCallStream::finish(bool bare_call_complete, std::vector<ToolCallUpdate>& out) {
+  if (state_ == State::BareArguments && bare_call_complete) {
+    // The grammar ended the object: what follows the arguments is whitespace, the call's own
+    // closing brace and perhaps a code fence.
+    std::string& args = current_.arguments;
+    args += buffer_;
+    size_t end = args.size();
+    auto trim_space = [&] {
+      while (end > 0 && std::isspace(static_cast<unsigned char>(args[end - 1]))) --end;
+    };
+    trim_space();
+    if (end >= 3 && args.compare(end - 3, 3, "```") == 0) end -= 3;
+    trim_space();
+    if (end > 0 && args[end - 1] == '}') --end;
+    trim_space();
+    args.resize(std::max(end, emitted_));
+    end_call(out);
+  }
   // A call cut short (max_tokens) is dropped: its arguments are not the complete, valid JSON
   // every reported call carries. (A stream has already shown its start and partial deltas;
   // the finish reason, length, says why it never finished.)

@@ -41,7 +41,7 @@ std::vector<ToolCallUpdate> stream_in_pieces(const std::string& text, size_t ste
   ToolCallStream stream;
   std::vector<ToolCallUpdate> updates;
   for (size_t i = 0; i < text.size(); i += step) stream.push(text.substr(i, step), updates);
-  stream.finish();
+  stream.finish(false, updates);
   return updates;
 }
 
@@ -85,7 +85,7 @@ TEST(ToolCallStream, ACallCutShortIsNeverReportedFinished) {
   std::vector<ToolCallUpdate> updates;
   stream.push("\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"unfin",
               updates);
-  stream.finish();
+  stream.finish(false, updates);
   ASSERT_FALSE(updates.empty());
   EXPECT_EQ(updates.back().kind, ToolCallUpdate::Kind::Arguments);  // streamed so far, never finished
   ASSERT_EQ(stream.calls().size(), 1u);
@@ -95,7 +95,7 @@ TEST(ToolCallStream, ACallCutShortIsNeverReportedFinished) {
   ToolCallStream early;
   updates.clear();
   early.push("\n{\"name\": \"ge", updates);
-  early.finish();
+  early.finish(false, updates);
   EXPECT_TRUE(updates.empty());
   EXPECT_TRUE(early.calls().empty());
 }
@@ -136,6 +136,44 @@ TEST(ToolPrompt, ToolsJoinTheSystemPromptAndCallsRoundTrip) {
   // Without a system message, the template's default prompt carries the tools.
   const auto defaulted = chat::lower_tool_turns(std::vector<chat::ChatMessage>{{"user", "hi"}}, tools, "default prompt");
   EXPECT_TRUE(defaulted[0].content.starts_with("default prompt\n\n# Tools"));
+}
+
+TEST(BareJsonCall, TheOpeningIsRecognisedWithFencesAndWhitespace) {
+  using Match = BareCallOpening::Match;
+  for (const char* yes : {"{\"name\": \"", "```json\n{\n  \"name\": \"", "  {\"name\":\"", "```\n{ \"name\" : \""}) {
+    const auto m = match_bare_call_opening(yes);
+    EXPECT_EQ(m.match, Match::Yes) << yes;
+    EXPECT_EQ(m.end, std::string_view(yes).size()) << yes;
+  }
+  for (const char* maybe : {"", " ", "`", "```js", "```json\n", "{", "{\n  \"na", "{\"name\"", "{\"name\": "})
+    EXPECT_EQ(match_bare_call_opening(maybe).match, Match::Maybe) << maybe;
+  for (const char* no : {"Sure", "{\"nam3", "``x", "{\"arguments\"", "[", "```json\nHello", "{\"name\": 5"})
+    EXPECT_EQ(match_bare_call_opening(no).match, Match::No) << no;
+  EXPECT_EQ(match_bare_call_opening(std::string(40, ' ')).match, Match::No);  // bounded whitespace
+}
+
+TEST(BareJsonCall, StreamParsesTheCallAndStripsItsClosing) {
+  for (size_t step : {1, 3, 100}) {
+    ToolCallStream stream;
+    stream.begin_bare_call();
+    std::vector<ToolCallUpdate> updates;
+    const std::string rest = "Bash\",\n  \"arguments\": {\n    \"command\": \"ls }\"\n  }\n}\n```";
+    for (size_t i = 0; i < rest.size(); i += step) stream.push(rest.substr(i, step), updates);
+    stream.finish(true, updates);
+    ASSERT_EQ(stream.calls().size(), 1u) << step;
+    EXPECT_EQ(stream.calls()[0].name, "Bash");
+    EXPECT_EQ(json::parse(stream.calls()[0].arguments), (json{{"command", "ls }"}}));
+    std::string deltas;
+    for (const auto& u : updates)
+      if (u.kind == ToolCallUpdate::Kind::Arguments) deltas += u.arguments;
+    EXPECT_EQ(deltas, stream.calls()[0].arguments);
+  }
+  ToolCallStream cut;  // not complete: no call
+  cut.begin_bare_call();
+  std::vector<ToolCallUpdate> updates;
+  cut.push("Bash\", \"arguments\": {\"command\": \"l", updates);
+  cut.finish(false, updates);
+  EXPECT_TRUE(cut.calls().empty());
 }
 
 TEST(ToolPrompt, NamesThatWouldBreakTheFormatAreRefused) {
@@ -228,7 +266,7 @@ TEST_F(ConstrainedOnModel, EveryWalkThroughTheMaskGivesValidCalls) {
       if (tokenizer_->is_end_of_generation(token)) break;
       shaper.accept(token, updates);
     }
-    shaper.finish();
+    shaper.finish(updates);
     ASSERT_TRUE(shaper.finished()) << "seed " << seed << ": the call never closed in 400 tokens";
     ASSERT_EQ(shaper.calls().size(), 1u) << "seed " << seed;
     EXPECT_EQ(shaper.calls()[0].name, "get_weather");
@@ -266,6 +304,39 @@ TEST_F(ConstrainedOnModel, NoneForbidsOpeningACallAndAutoChecksWhatFollowsTheMar
     EXPECT_FALSE(shaper.allows(tokenizer_->encode(" hello", false)[0]));
     EXPECT_TRUE(shaper.allows(tokenizer_->encode("\n", false)[0]));
   }
+}
+
+// What Qwen2.5-Coder-0.5B and SmolLM2 write when left to choose: a fenced JSON object naming
+// the tool. It becomes a constrained call, and the fence never reaches the text.
+TEST_F(ConstrainedOnModel, AReplyOpeningAsABareJsonCallBecomesACall) {
+  auto constraints = compile_output_constraints(weather_request(ToolChoice::Auto));
+  ASSERT_TRUE(constraints->bare_call);
+  ReplyShaper shaper(constraints, *tokenizer_, trie_);
+  std::vector<ToolCallUpdate> updates;
+  const auto tokens = tokenizer_->encode(
+      "```json\n{\n  \"name\": \"get_weather\",\n  \"arguments\": {\"city\": \"Paris\", \"days\": 3, "
+      "\"unit\": \"celsius\"}\n}\n```", false);
+  for (int32_t t : tokens) {
+    ASSERT_TRUE(shaper.allows(t)) << "token " << tokenizer_->token_bytes(t);
+    shaper.accept(t, updates);
+  }
+  EXPECT_FALSE(shaper.in_text());
+  EXPECT_TRUE(shaper.bare_call());
+  EXPECT_TRUE(shaper.allows(tokenizer_->eos()));
+  shaper.finish(updates);
+  ASSERT_EQ(shaper.calls().size(), 1u);
+  EXPECT_EQ(shaper.calls()[0].name, "get_weather");
+  expect_valid_weather(json::parse(shaper.calls()[0].arguments));
+
+  // A name that is not a tool cannot be written; prose is just text.
+  ReplyShaper other(constraints, *tokenizer_, trie_);
+  for (int32_t t : tokenizer_->encode("{\"name\": \"", false)) other.accept(t, updates);
+  EXPECT_FALSE(other.in_text());
+  EXPECT_FALSE(other.allows(tokenizer_->encode("delete", false)[0]));
+  ReplyShaper prose(constraints, *tokenizer_, trie_);
+  for (int32_t t : tokenizer_->encode("Sure, here", false)) prose.accept(t, updates);
+  EXPECT_TRUE(prose.in_text());
+  EXPECT_FALSE(prose.undecided());
 }
 
 TEST_F(ConstrainedOnModel, UnsupportedSchemasAreErrorsOnlyWhenStrict) {
