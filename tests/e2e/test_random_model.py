@@ -127,7 +127,8 @@ TOL = {
 }
 
 # The integer type of each probe, and the float type of its other matrices.
-PROBE_REST = {"Q8_0": "BF16", "Q4_0": "F16", "Q4_1": "F32", "Q4_K": "BF16", "Q6_K": "F16"}
+PROBE_REST = {"Q8_0": "BF16", "Q5_0": "F32", "Q5_1": "F16", "Q4_0": "F16", "Q4_1": "F32", "Q4_K": "BF16",
+              "Q6_K": "F16"}
 PROBE_TENSORS = ["token_embd", "blk.0.attn_q", "blk.0.attn_k", "blk.0.attn_v", "output"]
 MODELS = ["mix_a", "mix_b", *[f"probe_{t}" for t in PROBE_REST]]
 

@@ -13,7 +13,8 @@ PackedKind packed_kind_for(GgmlType type) {
   switch (type) {
     case GgmlType::Q4_0: case GgmlType::Q4_1: return PackedKind::U4_F16;
     case GgmlType::Q4_K: return PackedKind::U4_F32;
-    case GgmlType::Q8_0: return PackedKind::U8_F16;
+    case GgmlType::Q8_0: case GgmlType::Q5_0: return PackedKind::U8_F16;
+    case GgmlType::Q5_1: return PackedKind::U6_F32;
     case GgmlType::Q6_K: return PackedKind::U6_F32;
     case GgmlType::F32: return PackedKind::F32;
     case GgmlType::F16: return PackedKind::F16;

@@ -23,8 +23,8 @@ inline constexpr int kTileRows = 16;
 enum class PackedKind : uint8_t {
   U4_F16,   // Q4_0, Q4_1: 4-bit codes, sub-block 32, scales kept as fp16 (exact)
   U4_F32,   // Q4_K: 4-bit codes, sub-block 32, scales d*sc and dmin*m as fp32 (exact)
-  U8_F16,   // Q8_0: codes q+128, sub-block 32, fp16 scales
-  U6_F32,   // Q6_K: 6-bit codes in bytes, sub-block 16, fp32 scales
+  U8_F16,   // Q8_0 (codes q+128), Q5_0 (codes q+112): sub-block 32, fp16 scales, m = -128 d
+  U6_F32,   // Q6_K, Q5_1: 6- or 5-bit codes in bytes, sub-block 16, fp32 scales
   F32,
   F16,
   BF16,

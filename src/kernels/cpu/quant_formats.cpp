@@ -22,7 +22,8 @@ void q4k_scale_min(int j, const uint8_t* scales, uint8_t& scale, uint8_t& min) {
 bool is_supported_weight_type(GgmlType type) {
   switch (type) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0:
-    case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q4_K: case GgmlType::Q6_K:
+    case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
+    case GgmlType::Q4_K: case GgmlType::Q6_K:
       return true;
     default:
       return false;
@@ -38,6 +39,11 @@ CanonicalLayout canonical_layout(GgmlType type) {
   switch (type) {
     case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q4_K: return {32, 4};
     case GgmlType::Q8_0: return {32, 8};
+    // 5-bit codes kept in bytes. Q5_0 in Q8_0's form (codes offset to q + 128 - 16, m = -128 d),
+    // so the AVX2 kernel's signed path applies; Q5_1's own minimum needs the m term, which the
+    // Q6_K form (sub-block 16, fp32 scales) has.
+    case GgmlType::Q5_0: return {32, 8};
+    case GgmlType::Q5_1: return {16, 6};
     case GgmlType::Q6_K: return {16, 6};
     default: fail("{} has no integer canonical form", type_name(type));
   }
@@ -63,6 +69,31 @@ void decode_block(GgmlType type, const uint8_t* block, uint8_t* codes, float* d,
       for (int j = 0; j < 16; ++j) {
         codes[j] = qs[j] & 0x0F;
         codes[j + 16] = qs[j] >> 4;
+      }
+      return;
+    }
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1: {
+      // 32 weights: the low 4 bits of weight j and j+16 share byte qs[j] (low, high nibble);
+      // their fifth bits are bits j and j+16 of the little-endian 32-bit qh.
+      // Q5_0: w = d (q - 16); Q5_1: w = d q + m.
+      const bool with_min = type == GgmlType::Q5_1;
+      const float scale = fp16_to_fp32(load_u16(block));
+      const uint8_t* qh_bytes = block + (with_min ? 4 : 2);
+      const uint32_t qh = static_cast<uint32_t>(qh_bytes[0]) | static_cast<uint32_t>(qh_bytes[1]) << 8 |
+                          static_cast<uint32_t>(qh_bytes[2]) << 16 | static_cast<uint32_t>(qh_bytes[3]) << 24;
+      const uint8_t* qs = qh_bytes + 4;
+      const int offset = with_min ? 0 : 128 - 16;  // see canonical_layout
+      for (int j = 0; j < 16; ++j) {
+        codes[j] = static_cast<uint8_t>(((qs[j] & 0x0F) | (((qh >> j) & 1u) << 4)) + offset);
+        codes[j + 16] = static_cast<uint8_t>(((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) + offset);
+      }
+      if (with_min) {  // two sub-blocks of 16 sharing the block's d and m
+        d[0] = d[1] = scale;
+        m[0] = m[1] = fp16_to_fp32(load_u16(block + 2));
+      } else {
+        d[0] = scale;
+        m[0] = -128.0f * scale;
       }
       return;
     }

@@ -83,7 +83,7 @@ WeightSource weight(const gguf::File& file, const std::string& name, int rows, i
   if (t.dims.size() != 2 || static_cast<int>(t.dims[0]) != cols || static_cast<int>(t.dims[1]) != rows)
     fail("{}: tensor '{}' has shape [{}], expected [{}, {}]", file.path(), name, fmt::join(t.dims, ", "), cols, rows);
   if (!kernels::is_supported_weight_type(t.type))
-    fail("{}: tensor '{}' has type {}, which has no CPU kernel (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+    fail("{}: tensor '{}' has type {}, which has no CPU kernel (supported: F32, F16, BF16, Q8_0, Q5_0, Q5_1, Q4_0, Q4_1, "
          "Q4_K, Q6_K)",
          file.path(), name, type_name(t.type));
   return {t.type, t.data, rows, cols};
