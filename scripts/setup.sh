@@ -27,7 +27,7 @@ if [ "${1:-}" = "--python" ]; then
     echo "setup: creating .venv"
     python3 -m venv .venv
   fi
-  if ! .venv/bin/python -c "import pytest, numpy, gguf, transformers, tokenizers, jinja2, openai, anthropic, requests, selenium" 2>/dev/null ||
+  if ! .venv/bin/python -c "import pytest, numpy, gguf, transformers, tokenizers, jinja2, openai, anthropic, requests, selenium, claude_agent_sdk" 2>/dev/null || [ ! -x .venv/bin/codex ] ||
      [ requirements-test.txt -nt .venv/.installed ]; then
     .venv/bin/pip install -q -r requirements-test.txt
     touch .venv/.installed
