@@ -16,6 +16,17 @@ namespace {
 
 using grammar::GrammarBuilder;
 
+// A function's arguments: its schema, or (not strict, a keyword the engine cannot enforce)
+// any JSON object.
+GrammarBuilder::Id function_arguments(GrammarBuilder& b, const chat::ToolSpec& tool) {
+  try {
+    return b.json_schema(tool.parameters);
+  } catch (const Error& e) {
+    if (tool.strict) fail("tool '{}': {}", tool.name, e.what());
+    return b.json_object();
+  }
+}
+
 // One call's body: "\n", then a function call in the fixed JSON layout or a custom tool's
 // name line and raw input, then "\n</tool_call>".
 GrammarBuilder::Id call_body(GrammarBuilder& b, const ChatRequest& request) {
@@ -23,13 +34,7 @@ GrammarBuilder::Id call_body(GrammarBuilder& b, const ChatRequest& request) {
   for (const chat::ToolSpec& tool : request.tools) {
     if (request.tool_choice == ToolChoice::Named && tool.name != request.tool_choice_name) continue;
     if (tool.kind == chat::ToolSpec::Kind::Function) {
-      GrammarBuilder::Id arguments;
-      try {
-        arguments = b.json_schema(tool.parameters);
-      } catch (const Error& e) {
-        if (tool.strict) fail("tool '{}': {}", tool.name, e.what());
-        arguments = b.json_object();
-      }
+      const GrammarBuilder::Id arguments = function_arguments(b, tool);
       alternatives.push_back(b.sequence({b.literal(std::string(chat::kFunctionCallNamePrefix) + tool.name +
                                                    std::string(chat::kFunctionCallArgumentsPrefix)),
                                          arguments, b.literal(chat::kFunctionCallSuffix)}));
@@ -66,13 +71,7 @@ std::shared_ptr<const grammar::Grammar> build_bare_call(const ChatRequest& reque
   std::vector<GrammarBuilder::Id> alternatives;
   for (const chat::ToolSpec& tool : request.tools) {
     if (tool.kind != chat::ToolSpec::Kind::Function) continue;
-    GrammarBuilder::Id arguments;
-    try {
-      arguments = b.json_schema(tool.parameters);
-    } catch (const Error& e) {
-      if (tool.strict) fail("tool '{}': {}", tool.name, e.what());
-      arguments = b.json_object();
-    }
+    const GrammarBuilder::Id arguments = function_arguments(b, tool);
     alternatives.push_back(b.sequence({b.literal(tool.name + "\""), ws, b.literal(","), ws, b.literal("\"arguments\""), ws,
                                        b.literal(":"), ws, arguments, ws, b.literal("}"),
                                        b.optional(b.sequence({ws, b.literal("```")}))}));
