@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
+#include "model/sequence.h"
 #include "app/model_loading.h"
 #include "engine/chat_request.h"
 #include "engine/generator.h"
@@ -75,8 +76,8 @@ void bench_structured(LoadedModel& loaded, int decode_tokens, int repetitions, n
         request.constraints = constraints;
         request.token_trie = trie;
       }
-      loaded.model->truncate(0);
-      const auto result = engine::generate(*loaded.model, loaded.tokenizer, request, nullptr);
+      model::Sequence sequence(*loaded.model);
+      const auto result = engine::generate(sequence, loaded.tokenizer, request, nullptr);
       const double rate = result.tokens.size() > 1 ? (result.tokens.size() - 1) / result.decode_seconds : 0.0;
       (constrained ? constrained_rates : free_rates).push_back(rate);
       if (constrained) {
@@ -102,7 +103,7 @@ void bench(BenchFlags flags) {
     flags.model.load.max_context = std::max(longest, 16 + flags.decode_tokens) + 16 + (flags.structured ? 64 : 0);
   const auto budget = flags.model.max_memory_bytes();  // checked before any download
   auto loaded = load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget);
-  auto& model = *loaded->model;
+  model::Sequence model(*loaded->model);  // one sequence on the model's KV pool
   const auto& info = model.info();
   print_summary(*loaded, stderr);
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
+#include "model/sequence.h"
 #include "app/model_loading.h"
 #include "common/error.h"
 
@@ -23,7 +24,7 @@ struct EvalFlags {
 void eval(const EvalFlags& flags) {
   const auto budget = flags.model.max_memory_bytes();  // checked before any download
   auto loaded = load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget);
-  auto& model = *loaded->model;
+  model::Sequence model(*loaded->model);
   std::span<const float> logits = model.forward(flags.tokens);
   if (!flags.logits_out.empty()) {
     std::FILE* out = std::fopen(flags.logits_out.c_str(), "wb");

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "app/commands.h"
+#include "model/sequence.h"
 #include "app/model_loading.h"
 #include "engine/generator.h"
 
@@ -38,7 +39,8 @@ void run(const RunFlags& flags) {
   request.stop = flags.stop;
   request.ignore_end_of_generation = flags.ignore_eos;
 
-  const auto result = engine::generate(*loaded->model, loaded->tokenizer, request, [](const engine::GenerationPiece& piece) {
+  model::Sequence sequence(*loaded->model);
+  const auto result = engine::generate(sequence, loaded->tokenizer, request, [](const engine::GenerationPiece& piece) {
     std::fwrite(piece.text.data(), 1, piece.text.size(), stdout);
     std::fflush(stdout);
     return true;

@@ -75,7 +75,9 @@ void serve(ServeFlags flags) {
 
   server::check_can_listen(flags.server.host, flags.server.port);  // fail fast, before loading
   const auto budget = flags.model.max_memory_bytes();  // checked before any download
-  auto loaded = load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget);
+  model::LoadOptions load = flags.model.load;
+  load.kv_blocks = -1;  // the whole planned KV pool, shared by the scheduler's sequences
+  auto loaded = load_model(resolve_model_path(flags.model.model), load, false, budget);
   print_summary(*loaded, stderr);
   const auto& info = loaded->model->info();
   server::ServedModelInfo served;
@@ -94,8 +96,13 @@ void serve(ServeFlags flags) {
                       {"activations_bytes", loaded->plan.activation_bytes},
                       {"runtime_bytes", loaded->plan.runtime_bytes},
                       {"kv_cache_bytes", loaded->plan.kv_bytes},
+                      {"kv_cache_type", loaded->plan.kv_type},
+                      {"kv_blocks", loaded->plan.kv_blocks},
+                      {"kv_block_tokens", engine::kBlockTokens},
                       {"max_context_tokens", loaded->plan.max_context},
-                      {"max_sequences", loaded->plan.max_sequences}}}};
+                      {"max_sequences_at_full_context", loaded->plan.max_sequences},
+                      {"max_batch_sequences", model::kMaxBatchSequences},
+                      {"max_batch_tokens", model::kMaxBatchTokens}}}};
 
   engine::EngineService engine(*loaded->model, loaded->tokenizer, *loaded->chat);
   server::HttpServer http(flags.server, engine, loaded->tokenizer, *loaded->chat, served);

@@ -22,6 +22,13 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
   command.add_option("-t,--threads", flags.load.threads, "Threads (default: all cores)")->check(CLI::Range(1, 1024));
   command.add_option("--max-memory", flags.max_memory,
                      "Memory budget, e.g. 8G or 512M (default: available memory less a reserve)");
+  command
+      .add_option_function<std::string>(
+          "--kv-cache-type",
+          [&flags](const std::string& type) { flags.load.kv_type = type == "f16" ? model::KvType::F16 : model::KvType::Q8; },
+          "KV cache precision: q8 (8-bit with a scale per position, the default) or f16")
+      ->check(CLI::IsMember({"q8", "f16"}))
+      ->default_str("q8");
 }
 
 std::optional<size_t> ModelFlags::max_memory_bytes() const {

@@ -27,13 +27,25 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::Lo
   auto loaded = std::unique_ptr<LoadedModel>(new LoadedModel{path, std::move(file), nullptr, std::move(tokenizer), nullptr, {}, 0.0});
   loaded->chat = chat::chat_format_for(loaded->file);
   if (tokenizer_only) return loaded;
-  loaded->plan = engine::plan_memory(model::estimate_memory(loaded->file), max_memory, options.max_context);
+  loaded->plan = engine::plan_memory(model::estimate_memory(loaded->file, options.kv_type), max_memory,
+                                     options.max_context);
+  loaded->plan.kv_type = kernels::kv_type_name(options.kv_type);
   if (!loaded->plan.fits) {
     std::fputs(loaded->plan.table().c_str(), stderr);
     fail("{} does not fit in the memory budget: {} (free memory or raise --max-memory)", path, loaded->plan.problem);
   }
   model::LoadOptions planned = options;
   planned.max_context = loaded->plan.max_context;
+  if (options.kv_blocks < 0) {  // a server: the whole planned pool, shared by its sequences
+    planned.kv_blocks = loaded->plan.kv_blocks;
+  } else {  // one sequence at a time: a pool for one context
+    auto& plan = loaded->plan;
+    const size_t per_block = plan.kv_blocks > 0 ? plan.kv_bytes / plan.kv_blocks : 0;
+    plan.kv_blocks = (plan.max_context + engine::kBlockTokens - 1) / engine::kBlockTokens;
+    plan.kv_bytes = per_block * plan.kv_blocks;
+    plan.max_sequences = 1;
+    planned.kv_blocks = plan.kv_blocks;
+  }
   // The model keeps a reference to the file (embedding rows are read from the mapping), so
   // it is loaded only once the file sits at its final address inside LoadedModel.
   loaded->model = model::load_model(loaded->file, planned);
@@ -52,8 +64,8 @@ void print_summary(const LoadedModel& loaded, std::FILE* out) {
              fmt::format("{:.1f} MiB", loaded.file.file_size() / mib), info.packed_weight_bytes / mib,
              info.weight_types);
   fmt::print(out, "kernels      {} path, {}, {} threads\n", info.isa, info.kernel_shapes, info.threads);
-  fmt::print(out, "context      {} tokens (model window {}), KV cache {:.1f} MiB\n", info.context,
-             info.native_context, info.kv_cache_bytes / mib);
+  fmt::print(out, "context      {} tokens (model window {}), KV cache {:.1f} MiB ({} blocks, {})\n", info.context,
+             info.native_context, info.kv_cache_bytes / mib, info.kv_blocks, info.kv_type);
   if (info.context > info.native_context)
     fmt::print(out, "warning      the context ({} tokens) exceeds the model's trained window ({}): output quality "
                     "degrades past it\n", info.context, info.native_context);

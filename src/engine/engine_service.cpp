@@ -1,17 +1,67 @@
 #include "engine/engine_service.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "common/error.h"
+#include "engine/generator.h"
 #include "engine/output_constraints.h"
 
 namespace splash::engine {
+
+// One admitted request: its generation state and its claim on KV blocks.
+struct EngineService::Running {
+  std::shared_ptr<ChatTicket> ticket;
+  std::optional<Generation> generation;
+  std::vector<int32_t> tokens;          // the prompt, then each generated token fed back
+  int computed = 0;                     // leading tokens whose keys and values are in `blocks`
+  std::vector<int32_t> blocks;          // the block table
+  std::vector<cache::PrefixKey> keys;   // keys[i]: the prefix before block i
+  int published = 0;                    // leading blocks already in the prefix index
+  bool started = false;                 // the Started event went out
+  bool preempted = false;
+  bool ended = false;
+  int cached_prompt_tokens = 0;
+  uint64_t order = 0;                   // admission order (older runs first, newer is preempted first)
+
+  int pending() const { return static_cast<int>(tokens.size()) - computed; }
+};
+
+namespace {
+
+ChatEvent event_of(const GenerationPiece& piece) {
+  ChatEvent event;
+  event.logprobs.assign(piece.logprobs.begin(), piece.logprobs.end());
+  if (!piece.tool) {
+    event.text = std::string(piece.text);
+    return event;
+  }
+  event.tool_index = piece.tool->index;
+  switch (piece.tool->kind) {
+    case ToolCallUpdate::Kind::Started:
+      event.kind = ChatEvent::Kind::ToolCallStarted;
+      event.tool_call = piece.tool->call;
+      break;
+    case ToolCallUpdate::Kind::Arguments:
+      event.kind = ChatEvent::Kind::ToolCallArguments;
+      event.text = piece.tool->arguments;
+      break;
+    case ToolCallUpdate::Kind::Finished:
+      event.kind = ChatEvent::Kind::ToolCallFinished;
+      event.tool_call = piece.tool->call;
+      break;
+  }
+  return event;
+}
+
+}  // namespace
 
 EngineService::EngineService(model::Model& model, const tokenizer::Tokenizer& tokenizer, const chat::ChatFormat& chat)
     : model_(model),
       tokenizer_(tokenizer),
       chat_(chat),
       token_trie_(build_token_trie(tokenizer)),
+      blocks_(model.info().kv_blocks, [&model](int from, int to, int tokens) { model.copy_kv_block(from, to, tokens); }),
       worker_([this] { worker_loop(); }) {}
 
 EngineService::~EngineService() {
@@ -47,12 +97,9 @@ void EngineService::shut_down() {
     std::lock_guard lock(mutex_);
     stopping_.store(true);
     abandoned.swap(queue_);
-    counters_.requests_queued = 0;
     wake_.notify_all();
   }
-  for (auto& ticket : abandoned) {
-    ticket->sink_(ChatEvent::failed("the server is shutting down"));
-  }
+  for (auto& ticket : abandoned) ticket->sink_(ChatEvent::failed("the server is shutting down"));
 }
 
 EngineCounters EngineService::counters() const {
@@ -62,26 +109,46 @@ EngineCounters EngineService::counters() const {
 
 void EngineService::worker_loop() {
   while (true) {
-    std::shared_ptr<ChatTicket> ticket;
+    std::deque<std::shared_ptr<ChatTicket>> arrived;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_.load() || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping
-      ticket = std::move(queue_.front());
-      queue_.pop_front();
-      --counters_.requests_queued;
-      ++counters_.requests_running;
+      wake_.wait(lock, [&] { return stopping_.load() || !queue_.empty() || !running_.empty() || !waiting_.empty(); });
+      arrived.swap(queue_);
     }
-    run(*ticket);
+    take_new_requests(arrived);
+    if (stopping_.load()) {
+      // Waiting requests end now; running ones end at their next token (their generation
+      // sees the stop flag).
+      for (auto& sequence : waiting_) {
+        if (sequence->generation) sequence->generation->result().finish = FinishReason::Cancelled;
+        finish(*sequence, false);
+      }
+      waiting_.clear();
+      if (running_.empty()) {
+        std::lock_guard lock(mutex_);
+        counters_.requests_queued = 0;
+        counters_.requests_running = 0;
+        return;
+      }
+    }
+    step();
     std::lock_guard lock(mutex_);
-    --counters_.requests_running;
-    ++counters_.requests_completed;
+    counters_.requests_running = static_cast<int>(running_.size());
+    counters_.requests_queued = static_cast<int>(waiting_.size() + queue_.size());
+    counters_.blocks = blocks_.counters();
   }
 }
 
-void EngineService::run(ChatTicket& ticket) {
-  auto& sink = ticket.sink_;
-  if (ticket.cancelled()) return;
+void EngineService::take_new_requests(std::deque<std::shared_ptr<ChatTicket>>& arrived) {
+  for (auto& ticket : arrived) {
+    auto sequence = std::make_unique<Running>();
+    sequence->ticket = std::move(ticket);
+    waiting_.push_back(std::move(sequence));
+  }
+}
+
+bool EngineService::prepare(Running& sequence) {
+  ChatTicket& ticket = *sequence.ticket;
   const ChatRequest& chat = ticket.request_;
   GenerationRequest request;
   try {
@@ -89,11 +156,11 @@ void EngineService::run(ChatTicket& ticket) {
     const int context = model_.info().context;
     if (static_cast<int>(request.prompt.size()) >= context) {
       // Worded as the Anthropic API words it: Claude Code recognises it and compacts.
-      sink(ChatEvent::failed(fmt::format("prompt is too long: {} tokens > {} maximum (the context this server "
-                                          "runs the model at, which also holds the reply; raise --max-context "
-                                          "or shorten the conversation)",
-                                          request.prompt.size(), context - 1)));
-      return;
+      ticket.sink_(ChatEvent::failed(fmt::format("prompt is too long: {} tokens > {} maximum (the context this server "
+                                                 "runs the model at, which also holds the reply; raise --max-context "
+                                                 "or shorten the conversation)",
+                                                 request.prompt.size(), context - 1)));
+      return false;
     }
     // max_tokens beyond what the context leaves is clamped: the reply ends with "length".
     const int room = context - static_cast<int>(request.prompt.size());
@@ -105,71 +172,257 @@ void EngineService::run(ChatTicket& ticket) {
     request.constraints = chat.constraints ? chat.constraints : compile_output_constraints(chat);
     request.token_trie = token_trie_;
     if (auto problem = validate(request.sampling, model_.info().vocab); !problem.empty()) {
-      sink(ChatEvent::failed(problem));
-      return;
+      ticket.sink_(ChatEvent::failed(problem));
+      return false;
     }
+    sequence.tokens = request.prompt;
+    auto sink = [&ticket](const GenerationPiece& piece) {
+      if (ticket.cancelled()) return false;
+      return ticket.sink_(event_of(piece)) && !ticket.cancelled();
+    };
+    sequence.generation.emplace(tokenizer_, std::move(request), sink, &stopping_, model_.info().vocab, context);
   } catch (const Error& e) {
-    sink(ChatEvent::failed(e.what()));
-    return;
+    ticket.sink_(ChatEvent::failed(e.what()));
+    return false;
   }
-  const size_t reusable = static_cast<size_t>(model_.position()) == cached_.tokens.size()
-                              ? reusable_prefix(cached_.tokens, request.prompt)
-                              : 0;
-  if (!sink(ChatEvent::started(static_cast<int>(request.prompt.size()), static_cast<int>(reusable)))) return;
-  {
-    std::lock_guard lock(mutex_);
-    counters_.prompt_tokens += request.prompt.size();
+  return true;
+}
+
+bool EngineService::admit(Running& sequence) {
+  const int size = static_cast<int>(sequence.tokens.size());
+  // At least the last token is computed: its logits pick the next one.
+  cache::PrefixMatch match = blocks_.acquire_prefix(sequence.tokens, size - 1);
+  const int needed = (size + cache::kBlockTokens - 1) / cache::kBlockTokens - static_cast<int>(match.blocks.size());
+  if (needed > blocks_.available()) {
+    blocks_.release(match.blocks, std::span(sequence.tokens).first(match.tokens), true);
+    if (!running_.empty()) return false;  // waits until running sequences free blocks
+    sequence.ticket->sink_(ChatEvent::failed(fmt::format(
+        "the request needs {} KV cache blocks but the cache has {} (raise --max-memory or shorten the prompt)",
+        needed + match.blocks.size(), blocks_.counters().total)));
+    sequence.ended = true;
+    return true;
   }
-  try {
-    const auto result = generate(
-        model_, tokenizer_, request,
-        [&](const GenerationPiece& piece) {
-          if (ticket.cancelled()) return false;
-          ChatEvent event;
-          event.logprobs.assign(piece.logprobs.begin(), piece.logprobs.end());
-          if (piece.tool) {
-            event.tool_index = piece.tool->index;
-            switch (piece.tool->kind) {
-              case ToolCallUpdate::Kind::Started:
-                event.kind = ChatEvent::Kind::ToolCallStarted;
-                event.tool_call = piece.tool->call;
-                break;
-              case ToolCallUpdate::Kind::Arguments:
-                event.kind = ChatEvent::Kind::ToolCallArguments;
-                event.text = piece.tool->arguments;
-                break;
-              case ToolCallUpdate::Kind::Finished:
-                event.kind = ChatEvent::Kind::ToolCallFinished;
-                event.tool_call = piece.tool->call;
-                break;
-            }
-          } else {
-            event.text = std::string(piece.text);
-          }
-          return sink(event) && !ticket.cancelled();
-        },
-        &stopping_, &cached_);
+  sequence.blocks = std::move(match.blocks);
+  sequence.computed = match.tokens;
+  sequence.published = match.tokens / cache::kBlockTokens;
+  sequence.keys.assign(1, cache::kEmptyPrefix);
+  for (int i = 0; i < sequence.published; ++i)
+    sequence.keys.push_back(cache::extend_prefix(
+        sequence.keys.back(), std::span(sequence.tokens).subspan(i * cache::kBlockTokens, cache::kBlockTokens)));
+  sequence.preempted = false;
+  sequence.order = ++admissions_;
+  if (!sequence.started) {
+    sequence.started = true;
+    sequence.cached_prompt_tokens = match.tokens;
+    sequence.generation->result().cached_prompt_tokens = match.tokens;
     {
       std::lock_guard lock(mutex_);
-      counters_.generated_tokens += result.tokens.size();
-      counters_.prompt_tokens -= result.cached_prompt_tokens;  // counted as reused instead
-      counters_.reused_prompt_tokens += result.cached_prompt_tokens;
-      if (result.cached_prompt_tokens > 0) ++counters_.cache_hits;
+      counters_.prompt_tokens += size - match.tokens;
+      counters_.reused_prompt_tokens += match.tokens;
+      if (match.tokens > 0) ++counters_.cache_hits;
     }
-    if (result.finish != FinishReason::Cancelled || stopping_.load()) {
-      ChatEvent done = ChatEvent::finished(result.finish == FinishReason::Cancelled ? FinishReason::Stop : result.finish,
-                                           result.prompt_tokens, static_cast<int>(result.tokens.size()),
-                                           result.cached_prompt_tokens);
-      // Only the caller's own stop strings are reported (not the chat format's end markers).
-      if (std::find(chat.stop.begin(), chat.stop.end(), result.stop_sequence) != chat.stop.end())
-        done.stop_sequence = result.stop_sequence;
-      sink(done);
-    }
-  } catch (const std::exception& e) {
-    // An engine failure must not take the server down: the request fails, the worker lives.
-    cached_.tokens.clear();  // the cache's contents are unknown now
-    sink(ChatEvent::failed(std::string("generation failed: ") + e.what()));
+    if (!sequence.ticket->sink_(ChatEvent::started(size, match.tokens))) sequence.ticket->cancel();
   }
+  return true;
+}
+
+bool EngineService::sibling_computing_prefix(const Running& waiting) const {
+  for (const auto& sibling : running_) {
+    if (sibling->pending() <= 1) continue;  // decoding: its prompt is computed and published
+    const auto [a, b] = std::mismatch(waiting.tokens.begin(), waiting.tokens.end(), sibling->tokens.begin(),
+                                      sibling->tokens.end());
+    const int shareable = static_cast<int>(a - waiting.tokens.begin()) / cache::kBlockTokens * cache::kBlockTokens;
+    if (shareable > sibling->computed) return true;
+  }
+  return false;
+}
+
+bool EngineService::grow(Running& sequence, int positions) {
+  while (static_cast<int>(sequence.blocks.size()) * cache::kBlockTokens < positions) {
+    const int block = blocks_.allocate();
+    if (block < 0) return false;
+    sequence.blocks.push_back(block);
+  }
+  return true;
+}
+
+void EngineService::publish_full_blocks(Running& sequence) {
+  while ((sequence.published + 1) * cache::kBlockTokens <= sequence.computed) {
+    const int i = sequence.published++;
+    const auto tokens = std::span(sequence.tokens).subspan(i * cache::kBlockTokens, cache::kBlockTokens);
+    blocks_.publish(sequence.blocks[i], sequence.keys[i], i, tokens);
+    sequence.keys.push_back(cache::extend_prefix(sequence.keys[i], tokens));
+  }
+}
+
+void EngineService::preempt(Running& sequence) {
+  // Its computed blocks stay cached: when it is admitted again, the prefix index gives back
+  // whatever was not evicted meanwhile and only the rest is recomputed.
+  blocks_.release(sequence.blocks, std::span(sequence.tokens).first(sequence.computed), true);
+  sequence.blocks.clear();
+  sequence.keys.clear();
+  sequence.computed = 0;
+  sequence.published = 0;
+  sequence.preempted = true;
+  std::lock_guard lock(mutex_);
+  ++counters_.preemptions;
+}
+
+void EngineService::finish(Running& sequence, bool keep_blocks) {
+  sequence.ended = true;
+  blocks_.release(sequence.blocks, std::span(sequence.tokens).first(std::min<size_t>(sequence.computed, sequence.tokens.size())),
+                  keep_blocks);
+  sequence.blocks.clear();
+  if (!sequence.started) {  // only reached at shutdown: it never ran
+    if (!sequence.ticket->cancelled()) sequence.ticket->sink_(ChatEvent::failed("the server is shutting down"));
+    return;
+  }
+  GenerationResult& result = sequence.generation->result();
+  {
+    // Up to date before the client hears of the end (a next request sees them settled).
+    std::lock_guard lock(mutex_);
+    counters_.generated_tokens += result.tokens.size();
+    ++counters_.requests_completed;
+    counters_.blocks = blocks_.counters();
+    counters_.requests_running = static_cast<int>(
+        std::count_if(running_.begin(), running_.end(), [](const auto& r) { return !r->ended; }));
+  }
+  if (result.finish != FinishReason::Cancelled || stopping_.load()) {
+    ChatEvent done = ChatEvent::finished(result.finish == FinishReason::Cancelled ? FinishReason::Stop : result.finish,
+                                         result.prompt_tokens, static_cast<int>(result.tokens.size()),
+                                         sequence.cached_prompt_tokens);
+    // Only the caller's own stop strings are reported (not the chat format's end markers).
+    const auto& stops = sequence.ticket->request_.stop;
+    if (std::find(stops.begin(), stops.end(), result.stop_sequence) != stops.end())
+      done.stop_sequence = result.stop_sequence;
+    sequence.ticket->sink_(done);
+  }
+}
+
+void EngineService::on_logits(Running& sequence, std::span<const float> logits) {
+  std::optional<int32_t> token;
+  try {
+    token = sequence.generation->step(logits);
+  } catch (const std::exception& e) {
+    sequence.ended = true;
+    blocks_.release(sequence.blocks, std::span(sequence.tokens).first(sequence.computed), true);
+    sequence.blocks.clear();
+    sequence.ticket->sink_(ChatEvent::failed(std::string("generation failed: ") + e.what()));
+    return;
+  }
+  if (token) sequence.tokens.push_back(*token);
+  else finish(sequence, true);
+}
+
+void EngineService::step() {
+  // Admission, oldest first, while the batch has room and the cache has blocks for the
+  // whole prompt (preempted sequences are at the front and go first). A request whose prefix
+  // a running sibling is still computing waits for those blocks instead of computing them
+  // again (sub-agents and title requests arrive together with the same long prefix).
+  for (auto it = waiting_.begin(); it != waiting_.end() && static_cast<int>(running_.size()) < model::kMaxBatchSequences;) {
+    Running& next = **it;
+    if ((next.ticket->cancelled() && !next.started) || (!next.generation && !prepare(next))) {
+      it = waiting_.erase(it);
+      continue;
+    }
+    if (sibling_computing_prefix(next)) {
+      ++it;
+      continue;
+    }
+    if (!admit(next)) break;
+    if (!next.ended) running_.push_back(std::move(*it));
+    it = waiting_.erase(it);
+  }
+  if (running_.empty()) return;
+
+  // The batch: one token of every decoding sequence, then prefill chunks, oldest first,
+  // under the step's token budget. A sequence that needs a block when none is left takes it
+  // from the newest sequence not yet in this batch (preemption), or waits itself.
+  struct Slot {
+    Running* sequence;
+    int count;
+  };
+  std::vector<Slot> slots;
+  std::vector<bool> in_batch(running_.size(), false);
+  int budget = model::kMaxBatchTokens;
+  auto newest_victim = [&](const Running* asking) -> Running* {
+    for (size_t i = running_.size(); i-- > 0;) {
+      Running* candidate = running_[i].get();
+      if (candidate != asking && !in_batch[i] && !candidate->preempted && !candidate->ended) return candidate;
+    }
+    return nullptr;
+  };
+  for (const bool decode_pass : {true, false}) {
+    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+      Running& sequence = *running_[i];
+      if (sequence.preempted || sequence.ended || in_batch[i] || (sequence.pending() == 1) != decode_pass) continue;
+      if (sequence.ticket->cancelled()) {
+        sequence.generation->result().finish = FinishReason::Cancelled;
+        finish(sequence, true);
+        continue;
+      }
+      const int count = std::min(sequence.pending(), budget);
+      bool fits = grow(sequence, sequence.computed + count);
+      while (!fits) {
+        Running* victim = newest_victim(&sequence);
+        if (!victim) break;
+        preempt(*victim);
+        fits = grow(sequence, sequence.computed + count);
+      }
+      if (!fits) {
+        preempt(sequence);
+        continue;
+      }
+      slots.push_back({&sequence, count});
+      in_batch[i] = true;
+      budget -= count;
+    }
+  }
+
+  if (!slots.empty()) {
+    std::vector<model::SequenceSlice> batch;
+    for (const Slot& slot : slots) {
+      Running& s = *slot.sequence;
+      batch.push_back({std::span(s.tokens).subspan(s.computed, slot.count), s.computed, s.blocks,
+                       s.computed + slot.count == static_cast<int>(s.tokens.size())});
+    }
+    std::span<const float> logits;
+    try {
+      logits = model_.forward(batch);
+    } catch (const std::exception& e) {
+      // An engine failure must not take the server down: the batch's requests fail (their
+      // blocks' contents are unknown, so nothing of them is kept), the worker lives.
+      for (const Slot& slot : slots) {
+        Running& s = *slot.sequence;
+        s.ended = true;
+        blocks_.release(s.blocks, std::span(s.tokens).first(s.computed), false);
+        s.blocks.clear();
+        s.ticket->sink_(ChatEvent::failed(std::string("generation failed: ") + e.what()));
+      }
+      slots.clear();
+    }
+    const size_t vocab = static_cast<size_t>(model_.info().vocab);
+    size_t row = 0;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      Running& s = *slots[i].sequence;
+      s.computed += slots[i].count;
+      publish_full_blocks(s);
+      if (batch[i].want_logits) on_logits(s, logits.subspan(vocab * row++, vocab));
+    }
+    std::lock_guard lock(mutex_);
+    counters_.batch_size = static_cast<int>(batch.size());
+    counters_.batch_tokens = model::kMaxBatchTokens - budget;
+    ++counters_.steps;
+  }
+
+  // Preempted sequences go back to the front of the queue, oldest first; ended ones leave.
+  std::vector<std::unique_ptr<Running>> still_running, paused;
+  for (auto& sequence : running_) {
+    if (sequence->ended) continue;
+    (sequence->preempted ? paused : still_running).push_back(std::move(sequence));
+  }
+  running_ = std::move(still_running);
+  for (auto it = paused.rbegin(); it != paused.rend(); ++it) waiting_.push_front(std::move(*it));
 }
 
 }  // namespace splash::engine

@@ -1,8 +1,13 @@
 #pragma once
-// Runs chat requests against one loaded model on a worker thread, in arrival order (the
-// scheduler issue replaces this with continuous batching). Callers get their events through
-// a callback on the worker thread and can cancel at any time; the service keeps the counters
-// /status reports.
+// Runs chat requests against one loaded model on a worker thread with continuous batching:
+// every step runs the running sequences' next tokens together in one forward pass, and new
+// prompts are read in chunks under a per-step token budget between those decodes, so
+// streams keep flowing while a long prompt is read. KV memory is the paged cache
+// (cache/block_manager.h): a request starts from the longest cached prefix, siblings share
+// blocks, and when blocks run out the newest sequence is preempted (its blocks stay cached,
+// it resumes by recomputing what was evicted). Callers get their events through a callback
+// on the worker thread and can cancel at any time; the service keeps the counters /status
+// reports.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -12,7 +17,9 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
+#include "cache/block_manager.h"
 #include "chat/chat_format.h"
 #include "engine/chat_request.h"
 #include "grammar/token_trie.h"
@@ -39,6 +46,11 @@ class ChatTicket {
 struct EngineCounters {
   int requests_running = 0;
   int requests_queued = 0;
+  int batch_size = 0;                   // sequences in the last forward pass
+  int batch_tokens = 0;                 // tokens in the last forward pass
+  uint64_t steps = 0;                   // forward passes
+  uint64_t preemptions = 0;             // sequences paused to free blocks (resumed later)
+  cache::BlockCounters blocks;          // the paged KV cache
   uint64_t requests_completed = 0;
   uint64_t prompt_tokens = 0;
   uint64_t generated_tokens = 0;
@@ -48,6 +60,7 @@ struct EngineCounters {
 
 class EngineService {
  public:
+  // The model's KV pool (info().kv_blocks) becomes the paged cache.
   EngineService(model::Model& model, const tokenizer::Tokenizer& tokenizer, const chat::ChatFormat& chat);
   ~EngineService();  // stops the worker; queued requests fail, the running one finishes early
 
@@ -65,8 +78,18 @@ class EngineService {
   bool accepting() const { return !stopping_.load(); }
 
  private:
+  struct Running;
   void worker_loop();
-  void run(ChatTicket& ticket);
+  void take_new_requests(std::deque<std::shared_ptr<ChatTicket>>& arrived);
+  bool admit(Running& sequence);
+  bool sibling_computing_prefix(const Running& waiting) const;
+  bool prepare(Running& sequence);
+  void step();
+  bool grow(Running& sequence, int positions);
+  void preempt(Running& sequence);
+  void finish(Running& sequence, bool keep_blocks);
+  void publish_full_blocks(Running& sequence);
+  void on_logits(Running& sequence, std::span<const float> logits);
 
   model::Model& model_;
   const tokenizer::Tokenizer& tokenizer_;
@@ -76,8 +99,12 @@ class EngineService {
   std::deque<std::shared_ptr<ChatTicket>> queue_;
   std::atomic<bool> stopping_{false};
   EngineCounters counters_;
-  CachedSequence cached_;  // what the model's KV cache holds (worker thread only)
   std::shared_ptr<const grammar::TokenTrie> token_trie_;  // for constrained decoding
+  // Worker thread only:
+  cache::BlockManager blocks_;
+  std::deque<std::unique_ptr<Running>> waiting_;   // admitted in order; preempted ones first
+  std::vector<std::unique_ptr<Running>> running_;  // in admission order
+  uint64_t admissions_ = 0;
   std::thread worker_;
 };
 

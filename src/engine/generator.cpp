@@ -45,60 +45,36 @@ TokenLogprob logprob_of(int32_t token, std::span<const float> logits, int top_n,
 
 }  // namespace
 
-size_t reusable_prefix(std::span<const int32_t> cached, std::span<const int32_t> prompt) {
-  const size_t limit = std::min(cached.size(), prompt.empty() ? 0 : prompt.size() - 1);
-  size_t common = 0;
-  while (common < limit && cached[common] == prompt[common]) ++common;
-  return common;
-}
 
-GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& tokenizer, const GenerationRequest& request,
-                          const PieceSink& sink, StopFlag stop_flag, CachedSequence* cache) {
-  using Clock = std::chrono::steady_clock;
-  if (request.prompt.empty()) fail("the prompt is empty");
-  const int context = model.info().context;
-  if (static_cast<int>(request.prompt.size()) >= context)
-    fail("the prompt has {} tokens but the context holds {}", request.prompt.size(), context);
-  if (auto problem = validate(request.sampling, model.info().vocab); !problem.empty()) fail("{}", problem);
+struct Generation::State {
+  State(const tokenizer::Tokenizer& tokenizer, GenerationRequest request, PieceSink sink, StopFlag stop_flag)
+      : tokenizer(tokenizer),
+        request(std::move(request)),
+        sink(std::move(sink)),
+        stop_flag(stop_flag),
+        sampler(this->request.sampling),
+        detokenizer(tokenizer),
+        shaper(this->request.constraints, tokenizer, this->request.token_trie),
+        stops(stop_texts_of(this->request, shaper)),
+        history(this->request.prompt) {}
 
-  GenerationResult result;
-  result.prompt_tokens = static_cast<int>(request.prompt.size());
-  Sampler sampler(request.sampling);
-  result.seed = sampler.seed();
-  tokenizer::StreamingDetokenizer detokenizer(tokenizer);
-  ReplyShaper shaper(request.constraints, tokenizer, request.token_trie);
-  if (shaper.active() && !request.token_trie) fail("constrained decoding needs the vocabulary's token trie");
   // The text stream hides stop strings and, when the model may call tools, the marker that
   // opens a call (from there on the shaper routes bytes to the tool-call stream).
-  std::vector<std::string> stop_texts = request.stop;
-  const std::string marker(shaper.tool_call_marker());
-  if (shaper.calls_enabled()) stop_texts.push_back(marker);
-  StopMatcher stops(stop_texts);
-  std::vector<int32_t> history = request.prompt;
+  static std::vector<std::string> stop_texts_of(const GenerationRequest& request, const ReplyShaper& shaper) {
+    std::vector<std::string> texts = request.stop;
+    if (shaper.calls_enabled()) texts.emplace_back(shaper.tool_call_marker());
+    return texts;
+  }
 
-  // Reuse what the cache holds, if it really is what the model holds.
-  size_t reused = 0;
-  if (cache && static_cast<size_t>(model.position()) == cache->tokens.size())
-    reused = reusable_prefix(cache->tokens, request.prompt);
-  result.cached_prompt_tokens = static_cast<int>(reused);
-  model.truncate(static_cast<int>(reused));
-  if (cache) cache->tokens.assign(request.prompt.begin(), request.prompt.begin() + static_cast<std::ptrdiff_t>(reused));
-  const auto prefill_start = Clock::now();
-  std::span<const float> logits = model.forward(std::span(request.prompt).subspan(reused));
-  if (cache) cache->tokens = request.prompt;
-  const auto decode_start = Clock::now();
-  result.prefill_seconds = std::chrono::duration<double>(decode_start - prefill_start).count();
-
-  std::vector<TokenLogprob> pending_logprobs;
-  auto emit = [&](const std::string& text) {
+  bool emit(const std::string& text) {
     if (text.empty() && pending_logprobs.empty()) return true;
     result.text += text;
     const bool keep_going = sink ? sink(GenerationPiece{text, pending_logprobs}) : true;
     pending_logprobs.clear();
     return keep_going;
-  };
-  std::vector<ToolCallUpdate> updates;
-  auto emit_updates = [&]() {
+  }
+
+  bool emit_updates() {
     bool keep_going = true;
     for (const ToolCallUpdate& update : updates) {
       GenerationPiece piece{{}, pending_logprobs, &update};
@@ -107,30 +83,47 @@ GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& token
     }
     updates.clear();
     return keep_going;
-  };
+  }
+
   // Optimistic constrained sampling: draw from the whole distribution, and only when the
   // shaper refuses that token compute the mask and draw again from the allowed tokens.
-  std::vector<uint8_t> allowed;
-  auto next_token = [&]() -> int32_t {
+  int32_t next_token(std::span<const float> logits) {
     const int32_t token = sampler.sample(logits, history);
     if (!shaper.active() || shaper.allows(token)) return token;
     ++result.masked_tokens;
     shaper.fill_mask(allowed);
     return sampler.sample(logits, history, allowed);
-  };
+  }
 
-  result.finish = FinishReason::Length;
-  bool in_text = shaper.in_text();
-  std::string held;  // text held back while the reply may still open a bare JSON call
-  while (static_cast<int>(result.tokens.size()) < request.max_tokens) {
-    const int32_t token = next_token();
+  // Flushes what is held back and closes open tool calls.
+  void finish() {
+    done = true;
+    if (result.finish != FinishReason::Cancelled) {
+      if (in_text) {
+        std::string tail = std::move(held);
+        if (!stops.stopped()) {
+          tail += stops.push(detokenizer.flush());
+          tail += stops.flush();
+        }
+        emit(tail);
+      }
+      shaper.finish(updates);
+      emit_updates();
+      if (!shaper.calls().empty() && result.finish == FinishReason::Stop) result.finish = FinishReason::ToolCalls;
+    }
+    result.tool_calls = shaper.calls();
+  }
+
+  std::optional<int32_t> step(std::span<const float> logits) {
+    if (done) return std::nullopt;
+    const int32_t token = next_token(logits);
     if (token < 0) {  // the constraints allow nothing more (e.g. a complete structured reply)
       result.finish = FinishReason::Stop;
-      break;
+      return finish(), std::nullopt;
     }
     if (!request.ignore_end_of_generation && tokenizer.is_end_of_generation(token)) {
       result.finish = FinishReason::Stop;
-      break;
+      return finish(), std::nullopt;
     }
     result.tokens.push_back(token);
     history.push_back(token);
@@ -157,37 +150,82 @@ GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& token
     keep_going = emit_updates() && keep_going;
     if (!keep_going || (stop_flag && stop_flag->load())) {
       result.finish = FinishReason::Cancelled;
-      break;
+      return finish(), std::nullopt;
     }
     if (in_text && stops.stopped()) {
       result.finish = FinishReason::Stop;
       result.stop_sequence = stops.matched();
-      break;
+      return finish(), std::nullopt;
     }
     if (shaper.finished()) {
       result.finish = FinishReason::Stop;
-      break;
+      return finish(), std::nullopt;
     }
-    if (static_cast<int>(result.tokens.size()) >= request.max_tokens || model.position() >= context) break;
-    logits = model.forward({&token, 1});
-    if (cache) cache->tokens.push_back(token);
+    if (static_cast<int>(result.tokens.size()) >= token_limit) return finish(), std::nullopt;  // Length
+    return token;
   }
-  if (result.finish != FinishReason::Cancelled) {
-    if (in_text) {
-      std::string tail = std::move(held);
-      if (!stops.stopped()) {
-        tail += stops.push(detokenizer.flush());
-        tail += stops.flush();
-      }
-      emit(tail);
-    }
-    shaper.finish(updates);
-    emit_updates();
-    if (!shaper.calls().empty() && result.finish == FinishReason::Stop) result.finish = FinishReason::ToolCalls;
+
+  const tokenizer::Tokenizer& tokenizer;
+  GenerationRequest request;
+  PieceSink sink;
+  StopFlag stop_flag;
+  Sampler sampler;
+  tokenizer::StreamingDetokenizer detokenizer;
+  ReplyShaper shaper;
+  StopMatcher stops;
+  std::vector<int32_t> history;
+  GenerationResult result;
+  std::vector<TokenLogprob> pending_logprobs;
+  std::vector<ToolCallUpdate> updates;
+  std::vector<uint8_t> allowed;
+  std::string held;  // text held back while the reply may still open a bare JSON call
+  bool in_text = true;
+  bool done = false;
+  int token_limit = 0;  // max_tokens, and what the context leaves after the prompt
+};
+
+Generation::Generation(const tokenizer::Tokenizer& tokenizer, GenerationRequest request, PieceSink sink,
+                       StopFlag stop_flag, int vocab, int context) {
+  if (request.prompt.empty()) fail("the prompt is empty");
+  if (static_cast<int>(request.prompt.size()) >= context)
+    fail("the prompt has {} tokens but the context holds {}", request.prompt.size(), context);
+  if (auto problem = validate(request.sampling, vocab); !problem.empty()) fail("{}", problem);
+  state_ = std::make_unique<State>(tokenizer, std::move(request), std::move(sink), stop_flag);
+  auto& s = *state_;
+  if (s.shaper.active() && !s.request.token_trie) fail("constrained decoding needs the vocabulary's token trie");
+  s.result.prompt_tokens = static_cast<int>(s.request.prompt.size());
+  s.result.seed = s.sampler.seed();
+  s.result.finish = FinishReason::Length;
+  s.in_text = s.shaper.in_text();
+  s.token_limit = std::min(s.request.max_tokens, context - static_cast<int>(s.request.prompt.size()) + 1);
+  if (s.token_limit <= 0) {
+    s.token_limit = 0;
+    s.finish();
   }
-  result.tool_calls = shaper.calls();
+}
+
+Generation::~Generation() = default;
+Generation::Generation(Generation&&) noexcept = default;
+const GenerationRequest& Generation::request() const { return state_->request; }
+std::optional<int32_t> Generation::step(std::span<const float> logits) { return state_->step(logits); }
+bool Generation::done() const { return state_->done; }
+GenerationResult& Generation::result() { return state_->result; }
+
+GenerationResult generate(model::Sequence& sequence, const tokenizer::Tokenizer& tokenizer,
+                          const GenerationRequest& request, const PieceSink& sink, StopFlag stop_flag, int reuse) {
+  using Clock = std::chrono::steady_clock;
+  Generation generation(tokenizer, request, sink, stop_flag, sequence.info().vocab, sequence.info().context);
+  reuse = std::clamp(reuse, 0, static_cast<int>(request.prompt.size()) - 1);
+  generation.result().cached_prompt_tokens = reuse;
+  sequence.truncate(std::min(reuse, sequence.position()));
+  const auto prefill_start = Clock::now();
+  std::span<const float> logits = sequence.forward(std::span(request.prompt).subspan(sequence.position()));
+  const auto decode_start = Clock::now();
+  while (auto token = generation.step(logits)) logits = sequence.forward({&*token, 1});
+  GenerationResult& result = generation.result();
+  result.prefill_seconds = std::chrono::duration<double>(decode_start - prefill_start).count();
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - decode_start).count();
-  return result;
+  return std::move(result);
 }
 
 }  // namespace splash::engine

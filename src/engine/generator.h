@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -14,6 +15,7 @@
 #include "engine/sampler.h"
 #include "engine/tool_call_stream.h"
 #include "model/model.h"
+#include "model/sequence.h"
 #include "tokenizer/tokenizer.h"
 
 namespace splash::grammar {
@@ -61,14 +63,6 @@ struct GenerationPiece {
   const ToolCallUpdate* tool = nullptr;
 };
 
-// The tokens whose keys and values the model's cache holds, in position order. Passed to
-// generate(), it lets a request reuse the longest common prefix with what the previous one
-// left (a conversation's next turn computes only its new tokens), and is kept up to date.
-// (The scheduler issue replaces this single-sequence cache with a shared paged one.)
-struct CachedSequence {
-  std::vector<int32_t> tokens;
-};
-
 struct GenerationResult {
   std::string text;
   std::vector<int32_t> tokens;
@@ -88,11 +82,36 @@ using PieceSink = std::function<bool(const GenerationPiece&)>;
 // Stops a generation from outside between two tokens (e.g. server shutdown); may be null.
 using StopFlag = const std::atomic<bool>*;
 
-GenerationResult generate(model::Model& model, const tokenizer::Tokenizer& tokenizer, const GenerationRequest& request,
-                          const PieceSink& sink, StopFlag stop_flag = nullptr, CachedSequence* cache = nullptr);
+// The decoding side of one request, one token at a time, independent of how the model is
+// run: the scheduler feeds many of these from one batched forward pass. Each step takes
+// the logits after the sequence's last token, samples (with constraints), streams text and
+// tool-call updates to the sink, and returns the token to feed next, or nothing when the
+// generation has ended (end-of-generation token, stop string, max_tokens, the context,
+// complete structured output, cancellation).
+class Generation {
+ public:
+  // Throws splash::Error on a request the model cannot run (empty prompt, no room, bad
+  // sampling parameters). `context` is the model's context: prompt + reply fit in it.
+  Generation(const tokenizer::Tokenizer& tokenizer, GenerationRequest request, PieceSink sink, StopFlag stop_flag,
+             int vocab, int context);
+  ~Generation();
+  Generation(Generation&&) noexcept;
 
-// How many leading tokens of `prompt` can be taken from `cached`: the common prefix, but
-// never the whole prompt (the last prompt token is always recomputed for its logits).
-size_t reusable_prefix(std::span<const int32_t> cached, std::span<const int32_t> prompt);
+  const GenerationRequest& request() const;
+  std::optional<int32_t> step(std::span<const float> logits);
+  bool done() const;
+  // The outcome so far (complete once done()); prefill/decode times are the caller's.
+  GenerationResult& result();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// Runs one request on a single sequence of the model, reusing the sequence's first
+// `reuse` tokens (the caller knows they equal the prompt's).
+GenerationResult generate(model::Sequence& sequence, const tokenizer::Tokenizer& tokenizer,
+                          const GenerationRequest& request, const PieceSink& sink, StopFlag stop_flag = nullptr,
+                          int reuse = 0);
 
 }  // namespace splash::engine

@@ -29,9 +29,11 @@ std::string MemoryPlan::table() const {
   };
   row("weights (packed)", weight_bytes, "");
   row("weights (mapped file)", mapped_bytes, "read from the GGUF mapping as needed");
-  row("activations", activation_bytes, "one 512-token prefill chunk");
+  row("activations", activation_bytes, fmt::format("one {}-token batch", model::kMaxBatchTokens));
   row("runtime", runtime_bytes, "threads, buffers, tokenizer");
-  row("KV cache", kv_bytes, fmt::format("{} tokens x {} sequence(s)", max_context, max_sequences));
+  row("KV cache", kv_bytes,
+      fmt::format("{} blocks of {} tokens ({}): {} sequence(s) at the full {}-token context, up to {} at once",
+                  kv_blocks, kBlockTokens, kv_type, max_sequences, max_context, model::kMaxBatchSequences));
   row("total", total_bytes(), fits ? "" : "DOES NOT FIT: " + problem);
   return out;
 }
@@ -58,16 +60,22 @@ MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memor
   // degrades; print_summary warns. Agents' prompts (15-20K tokens) need this on small models.
   const int wanted = requested_context > 0 ? requested_context : needs.native_context;
   const size_t room = plan.budget_bytes > fixed ? plan.budget_bytes - fixed : 0;
-  const size_t per_token = std::max<size_t>(needs.kv_bytes_per_token, 1);
-  const int affordable = static_cast<int>(std::min<size_t>(room / per_token, static_cast<size_t>(wanted)));
-  // The cache is allocated in 16-position tiles.
-  plan.max_context = affordable / 16 * 16;
-  plan.kv_bytes = static_cast<size_t>(plan.max_context) * needs.kv_bytes_per_token;
+  const size_t per_block = std::max<size_t>(needs.kv_bytes_per_block, 1);
+  const size_t wanted_blocks = (static_cast<size_t>(wanted) + kBlockTokens - 1) / kBlockTokens;
+  // The pool: what the budget leaves, up to kMaxFullContexts sequences at the full context
+  // (its pages become resident only as they are written).
+  const size_t blocks = std::min(room / per_block, wanted_blocks * kMaxFullContexts);
+  plan.kv_blocks = static_cast<int>(blocks);
+  plan.max_context = static_cast<int>(std::min(blocks, wanted_blocks) * kBlockTokens);
+  plan.max_context = std::min(plan.max_context, wanted);
+  plan.kv_bytes = blocks * needs.kv_bytes_per_block;
+  plan.max_sequences = plan.max_context > 0 ? static_cast<int>(blocks * kBlockTokens / plan.max_context) : 0;
   const int useful = std::min(kMinimumUsefulContext, wanted);
   plan.fits = plan.max_context >= useful;
   if (!plan.fits)
     plan.problem = fmt::format("needs {} for the model and {} for a {}-token context", human(fixed),
-                               human(static_cast<size_t>(useful) * needs.kv_bytes_per_token), useful);
+                               human((static_cast<size_t>(useful) + kBlockTokens - 1) / kBlockTokens * needs.kv_bytes_per_block),
+                               useful);
   return plan;
 }
 

@@ -18,14 +18,20 @@ struct MemoryPlan {
   size_t budget_bytes = 0;
   std::string budget_source;
   size_t weight_bytes = 0, mapped_bytes = 0, activation_bytes = 0, runtime_bytes = 0, kv_bytes = 0;
-  int max_context = 0;      // tokens the KV cache holds
-  int max_sequences = 1;    // sequences served at once (one until the scheduler issue)
+  int max_context = 0;      // the longest sequence (prompt + reply)
+  int kv_blocks = 0;        // the paged KV pool
+  std::string kv_type = "q8";
+  int max_sequences = 1;    // sequences that fit at once at the full context (shorter ones: more)
   bool fits = false;
   std::string problem;      // why it does not fit
 
   size_t total_bytes() const { return weight_bytes + mapped_bytes + activation_bytes + runtime_bytes + kv_bytes; }
   std::string table() const;
 };
+
+inline constexpr int kBlockTokens = model::kKvBlockTokens;
+// The pool holds at most this many sequences at the full context.
+inline constexpr size_t kMaxFullContexts = 32;
 
 // Below this many tokens a coding agent cannot work (its system prompt alone is longer).
 inline constexpr int kMinimumUsefulContext = 2048;

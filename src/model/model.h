@@ -1,13 +1,15 @@
 #pragma once
-// What the engine sees of a model: load it from a GGUF file, feed it tokens, read logits.
-// The model owns one sequence's KV cache for now (the scheduler issue turns this into a
-// paged cache shared by many sequences).
+// What the engine sees of a model: load it from a GGUF file, run a batch of sequences'
+// new tokens through it, read logits. The model owns the KV block pool's memory (its
+// layout is the kernels'); which blocks belong to which sequence is decided above, by the
+// cache layer, and arrives here as each sequence's block table.
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 
 #include "formats/gguf.h"
+#include "kernels/cpu/kv_layout.h"
 
 namespace splash::model {
 
@@ -18,7 +20,9 @@ struct ModelInfo {
   int native_context = 0;    // the model's trained window
   int context = 0;           // what this instance's KV cache holds
   size_t packed_weight_bytes = 0;
-  size_t kv_cache_bytes = 0;
+  size_t kv_cache_bytes = 0;  // the block pool
+  int kv_blocks = 0;
+  std::string kv_type;       // "q8" or "f16"
   size_t decode_read_bytes = 0;  // weight bytes one decode step streams from memory
   std::string weight_types;  // e.g. "Q4_1 (210), Q8_0 (1), F32 (61)"
   std::string kernel_shapes; // which kernel instantiation runs: exact compile-time shapes or run-time
@@ -26,9 +30,30 @@ struct ModelInfo {
   int threads = 0;
 };
 
+using kernels::KvType;
+using kernels::kKvBlockTokens;
+
 struct LoadOptions {
   int max_context = 0;  // 0: the model's native window
   int threads = 0;      // 0: all cores
+  int kv_blocks = 0;    // blocks in the KV pool; 0: enough for one sequence of max_context
+                        // (-1: for the app loader, the memory plan's pool)
+  KvType kv_type = KvType::Q8;
+};
+
+// The most tokens one forward pass takes (the scratch memory of the memory plan is sized
+// for it); the scheduler's per-step budget and single-sequence prefill chunks stay below it.
+inline constexpr int kMaxBatchTokens = 512;
+// The most sequences in one pass (bounds the logits buffer).
+inline constexpr int kMaxBatchSequences = 64;
+
+// One sequence's part of a batch: its new tokens, the position of the first, and its block
+// table (block ids covering positions 0 .. first_position + tokens.size() - 1).
+struct SequenceSlice {
+  std::span<const int32_t> tokens;
+  int first_position = 0;
+  std::span<const int32_t> block_table;
+  bool want_logits = true;  // logits after the slice's last token
 };
 
 // What a model needs in memory, known from its file before its weights are loaded (the
@@ -36,7 +61,7 @@ struct LoadOptions {
 struct MemoryNeeds {
   size_t weight_bytes = 0;        // packed weights, resident
   size_t mapped_bytes = 0;        // file pages read at run time (e.g. a tied embedding table)
-  size_t kv_bytes_per_token = 0;  // keys + values of every layer for one position
+  size_t kv_bytes_per_block = 0;  // keys + values of every layer for kKvBlockTokens positions
   size_t activation_bytes = 0;    // scratch of one prefill chunk
   int native_context = 0;
 };
@@ -45,20 +70,20 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelInfo& info() const = 0;
-  // Appends tokens to the sequence and returns the logits after the last one. Long inputs
-  // are processed in chunks. Throws splash::Error if the context would overflow or a token
-  // id is out of range.
-  virtual std::span<const float> forward(std::span<const int32_t> tokens) = 0;
-  // Tokens in the sequence so far.
-  virtual int position() const = 0;
-  // Forgets everything after the first n tokens (n <= position()).
-  virtual void truncate(int n) = 0;
+  // Runs every slice's tokens (at most kMaxBatchTokens in all) in one pass, writing their
+  // keys and values into their blocks, and returns the logits of the slices that want them,
+  // [slices wanting logits][vocab], in batch order. Throws splash::Error on a token id out
+  // of range, a position past the context or a block table too short.
+  virtual std::span<const float> forward(std::span<const SequenceSlice> batch) = 0;
+  // Copies the first `tokens` positions of a block into another (copy-on-write of a shared,
+  // partly filled block).
+  virtual void copy_kv_block(int from, int to, int tokens) = 0;
 };
 
 // Loads a GGUF of a supported architecture; refuses others with a message naming the
 // supported architectures.
 std::unique_ptr<Model> load_model(const gguf::File& file, const LoadOptions& options);
-MemoryNeeds estimate_memory(const gguf::File& file);
+MemoryNeeds estimate_memory(const gguf::File& file, KvType kv_type = KvType::Q8);
 std::string supported_architectures();
 // Throws splash::Error naming the supported architectures unless the file has one of them.
 void require_supported_architecture(const gguf::File& file);

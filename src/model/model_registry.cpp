@@ -12,7 +12,7 @@ namespace {
 struct Family {
   const char* architecture;
   std::unique_ptr<Model> (*load)(const gguf::File&, const LoadOptions&);
-  MemoryNeeds (*estimate)(const gguf::File&);
+  MemoryNeeds (*estimate)(const gguf::File&, KvType);
 };
 
 constexpr Family kFamilies[] = {
@@ -45,6 +45,6 @@ std::unique_ptr<Model> load_model(const gguf::File& file, const LoadOptions& opt
   return family_of(file).load(file, options);
 }
 
-MemoryNeeds estimate_memory(const gguf::File& file) { return family_of(file).estimate(file); }
+MemoryNeeds estimate_memory(const gguf::File& file, KvType kv_type) { return family_of(file).estimate(file, kv_type); }
 
 }  // namespace splash::model

@@ -246,7 +246,19 @@ void HttpServer::register_routes() {
     status["requests_queued"] = counters.requests_queued;
     status["requests_completed"] = counters.requests_completed;
     status["tokens_processed"] = {{"prompt", counters.prompt_tokens}, {"generated", counters.generated_tokens}};
-    status["prefix_cache"] = {{"hits", counters.cache_hits}, {"reused_prompt_tokens", counters.reused_prompt_tokens}};
+    status["prefix_cache"] = {{"hits", counters.cache_hits},
+                              {"reused_prompt_tokens", counters.reused_prompt_tokens},
+                              {"evictions", counters.blocks.evictions}};
+    status["kv_blocks"] = {{"total", counters.blocks.total},
+                           {"in_use", counters.blocks.in_use},
+                           {"cached", counters.blocks.cached},
+                           {"free", counters.blocks.free}};
+    status["scheduler"] = {{"batch_size", counters.batch_size},
+                           {"batch_tokens", counters.batch_tokens},
+                           {"steps", counters.steps},
+                           {"preemptions", counters.preemptions},
+                           {"running", counters.requests_running},
+                           {"queued", counters.requests_queued}};
     status["uptime_seconds"] = uptime;
     status["accepting_requests"] = engine_.accepting();
     send_json(res, status);

@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/kv_layout.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/packed_weight.h"
 #include "kernels/cpu/quant_formats.h"
@@ -143,51 +144,98 @@ TEST(KernelQuantize, CodesReconstructWithinHalfAStep) {
   }
 }
 
-// Attention of two queries against a few cached keys, both ISAs, against a direct softmax,
-// for groups of 2, 3 and 5 query heads per kv head (5 = one block of 4 plus a single).
+// Attention of 6 queries against keys and values in a paged cache (blocks scattered in the
+// pool, in both precisions), both ISAs, against a direct softmax in double over the values
+// the cache holds (read back with load_kv_position, so the attention arithmetic is checked
+// at 1e-5 independent of the storage rounding, which is checked on its own below), for
+// groups of 2, 3 and 5 query heads per kv head (5 = one block of 4 plus a single).
 class KernelAttention : public ::testing::TestWithParam<std::pair<int, int>> {};
 
 TEST_P(KernelAttention, MatchesDirectSoftmax) {
   const int kHeads = GetParam().first, kKvHeads = GetParam().second;
   // 6 query tokens: one block of 4 sharing key tiles, then 2 alone.
-  constexpr int kHeadDim = 64, kPositions = 37, kCapacity = 48, kTokens = 6;
+  constexpr int kHeadDim = 64, kPositions = 37, kTokens = 6, kPoolBlocks = 7;
+  const std::vector<int32_t> table{5, 0, 3};  // positions 0-15 in block 5, 16-31 in 0, 32-36 in 3
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> keys(kKvHeads * kCapacity * kHeadDim), k_tiles(keys.size(), 0.0f), values(keys.size());
+  std::vector<float> keys(kPositions * kKvHeads * kHeadDim), values(keys.size());
   for (auto& v : keys) v = normal(rng);
-  for (auto& v : values) v = normal(rng);
-  for (int h = 0; h < kKvHeads; ++h)
-    for (int p = 0; p < kPositions; ++p)
-      for (int d = 0; d < kHeadDim; ++d)
-        k_tiles[(static_cast<size_t>(h) * (kCapacity / 16) + p / 16) * kHeadDim * 16 + d * 16 + p % 16] =
-            keys[(h * kCapacity + p) * kHeadDim + d];
+  for (auto& v : values) v = normal(rng) * 3.0f;
   std::vector<float> q(kTokens * kHeads * kHeadDim);
   for (auto& v : q) v = normal(rng) * 2.0f;
-  for (const IsaKernels* kernels : {&avx2_kernels(), &avx512_kernels()}) {
-    if (kernels == &avx512_kernels() && selected_cpu_path() != CpuPath::Avx512) continue;
-    std::vector<float> out(q.size(), 0.0f);
-    const AttentionArgs args{q.data(), kHeads * kHeadDim, k_tiles.data(), values.data(), out.data(), kTokens,
-                             kPositions - kTokens, kHeads, kKvHeads, kHeadDim, kCapacity, 0.125f};
-    for (int kv = 0; kv < kKvHeads; ++kv) kernels->attention_item(args, kv, 0, kTokens);
-    for (int token = 0; token < kTokens; ++token)
-      for (int h = 0; h < kHeads; ++h) {
-        const int kv = h / (kHeads / kKvHeads), visible = kPositions - kTokens + token + 1;
-        std::vector<double> scores(visible);
-        double top = -1e30, total = 0.0;
-        for (int p = 0; p < visible; ++p) {
-          double s = 0.0;
-          for (int d = 0; d < kHeadDim; ++d)
-            s += q[(token * kHeads + h) * kHeadDim + d] * keys[(kv * kCapacity + p) * kHeadDim + d];
-          scores[p] = s * 0.125;
-          top = std::max(top, scores[p]);
+  for (const KvType type : {KvType::Q8, KvType::F16}) {
+    const KvHeadLayout layout{type, kHeadDim};
+    const size_t block_stride = layout.bytes() * kKvHeads;
+    std::vector<uint8_t> pool(block_stride * kPoolBlocks, 0xFF);  // garbage (NaN floats) where nothing is stored
+    std::vector<float> held_keys(keys.size()), held_values(values.size());
+    for (int p = 0; p < kPositions; ++p) {
+      uint8_t* record = pool.data() + table[p / 16] * block_stride;
+      const size_t row = static_cast<size_t>(p) * kKvHeads * kHeadDim;
+      store_kv_position(layout, record, layout.bytes(), kKvHeads, p % 16, &keys[row], &values[row]);
+      load_kv_position(layout, record, layout.bytes(), kKvHeads, p % 16, &held_keys[row], &held_values[row]);
+    }
+    for (const IsaKernels* kernels : {&avx2_kernels(), &avx512_kernels()}) {
+      if (kernels == &avx512_kernels() && selected_cpu_path() != CpuPath::Avx512) continue;
+      std::vector<float> out(q.size(), 0.0f);
+      const AttentionArgs args{q.data(), kHeads * kHeadDim, out.data(), kTokens, kPositions - kTokens, kHeads,
+                               kKvHeads, kHeadDim, 0.125f, type, pool.data(), block_stride, layout.bytes(),
+                               table.data()};
+      for (int kv = 0; kv < kKvHeads; ++kv) kernels->attention_item(args, kv, 0, kTokens);
+      for (int token = 0; token < kTokens; ++token)
+        for (int h = 0; h < kHeads; ++h) {
+          const int kv = h / (kHeads / kKvHeads), visible = kPositions - kTokens + token + 1;
+          auto at = [&](int p, int d) { return (static_cast<size_t>(p) * kKvHeads + kv) * kHeadDim + d; };
+          std::vector<double> scores(visible);
+          double top = -1e30, total = 0.0;
+          for (int p = 0; p < visible; ++p) {
+            double s = 0.0;
+            for (int d = 0; d < kHeadDim; ++d) s += q[(token * kHeads + h) * kHeadDim + d] * held_keys[at(p, d)];
+            scores[p] = s * 0.125;
+            top = std::max(top, scores[p]);
+          }
+          for (auto& s : scores) total += (s = std::exp(s - top));
+          for (int d = 0; d < kHeadDim; ++d) {
+            double want = 0.0;
+            for (int p = 0; p < visible; ++p) want += scores[p] / total * held_values[at(p, d)];
+            ASSERT_NEAR(out[(token * kHeads + h) * kHeadDim + d], want, 1e-4)
+                << kernels->name << " " << kv_type_name(type);
+          }
         }
-        for (auto& s : scores) total += (s = std::exp(s - top));
+    }
+  }
+}
+
+// What the cache keeps of a vector: 8-bit within half a step (amax / 254) per element,
+// 16-bit within half precision's rounding.
+TEST(KvLayout, StorageRoundingIsBounded) {
+  constexpr int kHeadDim = 128, kKvHeads = 2;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  std::vector<float> k(kKvHeads * kHeadDim), v(k.size()), k2(k.size()), v2(k.size());
+  for (auto& x : k) x = normal(rng);
+  for (auto& x : v) x = normal(rng);
+  k[5] = 80.0f;  // an outlier channel sets the 8-bit step
+  for (const KvType type : {KvType::Q8, KvType::F16}) {
+    const KvHeadLayout layout{type, kHeadDim};
+    std::vector<uint8_t> block(layout.bytes() * kKvHeads);
+    for (int slot : {0, 7, 15}) {
+      store_kv_position(layout, block.data(), layout.bytes(), kKvHeads, slot, k.data(), v.data());
+      load_kv_position(layout, block.data(), layout.bytes(), kKvHeads, slot, k2.data(), v2.data());
+      for (int h = 0; h < kKvHeads; ++h) {
+        float kmax = 0, vmax = 0;
         for (int d = 0; d < kHeadDim; ++d) {
-          double want = 0.0;
-          for (int p = 0; p < visible; ++p) want += scores[p] / total * values[(kv * kCapacity + p) * kHeadDim + d];
-          ASSERT_NEAR(out[(token * kHeads + h) * kHeadDim + d], want, 1e-5) << kernels->name;
+          kmax = std::max(kmax, std::fabs(k[h * kHeadDim + d]));
+          vmax = std::max(vmax, std::fabs(v[h * kHeadDim + d]));
+        }
+        for (int d = 0; d < kHeadDim; ++d) {
+          const size_t i = h * kHeadDim + d;
+          const float k_bound = type == KvType::Q8 ? kmax / 254.0f * 1.001f : std::fabs(k[i]) / 1024.0f;
+          const float v_bound = type == KvType::Q8 ? vmax / 254.0f * 1.001f : std::fabs(v[i]) / 1024.0f;
+          ASSERT_LE(std::fabs(k2[i] - k[i]), k_bound) << kv_type_name(type) << " key " << i;
+          ASSERT_LE(std::fabs(v2[i] - v[i]), v_bound) << kv_type_name(type) << " value " << i;
         }
       }
+    }
   }
 }
 

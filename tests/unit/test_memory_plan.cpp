@@ -17,7 +17,7 @@ MemoryNeeds small_model() {
   needs.weight_bytes = 100 * MiB;
   needs.mapped_bytes = 20 * MiB;
   needs.activation_bytes = 10 * MiB;
-  needs.kv_bytes_per_token = 46080;  // SmolLM2-135M, fp32
+  needs.kv_bytes_per_block = 195840;  // SmolLM2-135M, 8-bit: 30 layers x 3 kv heads x 2176 bytes
   needs.native_context = 8192;
   return needs;
 }
@@ -26,7 +26,10 @@ TEST(MemoryPlan, LargeBudgetGivesTheNativeContext) {
   const auto plan = plan_memory(small_model(), size_t{8} << 30, 0);
   EXPECT_TRUE(plan.fits);
   EXPECT_EQ(plan.max_context, 8192);
-  EXPECT_EQ(plan.kv_bytes, size_t{8192} * 46080);
+  // The pool stops at kMaxFullContexts full-context sequences.
+  EXPECT_EQ(plan.kv_blocks, 512 * static_cast<int>(kMaxFullContexts));
+  EXPECT_EQ(plan.kv_bytes, size_t{512} * kMaxFullContexts * 195840);
+  EXPECT_EQ(plan.max_sequences, static_cast<int>(kMaxFullContexts));
   EXPECT_LE(plan.total_bytes(), plan.budget_bytes);
   EXPECT_NE(plan.table().find("KV cache"), std::string::npos);
 }
@@ -40,9 +43,11 @@ TEST(MemoryPlan, RequestedContextIsHonouredAndCapped) {
 TEST(MemoryPlan, TightBudgetShrinksTheContext) {
   const auto needs = small_model();
   const size_t fixed = needs.weight_bytes + needs.mapped_bytes + needs.activation_bytes + 128 * MiB;
-  const auto plan = plan_memory(needs, fixed + 3000 * needs.kv_bytes_per_token, 0);
+  const auto plan = plan_memory(needs, fixed + 3000 * needs.kv_bytes_per_block / 16, 0);
   EXPECT_TRUE(plan.fits);
   EXPECT_EQ(plan.max_context, 3000 / 16 * 16);
+  EXPECT_EQ(plan.kv_blocks, 3000 / 16);
+  EXPECT_EQ(plan.max_sequences, 1);
   EXPECT_LE(plan.total_bytes(), plan.budget_bytes);
 }
 
@@ -76,7 +81,10 @@ TEST(MemoryPlan, EstimateOfTheDefaultModel) {
   auto file = gguf::File::open(path);
   const auto needs = model::estimate_memory(file);
   EXPECT_EQ(needs.native_context, 8192);
-  EXPECT_EQ(needs.kv_bytes_per_token, size_t{2} * 4 * 30 * 3 * 64);
+  // Per block of 16 positions, 30 layers x 3 kv heads: keys and values of 64 dims, 8-bit
+  // with a float scale per position, or 16-bit.
+  EXPECT_EQ(needs.kv_bytes_per_block, size_t{30} * 3 * 2 * (64 * 16 + 16 * 4));
+  EXPECT_EQ(model::estimate_memory(file, model::KvType::F16).kv_bytes_per_block, size_t{30} * 3 * 2 * 64 * 16 * 2);
   EXPECT_GT(needs.weight_bytes, 60 * MiB);   // 30 layers of Q4_1 + the Q8_0 output head
   EXPECT_LT(needs.weight_bytes, 140 * MiB);
   EXPECT_EQ(needs.mapped_bytes, file.tensor("token_embd.weight").n_bytes);

@@ -12,6 +12,7 @@
 #include "chat/tool_prompt.h"
 #include "common/error.h"
 #include "engine/generator.h"
+#include "model/sequence.h"
 #include "engine/output_constraints.h"
 #include "engine/tool_call_stream.h"
 #include "formats/gguf.h"
@@ -352,7 +353,8 @@ TEST_F(ConstrainedOnModel, UnsupportedSchemasAreErrorsOnlyWhenStrict) {
 }
 
 TEST_F(ConstrainedOnModel, TheModelsCallsAndStructuredRepliesAreValid) {
-  auto model = model::load_model(*file_, {.max_context = 1024, .threads = 0});
+  auto loaded = model::load_model(*file_, {.max_context = 1024, .threads = 0});
+  model::Sequence model(*loaded);
   // A required call, greedy and sampled.
   for (float temperature : {0.0f, 1.0f}) {
     ChatRequest chat = weather_request(ToolChoice::Required);
@@ -365,7 +367,7 @@ TEST_F(ConstrainedOnModel, TheModelsCallsAndStructuredRepliesAreValid) {
     request.constraints = compile_output_constraints(chat);
     request.token_trie = trie_;
     std::string streamed;
-    const auto result = generate(*model, *tokenizer_, request, [&](const GenerationPiece& piece) {
+    const auto result = generate(model, *tokenizer_, request, [&](const GenerationPiece& piece) {
       if (piece.tool && piece.tool->kind == ToolCallUpdate::Kind::Arguments && piece.tool->index == 0)
         streamed += piece.tool->arguments;
       return true;
@@ -392,7 +394,7 @@ TEST_F(ConstrainedOnModel, TheModelsCallsAndStructuredRepliesAreValid) {
   request.stop = chat_->stop_texts();
   request.constraints = compile_output_constraints(chat);
   request.token_trie = trie_;
-  const auto result = generate(*model, *tokenizer_, request, nullptr);
+  const auto result = generate(model, *tokenizer_, request, nullptr);
   ASSERT_EQ(result.finish, FinishReason::Stop) << result.text;
   const json reply = json::parse(result.text, nullptr, false);
   ASSERT_FALSE(reply.is_discarded()) << result.text;

@@ -47,3 +47,27 @@ class AlignedBuffer {
 };
 
 }  // namespace splash::kernels
+
+namespace splash::kernels {
+
+// Page-aligned memory that reads as zeros and becomes resident only where written (an
+// anonymous mapping): the KV block pool reserves its whole planned size up front, but a
+// server that has only served short prompts keeps only their pages.
+class LazyMemory {
+ public:
+  LazyMemory() = default;
+  explicit LazyMemory(size_t bytes);
+  ~LazyMemory();
+  LazyMemory(const LazyMemory&) = delete;
+  LazyMemory& operator=(const LazyMemory&) = delete;
+
+  uint8_t* data() { return data_; }
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace splash::kernels

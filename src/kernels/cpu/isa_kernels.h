@@ -3,6 +3,7 @@
 // ops.cpp pick a table once (cpu_features.h) and call through it; nothing else sees ISAs.
 #include <cstdint>
 
+#include "kernels/cpu/kv_layout.h"
 #include "kernels/cpu/packed_weight.h"
 
 namespace splash::kernels {
@@ -18,19 +19,22 @@ struct MatmulInput {
   int k = 0;
 };
 
+// Causal attention of one sequence's new tokens against its paged KV cache (kv_layout.h).
 struct AttentionArgs {
   const float* q;        // [n_tokens][q_stride], heads at [h * head_dim]
   int q_stride;
-  const float* k_tiles;  // this layer's keys: [n_kv][max_tiles][head_dim][16]
-  const float* v;        // this layer's values: [n_kv][max_positions][head_dim]
   float* out;            // [n_tokens][n_heads * head_dim]
   int n_tokens;
   int first_position;    // position of q's first token; token i attends to 0..first_position+i
   int n_heads;
   int n_kv_heads;
   int head_dim;
-  int max_positions;     // capacity of the cache (multiple of 16)
   float scale;
+  KvType kv_type;
+  const uint8_t* kv;     // this layer's record in block 0 (blocks are block_stride bytes apart)
+  size_t block_stride;
+  size_t head_stride;    // bytes between the kv heads of one block
+  const int32_t* block_table;  // the sequence's blocks, covering positions 0..first_position+n_tokens-1
 };
 
 // Query tokens per attention work item; each ISA shares key tiles among as many of them

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 namespace splash::kernels {
 
@@ -31,15 +32,31 @@ void silu_mul(const float* gate_up, float* out, int n, int ffn, ThreadPool& pool
   });
 }
 
-void attention(const AttentionArgs& args, ThreadPool& pool) {
+void attention(std::span<const AttentionArgs> sequences, ThreadPool& pool) {
   const auto& kernels = selected_kernels();
-  const int blocks = (args.n_tokens + kAttentionTokenBlock - 1) / kAttentionTokenBlock;
-  // Later queries see more keys, so the biggest items are claimed first, then smaller ones
-  // fill the gaps between threads.
-  pool.run(args.n_kv_heads * blocks, [&](int item) {
-    const int block = blocks - 1 - item / args.n_kv_heads;
-    const int first = block * kAttentionTokenBlock;
-    kernels.attention_item(args, item % args.n_kv_heads, first, std::min(kAttentionTokenBlock, args.n_tokens - first));
+  // Work items: (sequence, kv head, block of query tokens). Later queries see more keys, so
+  // each sequence's biggest items come first, and sequences with many new tokens (prefill
+  // chunks) before single decode tokens; smaller items then fill the gaps between threads.
+  struct Item {
+    int sequence, kv_head, first, tokens;
+  };
+  std::vector<Item> items;
+  std::vector<int> order(sequences.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return sequences[a].n_tokens > sequences[b].n_tokens; });
+  for (int s : order) {
+    const AttentionArgs& args = sequences[s];
+    const int blocks = (args.n_tokens + kAttentionTokenBlock - 1) / kAttentionTokenBlock;
+    for (int block = blocks - 1; block >= 0; --block) {
+      const int first = block * kAttentionTokenBlock;
+      for (int h = 0; h < args.n_kv_heads; ++h)
+        items.push_back({s, h, first, std::min(kAttentionTokenBlock, args.n_tokens - first)});
+    }
+  }
+  pool.run(static_cast<int>(items.size()), [&](int i) {
+    const Item& item = items[i];
+    kernels.attention_item(sequences[item.sequence], item.kv_head, item.first, item.tokens);
   });
 }
 

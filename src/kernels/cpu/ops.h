@@ -1,6 +1,8 @@
 #pragma once
 // The non-matmul operations of a transformer layer on the CPU, dispatched to the ISA
 // kernels picked at start-up.
+#include <span>
+
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -9,8 +11,9 @@ namespace splash::kernels {
 void rms_norm(const float* x, const float* weight, float* out, int n, int dim, float eps, ThreadPool& pool);
 // out[n][ffn] = silu(gate) * up, where gate_up[n] = [gate(ffn) | up(ffn)].
 void silu_mul(const float* gate_up, float* out, int n, int ffn, ThreadPool& pool);
-// Causal grouped-query attention of args.n_tokens queries against the cached keys/values.
-void attention(const AttentionArgs& args, ThreadPool& pool);
+// Causal grouped-query attention of each sequence's new tokens against its paged cache; the
+// sequences of a batch share one parallel pass.
+void attention(std::span<const AttentionArgs> sequences, ThreadPool& pool);
 
 // Rotary embedding on adjacent pairs (x[2i], x[2i+1]) (ggml's "normal" RoPE as used by the
 // llama family in GGUF), using a precomputed cos/sin table [position][head_dim / 2].

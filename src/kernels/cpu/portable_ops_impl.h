@@ -103,6 +103,7 @@ struct Vec16 {
 };
 inline Vec16 operator+(Vec16 a, Vec16 b) { return {a.lo + b.lo, a.hi + b.hi}; }
 inline Vec16 operator*(Vec16 a, float b) { return {a.lo * b, a.hi * b}; }
+inline Vec16 operator*(Vec16 a, Vec16 b) { return {a.lo * b.lo, a.hi * b.hi}; }
 inline Vec16 operator*(float a, Vec16 b) { return {a * b.lo, a * b.hi}; }
 inline Vec16& operator+=(Vec16& a, Vec16 b) { return a = a + b; }
 inline Vec16 exp16(Vec16 x) { return {exp_clamped<f32x8, i32x8>(x.lo), exp_clamped<f32x8, i32x8>(x.hi)}; }
@@ -115,18 +116,40 @@ inline Vec16 load16(const float* p) {
   return v;
 }
 
+// Sixteen cached elements (a key tile row, or a slice of a value row) as floats.
+typedef int8_t i8x8 __attribute__((vector_size(8)));
+template <KvType T>
+inline Vec16 load_kv16(const uint8_t* p) {
+  if constexpr (T == KvType::Q8) {
+#if defined(__AVX512F__)
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+#else
+    return {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))),
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8))))};
+#endif
+  } else {
+#if defined(__AVX512F__)
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+#else
+    return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)))};
+#endif
+  }
+}
+
 // Online-softmax attention for the query rows sharing one kv head: H heads of each of QB
 // consecutive tokens (row r is head first_head + r % H of token first_token + r / H).
-// Keys are stored transposed per tile ([dim][16]) so the scores of 16 positions come out of
-// plain vector FMAs with no horizontal sums, and each key/value tile is loaded once for all
-// H * QB rows; causality is per row (a row ignores keys past its own position).
-template <int HD, int H, int QB>
+// Keys are stored transposed per block ([dim][16], kv_layout.h) so the scores of 16
+// positions come out of plain vector FMAs with no horizontal sums, and each block's keys and
+// values are loaded once for all H * QB rows; causality is per row (a row ignores keys past
+// its own position). 8-bit blocks: the per-position key scales multiply the 16 scores, the
+// value scales fold into the softmax weights.
+template <int HD, int H, int QB, KvType T>
 void attention_rows(const AttentionArgs& a, int kv_head, int first_head, int first_token) {
   constexpr int R = H * QB;
+  const KvHeadLayout layout{T, HD};
   const int last_keys = a.first_position + first_token + QB;  // keys seen by the last token
   const int tiles = (last_keys + 15) / 16;
-  const float* keys = a.k_tiles + static_cast<size_t>(kv_head) * (a.max_positions / 16) * HD * 16;
-  const float* values = a.v + static_cast<size_t>(kv_head) * a.max_positions * HD;
   alignas(64) float q[HD][R];  // dimension-major: the R broadcasts of one d are adjacent
   alignas(64) float acc[R][HD];
   float running_max[R], running_sum[R];
@@ -143,14 +166,20 @@ void attention_rows(const AttentionArgs& a, int kv_head, int first_head, int fir
     n_keys[r] = a.first_position + token + 1;
   }
   for (int t = 0; t < tiles; ++t) {
-    const float* tile = keys + static_cast<size_t>(t) * HD * 16;
+    const uint8_t* record = a.kv + static_cast<size_t>(a.block_table[t]) * a.block_stride +
+                            static_cast<size_t>(kv_head) * a.head_stride;
     Vec16 scores[R];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) scores[r] = Vec16{};
     for (int d = 0; d < HD; ++d) {
-      const Vec16 k = load16(tile + d * 16);
+      const Vec16 k = load_kv16<T>(record + d * 16 * layout.element_bytes());
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) scores[r] += q[d][r] * k;
+    }
+    if constexpr (T == KvType::Q8) {
+      const Vec16 key_scales = load16(reinterpret_cast<const float*>(record + layout.key_scales_offset()));
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) scores[r] = scores[r] * key_scales;
     }
     alignas(64) float p[R][16];
     float correction[R];
@@ -198,14 +227,22 @@ void attention_rows(const AttentionArgs& a, int kv_head, int first_head, int fir
       running_max[r] = new_max;
     }
 #endif
+    if constexpr (T == KvType::Q8) {  // the value scales, folded into the weights
+      const Vec16 value_scales = load16(reinterpret_cast<const float*>(record + layout.value_scales_offset()));
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const Vec16 scaled = load16(p[r]) * value_scales;
+        std::memcpy(p[r], &scaled, sizeof(scaled));
+      }
+    }
     const int tile_valid = last_keys - t * 16 < 16 ? last_keys - t * 16 : 16;
-    const float* v = values + static_cast<size_t>(t) * 16 * HD;
+    const uint8_t* v = record + layout.values_offset();
     for (int dc = 0; dc < HD; dc += 16) {
       Vec16 out[R];
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) out[r] = load16(&acc[r][dc]) * correction[r];
       for (int j = 0; j < tile_valid; ++j) {
-        const Vec16 value = load16(v + static_cast<size_t>(j) * HD + dc);
+        const Vec16 value = load_kv16<T>(v + (static_cast<size_t>(j) * HD + dc) * layout.element_bytes());
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) out[r] += p[r][j] * value;
       }
@@ -222,25 +259,31 @@ void attention_rows(const AttentionArgs& a, int kv_head, int first_head, int fir
   }
 }
 
-template <int HD, int QB>
+template <int HD, int QB, KvType T>
 void attention_group(const AttentionArgs& a, int kv_head, int first_token) {
   const int group = a.n_heads / a.n_kv_heads;
   const int first = kv_head * group;
   int h = 0;
-  for (; h + 4 <= group; h += 4) attention_rows<HD, 4, QB>(a, kv_head, first + h, first_token);
+  for (; h + 4 <= group; h += 4) attention_rows<HD, 4, QB, T>(a, kv_head, first + h, first_token);
   switch (group - h) {
-    case 3: attention_rows<HD, 3, QB>(a, kv_head, first + h, first_token); break;
-    case 2: attention_rows<HD, 2, QB>(a, kv_head, first + h, first_token); break;
-    case 1: attention_rows<HD, 1, QB>(a, kv_head, first + h, first_token); break;
+    case 3: attention_rows<HD, 3, QB, T>(a, kv_head, first + h, first_token); break;
+    case 2: attention_rows<HD, 2, QB, T>(a, kv_head, first + h, first_token); break;
+    case 1: attention_rows<HD, 1, QB, T>(a, kv_head, first + h, first_token); break;
     default: break;
   }
 }
 
+template <int HD, KvType T>
+void attention_item_typed(const AttentionArgs& a, int kv_head, int first_token, int tokens) {
+  int t = first_token;
+  for (; t + kQueryBlock <= first_token + tokens; t += kQueryBlock) attention_group<HD, kQueryBlock, T>(a, kv_head, t);
+  for (; t < first_token + tokens; ++t) attention_group<HD, 1, T>(a, kv_head, t);
+}
+
 template <int HD>
 void attention_item_fixed(const AttentionArgs& a, int kv_head, int first_token, int tokens) {
-  int t = first_token;
-  for (; t + kQueryBlock <= first_token + tokens; t += kQueryBlock) attention_group<HD, kQueryBlock>(a, kv_head, t);
-  for (; t < first_token + tokens; ++t) attention_group<HD, 1>(a, kv_head, t);
+  if (a.kv_type == KvType::Q8) attention_item_typed<HD, KvType::Q8>(a, kv_head, first_token, tokens);
+  else attention_item_typed<HD, KvType::F16>(a, kv_head, first_token, tokens);
 }
 
 void attention_item_impl(const AttentionArgs& a, int kv_head, int first_token, int tokens) {

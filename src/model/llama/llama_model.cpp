@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -22,9 +23,6 @@ namespace {
 using kernels::AlignedBuffer;
 using kernels::PackedWeight;
 using kernels::WeightSource;
-
-// Tokens processed per forward chunk: bounds the scratch memory of long prompts.
-constexpr int kChunkTokens = 512;
 
 struct Hyperparameters {
   std::string architecture;
@@ -143,27 +141,44 @@ class LlamaModel final : public Model {
     info_.kernel_shapes = Shapes::name ? fmt::format("compile-time shapes of {}", Shapes::name)
                                        : std::string("run-time shapes (no specialised kernels for this model)");
     load_weights();
-    allocate_cache();
+    allocate_cache(options);
   }
 
   const ModelInfo& info() const override { return info_; }
-  int position() const override { return position_; }
-  void truncate(int n) override {
-    if (n < 0 || n > position_) fail("truncate({}) outside the sequence of {} tokens", n, position_);
-    position_ = n;
+
+  std::span<const float> forward(std::span<const SequenceSlice> batch) override {
+    int total = 0, wanted = 0;
+    for (const auto& slice : batch) {
+      const int n = static_cast<int>(slice.tokens.size());
+      if (n == 0) fail("forward: a sequence without tokens");
+      if (slice.first_position < 0 || slice.first_position + static_cast<int64_t>(n) > info_.context)
+        fail("the sequence of {} tokens does not fit the context of {} tokens", slice.first_position + n, info_.context);
+      if (static_cast<int64_t>(slice.block_table.size()) * kKvBlockTokens < slice.first_position + n)
+        fail("forward: the block table of {} blocks is too short for {} positions", slice.block_table.size(),
+             slice.first_position + n);
+      for (int32_t block : slice.block_table)
+        if (block < 0 || block >= kv_blocks_) fail("forward: block {} outside the pool of {}", block, kv_blocks_);
+      for (int32_t id : slice.tokens)
+        if (id < 0 || id >= shapes_.vocab) fail("token id {} is outside the vocabulary of {}", id, shapes_.vocab);
+      total += n;
+      wanted += slice.want_logits ? 1 : 0;
+    }
+    if (total == 0) fail("forward: no tokens");
+    if (total > kMaxBatchTokens) fail("forward: {} tokens in one pass (at most {})", total, kMaxBatchTokens);
+    if (batch.size() > kMaxBatchSequences)
+      fail("forward: {} sequences in one pass (at most {})", batch.size(), kMaxBatchSequences);
+    forward_batch(batch, total, wanted);
+    return {logits_.as<float>(), static_cast<size_t>(wanted) * shapes_.vocab};
   }
 
-  std::span<const float> forward(std::span<const int32_t> tokens) override {
-    if (tokens.empty()) fail("forward: no tokens");
-    if (position_ + static_cast<int64_t>(tokens.size()) > info_.context)
-      fail("the sequence of {} tokens does not fit the context of {} tokens", position_ + tokens.size(), info_.context);
-    for (int32_t id : tokens)
-      if (id < 0 || id >= shapes_.vocab) fail("token id {} is outside the vocabulary of {}", id, shapes_.vocab);
-    for (size_t start = 0; start < tokens.size(); start += kChunkTokens) {
-      const size_t count = std::min<size_t>(kChunkTokens, tokens.size() - start);
-      forward_chunk(tokens.subspan(start, count), start + count == tokens.size());
-    }
-    return {logits_.as<float>(), static_cast<size_t>(shapes_.vocab)};
+  void copy_kv_block(int from, int to, int tokens) override {
+    if (from < 0 || from >= kv_blocks_ || to < 0 || to >= kv_blocks_ || tokens < 0 || tokens > kKvBlockTokens)
+      fail("copy_kv_block({}, {}, {}) outside the pool of {} blocks", from, to, tokens, kv_blocks_);
+    // Whole records: the positions past `tokens` are garbage the new owner overwrites before
+    // any query can see them.
+    for (int l = 0; l < shapes_.n_layers; ++l)
+      std::memcpy(layer_kv(l) + static_cast<size_t>(to) * layer_block_bytes_,
+                  layer_kv(l) + static_cast<size_t>(from) * layer_block_bytes_, layer_block_bytes_);
   }
 
  private:
@@ -247,29 +262,28 @@ class LlamaModel final : public Model {
     info_.packed_weight_bytes += output_.bytes() + (tied ? embedding.n_bytes : 0);
   }
 
-  void allocate_cache() {
+  void allocate_cache(const LoadOptions& options) {
     const auto& s = shapes_;
-    capacity_ = (info_.context + 15) / 16 * 16;
-    const size_t per_layer = static_cast<size_t>(s.n_kv_heads) * capacity_ * s.head_dim;
-    keys_.resize(s.n_layers);
-    values_.resize(s.n_layers);
-    for (int l = 0; l < s.n_layers; ++l) {
-      keys_[l].resize(per_layer * sizeof(float));
-      values_[l].resize(per_layer * sizeof(float));
-    }
-    info_.kv_cache_bytes = 2 * per_layer * sizeof(float) * s.n_layers;
+    head_layout_ = {options.kv_type, s.head_dim};
+    layer_block_bytes_ = head_layout_.bytes() * s.n_kv_heads;
+    kv_blocks_ = options.kv_blocks > 0 ? options.kv_blocks : (info_.context + kKvBlockTokens - 1) / kKvBlockTokens;
+    kv_pool_ = std::make_unique<kernels::LazyMemory>(layer_block_bytes_ * s.n_layers * kv_blocks_);
+    info_.kv_cache_bytes = kv_pool_->size();
+    info_.kv_blocks = kv_blocks_;
+    info_.kv_type = kernels::kv_type_name(options.kv_type);
     // cos/sin of every (position, frequency) pair, computed in double once.
     const int half = s.head_dim / 2;
-    cos_.resize(static_cast<size_t>(capacity_) * half);
-    sin_.resize(static_cast<size_t>(capacity_) * half);
-    for (int p = 0; p < capacity_; ++p)
+    cos_.resize(static_cast<size_t>(info_.context) * half);
+    sin_.resize(static_cast<size_t>(info_.context) * half);
+    for (int p = 0; p < info_.context; ++p)
       for (int i = 0; i < half; ++i) {
         const double angle = p * std::pow(static_cast<double>(h_.rope_base), -2.0 * i / s.head_dim);
         cos_[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(angle));
         sin_[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(angle));
       }
-    logits_.resize(static_cast<size_t>(s.vocab) * sizeof(float));
   }
+
+  uint8_t* layer_kv(int layer) { return kv_pool_->data() + static_cast<size_t>(layer) * kv_blocks_ * layer_block_bytes_; }
 
   void ensure_scratch(int n) {
     const auto& s = shapes_;
@@ -292,34 +306,35 @@ class LlamaModel final : public Model {
     }
   }
 
-  void store_kv(int layer, int n, const int* positions) {
-    const auto& s = shapes_;
-    float* keys = keys_[layer].as<float>();
-    float* values = values_[layer].as<float>();
+  // Writes the new tokens' keys and values into their sequences' blocks.
+  void store_kv(int layer, std::span<const SequenceSlice> batch) {
     const float* qkv = qkv_.as<float>();
-    for (int t = 0; t < n; ++t) {
-      const int p = positions[t];
-      const float* k = qkv + static_cast<size_t>(t) * qkv_width() + q_width();
-      const float* v = k + kv_width();
-      for (int h = 0; h < s.n_kv_heads; ++h) {
-        float* tile = keys + (static_cast<size_t>(h) * (capacity_ / 16) + p / 16) * s.head_dim * 16;
-        for (int d = 0; d < s.head_dim; ++d) tile[d * 16 + p % 16] = k[h * s.head_dim + d];
-        std::memcpy(values + (static_cast<size_t>(h) * capacity_ + p) * s.head_dim, v + h * s.head_dim,
-                    sizeof(float) * s.head_dim);
+    uint8_t* kv = layer_kv(layer);
+    int row = 0;
+    for (const auto& slice : batch)
+      for (size_t t = 0; t < slice.tokens.size(); ++t, ++row) {
+        const int p = slice.first_position + static_cast<int>(t);
+        const float* k = qkv + static_cast<size_t>(row) * qkv_width() + q_width();
+        uint8_t* record = kv + static_cast<size_t>(slice.block_table[p / kKvBlockTokens]) * layer_block_bytes_;
+        kernels::store_kv_position(head_layout_, record, head_layout_.bytes(), shapes_.n_kv_heads, p % kKvBlockTokens,
+                                   k, k + kv_width());
       }
-    }
   }
 
-  void forward_chunk(std::span<const int32_t> tokens, bool want_logits) {
+  void forward_batch(std::span<const SequenceSlice> batch, int n, int wanted) {
     const auto& s = shapes_;
-    const int n = static_cast<int>(tokens.size());
     ensure_scratch(n);
     float* x = x_.as<float>();
-    for (int t = 0; t < n; ++t)
-      kernels::dequantize_row(embedding_->type, embedding_->data + embedding_row_bytes_ * tokens[t],
-                              x + static_cast<size_t>(t) * s.d_model, s.d_model);
-    std::vector<int> positions(n);
-    for (int t = 0; t < n; ++t) positions[t] = position_ + t;
+    std::vector<int> positions;
+    positions.reserve(n);
+    for (const auto& slice : batch)
+      for (size_t t = 0; t < slice.tokens.size(); ++t) {
+        kernels::dequantize_row(embedding_->type, embedding_->data + embedding_row_bytes_ * slice.tokens[t],
+                                x + positions.size() * s.d_model, s.d_model);
+        positions.push_back(slice.first_position + static_cast<int>(t));
+      }
+    std::vector<kernels::AttentionArgs> attention_args;
+    attention_args.reserve(batch.size());
 
     for (int l = 0; l < s.n_layers; ++l) {
       const auto& layer = layers_[l];
@@ -339,11 +354,19 @@ class LlamaModel final : public Model {
       const auto rope = h_.neox_rope ? kernels::rope_neox : kernels::rope_adjacent;
       rope(qkv, n, qkv_width(), s.n_heads, s.head_dim, positions.data(), cos_.data(), sin_.data());
       rope(qkv + q_width(), n, qkv_width(), s.n_kv_heads, s.head_dim, positions.data(), cos_.data(), sin_.data());
-      store_kv(l, n, positions.data());
-      kernels::AttentionArgs args{qkv_.as<float>(), qkv_width(), keys_[l].as<float>(), values_[l].as<float>(),
-                                  attn_.as<float>(), n, position_, s.n_heads, s.n_kv_heads, s.head_dim, capacity_,
-                                  1.0f / std::sqrt(static_cast<float>(s.head_dim))};
-      kernels::attention(args, pool_);
+      store_kv(l, batch);
+      attention_args.clear();
+      int row = 0;
+      for (const auto& slice : batch) {
+        const int count = static_cast<int>(slice.tokens.size());
+        attention_args.push_back({qkv + static_cast<size_t>(row) * qkv_width(), qkv_width(),
+                                  attn_.as<float>() + static_cast<size_t>(row) * q_width(), count,
+                                  slice.first_position, s.n_heads, s.n_kv_heads, s.head_dim,
+                                  1.0f / std::sqrt(static_cast<float>(s.head_dim)), head_layout_.type, layer_kv(l),
+                                  layer_block_bytes_, head_layout_.bytes(), slice.block_table.data()});
+        row += count;
+      }
+      kernels::attention(attention_args, pool_);
       activations_.quantize(attn_.as<float>(), n, q_width(), pool_);
       kernels::matmul(layer.attn_output, activations_, projected_.as<float>(), s.d_model, pool_);
       add_into(x, projected_.as<float>(), static_cast<size_t>(n) * s.d_model);
@@ -356,12 +379,20 @@ class LlamaModel final : public Model {
       kernels::matmul(layer.down, activations_, projected_.as<float>(), s.d_model, pool_);
       add_into(x, projected_.as<float>(), static_cast<size_t>(n) * s.d_model);
     }
-    position_ += n;
-    if (!want_logits) return;
-    // Only the last position's logits are needed to pick the next token.
-    const float* last = x + static_cast<size_t>(n - 1) * s.d_model;
-    kernels::rms_norm(last, output_norm_.data(), normed_.as<float>(), 1, s.d_model, h_.rms_eps, pool_);
-    activations_.quantize(normed_.as<float>(), 1, s.d_model, pool_);
+    if (wanted == 0) return;
+    // Only each wanting slice's last position needs logits: gather those rows, then one
+    // output matmul over all of them.
+    float* last_rows = projected_.as<float>();
+    int row = 0, out = 0;
+    for (const auto& slice : batch) {
+      row += static_cast<int>(slice.tokens.size());
+      if (slice.want_logits)
+        std::memcpy(last_rows + static_cast<size_t>(out++) * s.d_model, x + static_cast<size_t>(row - 1) * s.d_model,
+                    sizeof(float) * s.d_model);
+    }
+    kernels::rms_norm(last_rows, output_norm_.data(), normed_.as<float>(), wanted, s.d_model, h_.rms_eps, pool_);
+    activations_.quantize(normed_.as<float>(), wanted, s.d_model, pool_);
+    logits_.resize(static_cast<size_t>(wanted) * s.vocab * sizeof(float));
     kernels::matmul(output_, activations_, logits_.as<float>(), s.vocab, pool_);
   }
 
@@ -379,9 +410,10 @@ class LlamaModel final : public Model {
   std::vector<LayerWeights> layers_;
   std::vector<float> output_norm_;
   PackedWeight output_;
-  int capacity_ = 0;
-  int position_ = 0;
-  std::vector<AlignedBuffer> keys_, values_;
+  kernels::KvHeadLayout head_layout_;
+  size_t layer_block_bytes_ = 0;  // one block's record of one layer (all kv heads)
+  int kv_blocks_ = 0;
+  std::unique_ptr<kernels::LazyMemory> kv_pool_;  // [layer][block][kv head] records
   std::vector<float> cos_, sin_;
   AlignedBuffer x_, normed_, qkv_, attn_, projected_, gate_up_, hidden_, logits_;
   kernels::QuantizedActivations activations_;
@@ -395,7 +427,7 @@ bool matches(const RuntimeShapes& s, auto exact) {
 
 }  // namespace
 
-MemoryNeeds estimate_llama_memory(const gguf::File& file) {
+MemoryNeeds estimate_llama_memory(const gguf::File& file, KvType kv_type) {
   const Hyperparameters h = read_hyperparameters(file);
   const auto& s = h.shapes;
   const int q = s.n_heads * s.head_dim, kv = s.n_kv_heads * s.head_dim;
@@ -417,10 +449,10 @@ MemoryNeeds estimate_llama_memory(const gguf::File& file) {
   const bool tied = file.find_tensor("output.weight") == nullptr;
   packed(tied ? "token_embd.weight" : "output.weight", s.vocab, s.d_model);
   needs.mapped_bytes = file.tensor("token_embd.weight").n_bytes;  // rows are read at lookup
-  needs.kv_bytes_per_token = 2 * sizeof(float) * static_cast<size_t>(s.n_layers) * kv;
+  needs.kv_bytes_per_block = kernels::KvHeadLayout{kv_type, s.head_dim}.bytes() * s.n_kv_heads * s.n_layers;
   const size_t floats_per_token = 2 * s.d_model + (q + 2 * kv) + q + s.d_model + 2 * s.ffn + s.ffn;
-  needs.activation_bytes = kChunkTokens * (floats_per_token * sizeof(float) + std::max(s.d_model, s.ffn) * 2) +
-                           sizeof(float) * s.vocab;
+  needs.activation_bytes = kMaxBatchTokens * (floats_per_token * sizeof(float) + std::max(s.d_model, s.ffn) * 2) +
+                           kMaxBatchSequences * sizeof(float) * s.vocab;  // logits, a row per sequence
   needs.native_context = h.native_context;
   return needs;
 }

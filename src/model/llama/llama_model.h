@@ -8,6 +8,6 @@
 namespace splash::model::llama {
 
 std::unique_ptr<Model> load_llama(const gguf::File& file, const LoadOptions& options);
-MemoryNeeds estimate_llama_memory(const gguf::File& file);
+MemoryNeeds estimate_llama_memory(const gguf::File& file, KvType kv_type);
 
 }  // namespace splash::model::llama

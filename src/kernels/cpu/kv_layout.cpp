@@ -1,0 +1,101 @@
+#include "kernels/cpu/kv_layout.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/half.h"
+
+namespace splash::kernels {
+
+const char* kv_type_name(KvType type) { return type == KvType::Q8 ? "q8" : "f16"; }
+
+namespace {
+
+// Symmetric int8 of one head's vector: returns the scale (amax / 127).
+float quantize_head(const float* x, int n, int8_t* codes, int stride) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+  for (int i = 0; i < n; ++i) codes[static_cast<size_t>(i) * stride] = static_cast<int8_t>(std::lrintf(x[i] * inverse));
+  return amax / 127.0f;
+}
+
+}  // namespace
+
+void store_kv_position(const KvHeadLayout& layout, uint8_t* record, size_t head_stride, int n_kv_heads, int slot,
+                       const float* keys, const float* values) {
+  const int hd = layout.head_dim;
+  for (int h = 0; h < n_kv_heads; ++h) {
+    uint8_t* head = record + static_cast<size_t>(h) * head_stride;
+    const float* k = keys + static_cast<size_t>(h) * hd;
+    const float* v = values + static_cast<size_t>(h) * hd;
+    if (layout.type == KvType::Q8) {
+      auto* key_codes = reinterpret_cast<int8_t*>(head);
+      auto* value_codes = reinterpret_cast<int8_t*>(head + layout.values_offset()) + static_cast<size_t>(slot) * hd;
+      const float key_scale = quantize_head(k, hd, key_codes + slot, kKvBlockTokens);
+      const float value_scale = quantize_head(v, hd, value_codes, 1);
+      std::memcpy(head + layout.key_scales_offset() + sizeof(float) * slot, &key_scale, sizeof(float));
+      std::memcpy(head + layout.value_scales_offset() + sizeof(float) * slot, &value_scale, sizeof(float));
+    } else {
+      auto* key_halves = reinterpret_cast<uint16_t*>(head);
+      auto* value_halves = reinterpret_cast<uint16_t*>(head + layout.values_offset()) + static_cast<size_t>(slot) * hd;
+      for (int d = 0; d < hd; ++d) {
+        key_halves[d * kKvBlockTokens + slot] = fp32_to_fp16(k[d]);
+        value_halves[d] = fp32_to_fp16(v[d]);
+      }
+    }
+  }
+}
+
+void load_kv_position(const KvHeadLayout& layout, const uint8_t* record, size_t head_stride, int n_kv_heads, int slot,
+                      float* keys, float* values) {
+  const int hd = layout.head_dim;
+  for (int h = 0; h < n_kv_heads; ++h) {
+    const uint8_t* head = record + static_cast<size_t>(h) * head_stride;
+    float* k = keys + static_cast<size_t>(h) * hd;
+    float* v = values + static_cast<size_t>(h) * hd;
+    if (layout.type == KvType::Q8) {
+      float key_scale, value_scale;
+      std::memcpy(&key_scale, head + layout.key_scales_offset() + sizeof(float) * slot, sizeof(float));
+      std::memcpy(&value_scale, head + layout.value_scales_offset() + sizeof(float) * slot, sizeof(float));
+      const auto* key_codes = reinterpret_cast<const int8_t*>(head);
+      const auto* value_codes = reinterpret_cast<const int8_t*>(head + layout.values_offset()) + static_cast<size_t>(slot) * hd;
+      for (int d = 0; d < hd; ++d) {
+        k[d] = key_scale * key_codes[d * kKvBlockTokens + slot];
+        v[d] = value_scale * value_codes[d];
+      }
+    } else {
+      const auto* key_halves = reinterpret_cast<const uint16_t*>(head);
+      const auto* value_halves =
+          reinterpret_cast<const uint16_t*>(head + layout.values_offset()) + static_cast<size_t>(slot) * hd;
+      for (int d = 0; d < hd; ++d) {
+        k[d] = fp16_to_fp32(key_halves[d * kKvBlockTokens + slot]);
+        v[d] = fp16_to_fp32(value_halves[d]);
+      }
+    }
+  }
+}
+
+}  // namespace splash::kernels
+
+#include <sys/mman.h>
+
+#include <new>
+
+#include "kernels/cpu/aligned_buffer.h"
+
+namespace splash::kernels {
+
+LazyMemory::LazyMemory(size_t bytes) : size_(bytes) {
+  if (bytes == 0) return;
+  void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (memory == MAP_FAILED) throw std::bad_alloc();
+  data_ = static_cast<uint8_t*>(memory);
+}
+
+LazyMemory::~LazyMemory() {
+  if (data_) munmap(data_, size_);
+}
+
+}  // namespace splash::kernels

@@ -1,0 +1,34 @@
+#include "model/sequence.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace splash::model {
+
+Sequence::Sequence(Model& model, int first_block) : model_(model) {
+  const int blocks = (model.info().context + kKvBlockTokens - 1) / kKvBlockTokens;
+  if (first_block < 0 || first_block + blocks > model.info().kv_blocks)
+    fail("a sequence of {} tokens needs {} KV blocks from block {}; the pool has {}", model.info().context, blocks,
+         first_block, model.info().kv_blocks);
+  for (int b = 0; b < blocks; ++b) blocks_.push_back(first_block + b);
+}
+
+std::span<const float> Sequence::forward(std::span<const int32_t> tokens) {
+  if (tokens.empty()) fail("forward: no tokens");
+  std::span<const float> logits;
+  for (size_t start = 0; start < tokens.size(); start += kMaxBatchTokens) {
+    const size_t count = std::min<size_t>(kMaxBatchTokens, tokens.size() - start);
+    const SequenceSlice slice{tokens.subspan(start, count), position_, blocks_, start + count == tokens.size()};
+    logits = model_.forward({&slice, 1});
+    position_ += static_cast<int>(count);
+  }
+  return logits;
+}
+
+void Sequence::truncate(int n) {
+  if (n < 0 || n > position_) fail("truncate({}) outside the sequence of {} tokens", n, position_);
+  position_ = n;
+}
+
+}  // namespace splash::model

@@ -1,0 +1,32 @@
+#pragma once
+// One sequence on a model's KV pool, for callers that run a single sequence at a time
+// (`splash run`, `bench`, `eval`, tests): it owns blocks [first_block, first_block + n) in
+// order, feeds long inputs in kMaxBatchTokens chunks and can forget its tail. The server
+// never uses this: its sequences get their blocks from the cache layer.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/model.h"
+
+namespace splash::model {
+
+class Sequence {
+ public:
+  // Takes blocks first_block.. of the pool, enough for the model's whole context.
+  explicit Sequence(Model& model, int first_block = 0);
+
+  const ModelInfo& info() const { return model_.info(); }
+  // Appends tokens and returns the logits after the last one.
+  std::span<const float> forward(std::span<const int32_t> tokens);
+  int position() const { return position_; }
+  // Forgets everything after the first n tokens (n <= position()).
+  void truncate(int n);
+
+ private:
+  Model& model_;
+  std::vector<int32_t> blocks_;
+  int position_ = 0;
+};
+
+}  // namespace splash::model

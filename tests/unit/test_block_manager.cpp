@@ -1,0 +1,165 @@
+// The paged cache's bookkeeping without a model: prefix sharing by reference, copy-on-write
+// of a partly matching block, publication rules, least-recently-used eviction, and the
+// accounting returning to zero.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "cache/block_manager.h"
+
+namespace splash::cache {
+namespace {
+
+struct Copy {
+  int from, to, tokens;
+};
+
+class BlockManagerTest : public ::testing::Test {
+ protected:
+  std::vector<Copy> copies;
+  BlockManager make(int blocks) {
+    return BlockManager(blocks, [this](int from, int to, int tokens) { copies.push_back({from, to, tokens}); });
+  }
+  static std::vector<int32_t> tokens(int n, int seed = 0) {
+    std::vector<int32_t> t(n);
+    std::iota(t.begin(), t.end(), 1000 * seed);
+    return t;
+  }
+  // A sequence that computed `t` on freshly allocated blocks, published as it filled them.
+  static std::vector<int32_t> compute(BlockManager& m, const std::vector<int32_t>& t) {
+    std::vector<int32_t> blocks;
+    PrefixKey key = kEmptyPrefix;
+    for (size_t start = 0; start < t.size(); start += kBlockTokens) {
+      const int b = m.allocate();
+      EXPECT_GE(b, 0);
+      blocks.push_back(b);
+      if (start + kBlockTokens <= t.size()) {
+        const auto block_tokens = std::span(t).subspan(start, kBlockTokens);
+        m.publish(b, key, static_cast<int>(start / kBlockTokens), block_tokens);
+        key = extend_prefix(key, block_tokens);
+      }
+    }
+    return blocks;
+  }
+};
+
+TEST_F(BlockManagerTest, SiblingsShareFullBlocksByReference) {
+  auto m = make(16);
+  const auto t = tokens(40);
+  const auto first = compute(m, t);  // 3 blocks: two full, one with 8 positions
+  // A sibling with the same 40-token prefix and more: shares the two full blocks while the
+  // first still runs (the partly filled third is not published until its owner ends).
+  auto longer = t;
+  longer.push_back(7);
+  const auto match = m.acquire_prefix(longer, static_cast<int>(longer.size()) - 1);
+  EXPECT_EQ(match.tokens, 32);
+  ASSERT_EQ(match.blocks.size(), 2u);
+  EXPECT_EQ(match.blocks[0], first[0]);
+  EXPECT_EQ(match.blocks[1], first[1]);
+  EXPECT_TRUE(copies.empty());
+  EXPECT_EQ(m.counters().in_use, 3);
+  m.release(first, t, true);
+  m.release(match.blocks, std::span(longer).first(32), true);
+  const auto c = m.counters();
+  EXPECT_EQ(c.in_use, 0);
+  EXPECT_EQ(c.cached, 3);  // the first's partial tail is published at release
+  EXPECT_EQ(c.free, 13);
+}
+
+TEST_F(BlockManagerTest, ExactReplayCopiesThePartialBlockAndLeavesTheLastToken) {
+  auto m = make(16);
+  const auto t = tokens(40);
+  m.release(compute(m, t), t, true);
+  const auto replay = m.acquire_prefix(t, static_cast<int>(t.size()) - 1);
+  EXPECT_EQ(replay.tokens, 39);  // everything but the last token
+  ASSERT_EQ(replay.blocks.size(), 3u);
+  ASSERT_EQ(copies.size(), 1u);  // copy-on-write of the 7 matching positions of block 3
+  EXPECT_EQ(copies[0].tokens, 7);
+  EXPECT_EQ(copies[0].to, replay.blocks[2]);
+  EXPECT_NE(copies[0].from, replay.blocks[2]);
+  m.release(replay.blocks, std::span(t).first(39), true);
+  EXPECT_EQ(m.counters().in_use, 0);
+}
+
+TEST_F(BlockManagerTest, ReplayEndingOnABlockBoundaryCopiesTheLastBlock) {
+  auto m = make(8);
+  const auto t = tokens(32);
+  m.release(compute(m, t), t, true);
+  const auto replay = m.acquire_prefix(t, 31);
+  EXPECT_EQ(replay.tokens, 31);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].tokens, 15);
+  m.release(replay.blocks, std::span(t).first(31), true);
+  EXPECT_EQ(m.counters().in_use, 0);
+}
+
+TEST_F(BlockManagerTest, DifferentPrefixesDoNotMatch) {
+  auto m = make(8);
+  const auto a = tokens(32, 1);
+  m.release(compute(m, a), a, true);
+  auto b = a;
+  b[3] = -5;  // differs inside the first block
+  const auto match = m.acquire_prefix(b, 31);
+  EXPECT_EQ(match.tokens, 3);  // the 3 equal positions, copied
+  m.release(match.blocks, std::span(b).first(3), true);
+  // Same second block after a different first block: the chain key differs, no match past 0.
+  auto c = tokens(32, 2);
+  std::copy(a.begin() + 16, a.end(), c.begin() + 16);
+  EXPECT_EQ(m.acquire_prefix(c, 31).tokens, 0);
+}
+
+TEST_F(BlockManagerTest, EvictsLeastRecentlyUsedDeepestFirstOnlyWhenNeeded) {
+  auto m = make(6);
+  const auto a = tokens(32, 1), b = tokens(32, 2);
+  m.release(compute(m, a), a, true);
+  m.release(compute(m, b), b, true);
+  EXPECT_EQ(m.counters().cached, 4);
+  EXPECT_EQ(m.counters().free, 2);
+  // Using a makes b the least recently used.
+  auto used = m.acquire_prefix(a, 31);
+  m.release(used.blocks, std::span(a).first(31), true);
+  copies.clear();
+  // Free blocks go first; then b's blocks, its deeper block before its first.
+  std::vector<int32_t> taken;
+  for (int i = 0; i < 4; ++i) taken.push_back(m.allocate());
+  EXPECT_EQ(m.counters().evictions, 2u);
+  EXPECT_EQ(m.acquire_prefix(b, 31).tokens, 0);
+  EXPECT_GE(m.acquire_prefix(a, 31).tokens, 16);
+}
+
+TEST_F(BlockManagerTest, AllocateFailsWhenEverythingIsInUse) {
+  auto m = make(2);
+  const int a = m.allocate(), b = m.allocate();
+  EXPECT_GE(a, 0);
+  EXPECT_GE(b, 0);
+  EXPECT_EQ(m.allocate(), -1);
+  EXPECT_EQ(m.available(), 0);
+  const std::vector<int32_t> both{a, b};
+  m.release(both, {}, false);  // nothing computed: freed, not cached
+  EXPECT_EQ(m.counters().free, 2);
+}
+
+TEST_F(BlockManagerTest, DuplicatesStayPrivateAndAreFreed) {
+  auto m = make(8);
+  const auto t = tokens(16);
+  const auto first = compute(m, t);
+  const auto second = compute(m, t);  // computed the same block concurrently
+  m.release(first, t, true);
+  m.release(second, t, true);
+  const auto c = m.counters();
+  EXPECT_EQ(c.cached, 1);
+  EXPECT_EQ(c.free, 7);
+}
+
+TEST_F(BlockManagerTest, FailedSequencesLeaveNothingIndexed) {
+  auto m = make(4);
+  const auto t = tokens(20);
+  std::vector<int32_t> blocks{m.allocate(), m.allocate()};
+  m.release(blocks, t, false);
+  EXPECT_EQ(m.counters().free, 4);
+  EXPECT_EQ(m.acquire_prefix(t, 19).tokens, 0);
+}
+
+}  // namespace
+}  // namespace splash::cache
