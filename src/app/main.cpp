@@ -25,9 +25,12 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
   command
       .add_option_function<std::string>(
           "--kv-cache-type",
-          [&flags](const std::string& type) { flags.load.kv_type = type == "f16" ? model::KvType::F16 : model::KvType::Q8; },
-          "KV cache precision: q8 (8-bit with a scale per position, the default) or f16")
-      ->check(CLI::IsMember({"q8", "f16"}))
+          [&flags](const std::string& type) {
+            flags.load.kv_type = type == "f16" ? model::KvType::F16 : type == "f32" ? model::KvType::F32 : model::KvType::Q8;
+          },
+          "KV cache precision: q8 (8-bit with a scale per position, the default), f16, or f32 (exact, for checks "
+          "against a float reference)")
+      ->check(CLI::IsMember({"q8", "f16", "f32"}))
       ->default_str("q8");
 }
 

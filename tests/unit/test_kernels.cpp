@@ -163,7 +163,7 @@ TEST_P(KernelAttention, MatchesDirectSoftmax) {
   for (auto& v : values) v = normal(rng) * 3.0f;
   std::vector<float> q(kTokens * kHeads * kHeadDim);
   for (auto& v : q) v = normal(rng) * 2.0f;
-  for (const KvType type : {KvType::Q8, KvType::F16}) {
+  for (const KvType type : {KvType::Q8, KvType::F16, KvType::F32}) {
     const KvHeadLayout layout{type, kHeadDim};
     const size_t block_stride = layout.bytes() * kKvHeads;
     std::vector<uint8_t> pool(block_stride * kPoolBlocks, 0xFF);  // garbage (NaN floats) where nothing is stored
@@ -206,7 +206,7 @@ TEST_P(KernelAttention, MatchesDirectSoftmax) {
 }
 
 // What the cache keeps of a vector: 8-bit within half a step (amax / 254) per element,
-// 16-bit within half precision's rounding.
+// 16-bit within half precision's rounding, 32-bit exactly.
 TEST(KvLayout, StorageRoundingIsBounded) {
   constexpr int kHeadDim = 128, kKvHeads = 2;
   std::mt19937 rng(9);
@@ -215,7 +215,7 @@ TEST(KvLayout, StorageRoundingIsBounded) {
   for (auto& x : k) x = normal(rng);
   for (auto& x : v) x = normal(rng);
   k[5] = 80.0f;  // an outlier channel sets the 8-bit step
-  for (const KvType type : {KvType::Q8, KvType::F16}) {
+  for (const KvType type : {KvType::Q8, KvType::F16, KvType::F32}) {
     const KvHeadLayout layout{type, kHeadDim};
     std::vector<uint8_t> block(layout.bytes() * kKvHeads);
     for (int slot : {0, 7, 15}) {
@@ -229,8 +229,10 @@ TEST(KvLayout, StorageRoundingIsBounded) {
         }
         for (int d = 0; d < kHeadDim; ++d) {
           const size_t i = h * kHeadDim + d;
-          const float k_bound = type == KvType::Q8 ? kmax / 254.0f * 1.001f : std::fabs(k[i]) / 1024.0f;
-          const float v_bound = type == KvType::Q8 ? vmax / 254.0f * 1.001f : std::fabs(v[i]) / 1024.0f;
+          const float k_bound = type == KvType::Q8 ? kmax / 254.0f * 1.001f
+                                : type == KvType::F16 ? std::fabs(k[i]) / 1024.0f : 0.0f;
+          const float v_bound = type == KvType::Q8 ? vmax / 254.0f * 1.001f
+                                : type == KvType::F16 ? std::fabs(v[i]) / 1024.0f : 0.0f;
           ASSERT_LE(std::fabs(k2[i] - k[i]), k_bound) << kv_type_name(type) << " key " << i;
           ASSERT_LE(std::fabs(v2[i] - v[i]), v_bound) << kv_type_name(type) << " value " << i;
         }

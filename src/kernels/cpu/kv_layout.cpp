@@ -8,7 +8,14 @@
 
 namespace splash::kernels {
 
-const char* kv_type_name(KvType type) { return type == KvType::Q8 ? "q8" : "f16"; }
+const char* kv_type_name(KvType type) {
+  switch (type) {
+    case KvType::Q8: return "q8";
+    case KvType::F16: return "f16";
+    case KvType::F32: return "f32";
+  }
+  return "q8";
+}
 
 namespace {
 
@@ -37,6 +44,10 @@ void store_kv_position(const KvHeadLayout& layout, uint8_t* record, size_t head_
       const float value_scale = quantize_head(v, hd, value_codes, 1);
       std::memcpy(head + layout.key_scales_offset() + sizeof(float) * slot, &key_scale, sizeof(float));
       std::memcpy(head + layout.value_scales_offset() + sizeof(float) * slot, &value_scale, sizeof(float));
+    } else if (layout.type == KvType::F32) {
+      auto* key_floats = reinterpret_cast<float*>(head);
+      for (int d = 0; d < hd; ++d) key_floats[d * kKvBlockTokens + slot] = k[d];
+      std::memcpy(head + layout.values_offset() + sizeof(float) * slot * hd, v, sizeof(float) * hd);
     } else {
       auto* key_halves = reinterpret_cast<uint16_t*>(head);
       auto* value_halves = reinterpret_cast<uint16_t*>(head + layout.values_offset()) + static_cast<size_t>(slot) * hd;
@@ -65,6 +76,10 @@ void load_kv_position(const KvHeadLayout& layout, const uint8_t* record, size_t 
         k[d] = key_scale * key_codes[d * kKvBlockTokens + slot];
         v[d] = value_scale * value_codes[d];
       }
+    } else if (layout.type == KvType::F32) {
+      const auto* key_floats = reinterpret_cast<const float*>(head);
+      for (int d = 0; d < hd; ++d) k[d] = key_floats[d * kKvBlockTokens + slot];
+      std::memcpy(v, head + layout.values_offset() + sizeof(float) * slot * hd, sizeof(float) * hd);
     } else {
       const auto* key_halves = reinterpret_cast<const uint16_t*>(head);
       const auto* value_halves =

@@ -17,6 +17,7 @@ inline constexpr int kKvBlockTokens = 16;
 enum class KvType : uint8_t {
   Q8,   // int8 codes + a float scale per position (default: a quarter of fp32's memory)
   F16,  // IEEE half precision
+  F32,  // exact: for checks against a float reference, not for serving
 };
 
 const char* kv_type_name(KvType type);
@@ -25,7 +26,7 @@ struct KvHeadLayout {
   KvType type = KvType::Q8;
   int head_dim = 64;
 
-  size_t element_bytes() const { return type == KvType::Q8 ? 1 : 2; }
+  size_t element_bytes() const { return type == KvType::Q8 ? 1 : type == KvType::F16 ? 2 : 4; }
   size_t keys_bytes() const { return element_bytes() * head_dim * kKvBlockTokens; }
   size_t scales_bytes() const { return type == KvType::Q8 ? sizeof(float) * kKvBlockTokens : 0; }
   // Offsets inside one (layer, kv head) record of a block.

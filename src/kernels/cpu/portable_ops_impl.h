@@ -120,7 +120,9 @@ inline Vec16 load16(const float* p) {
 typedef int8_t i8x8 __attribute__((vector_size(8)));
 template <KvType T>
 inline Vec16 load_kv16(const uint8_t* p) {
-  if constexpr (T == KvType::Q8) {
+  if constexpr (T == KvType::F32) {
+    return load16(reinterpret_cast<const float*>(p));
+  } else if constexpr (T == KvType::Q8) {
 #if defined(__AVX512F__)
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 #else
@@ -282,8 +284,11 @@ void attention_item_typed(const AttentionArgs& a, int kv_head, int first_token, 
 
 template <int HD>
 void attention_item_fixed(const AttentionArgs& a, int kv_head, int first_token, int tokens) {
-  if (a.kv_type == KvType::Q8) attention_item_typed<HD, KvType::Q8>(a, kv_head, first_token, tokens);
-  else attention_item_typed<HD, KvType::F16>(a, kv_head, first_token, tokens);
+  switch (a.kv_type) {
+    case KvType::Q8: return attention_item_typed<HD, KvType::Q8>(a, kv_head, first_token, tokens);
+    case KvType::F16: return attention_item_typed<HD, KvType::F16>(a, kv_head, first_token, tokens);
+    case KvType::F32: return attention_item_typed<HD, KvType::F32>(a, kv_head, first_token, tokens);
+  }
 }
 
 void attention_item_impl(const AttentionArgs& a, int kv_head, int first_token, int tokens) {
