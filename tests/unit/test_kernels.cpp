@@ -13,6 +13,8 @@
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/kv_layout.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/packed_weight.h"
 #include "kernels/cpu/quant_formats.h"
 #include "model_fixture.h"
@@ -180,7 +182,7 @@ TEST_P(KernelAttention, MatchesDirectSoftmax) {
       const AttentionArgs args{q.data(), kHeads * kHeadDim, out.data(), kTokens, kPositions - kTokens, kHeads,
                                kKvHeads, kHeadDim, 0.125f, type, pool.data(), block_stride, layout.bytes(),
                                table.data()};
-      for (int kv = 0; kv < kKvHeads; ++kv) kernels->attention_item(args, kv, 0, kTokens);
+      for (int kv = 0; kv < kKvHeads; ++kv) kernels->attention_item(args, kv, 0, kTokens, {});
       for (int token = 0; token < kTokens; ++token)
         for (int h = 0; h < kHeads; ++h) {
           const int kv = h / (kHeads / kKvHeads), visible = kPositions - kTokens + token + 1;
@@ -202,6 +204,40 @@ TEST_P(KernelAttention, MatchesDirectSoftmax) {
           }
         }
     }
+  }
+}
+
+// A single query token over a long context is split by key range across threads (split-K)
+// and merged: the result must equal one pass over all keys, for sequences of a batch that
+// are split and ones that are not.
+TEST(KernelAttentionSplit, SplitKeyRangeMatchesOnePass) {
+  constexpr int kHeads = 9, kKvHeads = 3, kHeadDim = 64, kPositions = 1500, kBlocks = (kPositions + 15) / 16;
+  const KvHeadLayout layout{KvType::Q8, kHeadDim};
+  const size_t head_stride = layout.bytes() * kBlocks;
+  std::vector<uint8_t> pool(head_stride * kKvHeads);
+  std::vector<int32_t> table(kBlocks);
+  for (int b = 0; b < kBlocks; ++b) table[b] = (b * 37) % kBlocks;  // scattered
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> k(kKvHeads * kHeadDim), v(k.size());
+  for (int p = 0; p < kPositions; ++p) {
+    for (auto& x : k) x = normal(rng);
+    for (auto& x : v) x = normal(rng);
+    store_kv_position(layout, pool.data() + table[p / 16] * layout.bytes(), head_stride, kKvHeads, p % 16, k.data(),
+                      v.data());
+  }
+  std::vector<float> q(kHeads * kHeadDim);
+  for (auto& x : q) x = normal(rng) * 2.0f;
+  ThreadPool threads(2);
+  for (int position : {kPositions - 1, 700}) {  // split (94 tiles) and not (44 tiles)
+    std::vector<float> whole(q.size()), split(q.size());
+    AttentionArgs args{q.data(), kHeads * kHeadDim, whole.data(), 1, position, kHeads, kKvHeads, kHeadDim, 0.125f,
+                       KvType::Q8, pool.data(), layout.bytes(), head_stride, table.data()};
+    for (int h = 0; h < kKvHeads; ++h) selected_kernels().attention_item(args, h, 0, 1, {});
+    args.out = split.data();
+    const AttentionArgs batch[] = {args};
+    attention(batch, threads);
+    for (size_t i = 0; i < q.size(); ++i) ASSERT_NEAR(split[i], whole[i], 1e-5) << "position " << position << " " << i;
   }
 }
 

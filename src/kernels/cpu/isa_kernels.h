@@ -37,6 +37,16 @@ struct AttentionArgs {
   const int32_t* block_table;  // the sequence's blocks, covering positions 0..first_position+n_tokens-1
 };
 
+// A work item's share of the keys: tiles [tile_begin, tile_end) of 16 positions. With
+// `partial`, the item writes each query head's unnormalised state there instead of the
+// output ([head][max, sum, acc[head_dim]], for one query token) and the caller merges the
+// parts (split-K: a long context's single decode token keeps every thread busy).
+struct AttentionSplit {
+  int tile_begin = 0;
+  int tile_end = 1 << 30;
+  float* partial = nullptr;
+};
+
 // Query tokens per attention work item; each ISA shares key tiles among as many of them
 // as its registers allow (kQueryBlock in its translation unit).
 inline constexpr int kAttentionTokenBlock = 4;
@@ -49,7 +59,8 @@ struct IsaKernels {
                        int ldy);
   // One work item of causal attention: the query heads of one kv head, for `tokens` query
   // tokens from first_token on.
-  void (*attention_item)(const AttentionArgs& args, int kv_head, int first_token, int tokens);
+  void (*attention_item)(const AttentionArgs& args, int kv_head, int first_token, int tokens,
+                         const AttentionSplit& split);
   void (*rms_norm)(const float* x, const float* weight, float* out, int n, int dim, float eps);
   void (*silu_mul)(const float* gate_up, float* out, int n, int ffn);  // gate_up = [n][2*ffn]
 };

@@ -1,6 +1,7 @@
 #include "kernels/cpu/ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -32,32 +33,84 @@ void silu_mul(const float* gate_up, float* out, int n, int ffn, ThreadPool& pool
   });
 }
 
+namespace {
+// Split-K for a single query token over a long context: parts of at least this many key
+// tiles (512 positions), at most kMaxAttentionParts of them.
+constexpr int kMinTilesPerPart = 32;
+constexpr int kMaxAttentionParts = 8;
+
+// Merges the parts of a split key range into the normalised output of one query token.
+void merge_parts(const AttentionArgs& a, const float* partial, int parts) {
+  const int stride = a.head_dim + 2;
+  for (int h = 0; h < a.n_heads; ++h) {
+    float top = -INFINITY;
+    for (int p = 0; p < parts; ++p) top = std::max(top, partial[(static_cast<size_t>(p) * a.n_heads + h) * stride]);
+    float* out = a.out + static_cast<size_t>(h) * a.head_dim;
+    std::fill(out, out + a.head_dim, 0.0f);
+    float total = 0.0f;
+    for (int p = 0; p < parts; ++p) {
+      const float* part = partial + (static_cast<size_t>(p) * a.n_heads + h) * stride;
+      const float weight = std::exp(part[0] - top);
+      total += weight * part[1];
+      for (int d = 0; d < a.head_dim; ++d) out[d] += weight * part[2 + d];
+    }
+    const float inverse = 1.0f / total;
+    for (int d = 0; d < a.head_dim; ++d) out[d] *= inverse;
+  }
+}
+}  // namespace
+
 void attention(std::span<const AttentionArgs> sequences, ThreadPool& pool) {
   const auto& kernels = selected_kernels();
-  // Work items: (sequence, kv head, block of query tokens). Later queries see more keys, so
-  // each sequence's biggest items come first, and sequences with many new tokens (prefill
-  // chunks) before single decode tokens; smaller items then fill the gaps between threads.
+  // Work items: (sequence, kv head, block of query tokens, range of key tiles). Later
+  // queries see more keys, so each sequence's biggest items come first, and sequences with
+  // many new tokens (prefill chunks) before single decode tokens; smaller items then fill
+  // the gaps between threads. A single token over a long context is split by key range.
   struct Item {
     int sequence, kv_head, first, tokens;
+    AttentionSplit split;
   };
   std::vector<Item> items;
-  std::vector<int> order(sequences.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::vector<int> order(sequences.size()), parts(sequences.size(), 1);
+  std::vector<size_t> partial_offset(sequences.size(), 0);
+  size_t partial_floats = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    order[i] = static_cast<int>(i);
+    const AttentionArgs& a = sequences[i];
+    const int tiles = (a.first_position + a.n_tokens + 15) / 16;
+    if (a.n_tokens == 1 && tiles >= 2 * kMinTilesPerPart) {
+      parts[i] = std::min(kMaxAttentionParts, tiles / kMinTilesPerPart);
+      partial_offset[i] = partial_floats;
+      partial_floats += static_cast<size_t>(parts[i]) * a.n_heads * (a.head_dim + 2);
+    }
+  }
+  std::vector<float> partial(partial_floats);
   std::stable_sort(order.begin(), order.end(),
                    [&](int a, int b) { return sequences[a].n_tokens > sequences[b].n_tokens; });
   for (int s : order) {
     const AttentionArgs& args = sequences[s];
+    if (parts[s] > 1) {
+      const int tiles = (args.first_position + 1 + 15) / 16;
+      for (int p = 0; p < parts[s]; ++p)
+        for (int h = 0; h < args.n_kv_heads; ++h) {
+          float* part = partial.data() + partial_offset[s] + static_cast<size_t>(p) * args.n_heads * (args.head_dim + 2);
+          items.push_back({s, h, 0, 1, {tiles * p / parts[s], tiles * (p + 1) / parts[s], part}});
+        }
+      continue;
+    }
     const int blocks = (args.n_tokens + kAttentionTokenBlock - 1) / kAttentionTokenBlock;
     for (int block = blocks - 1; block >= 0; --block) {
       const int first = block * kAttentionTokenBlock;
       for (int h = 0; h < args.n_kv_heads; ++h)
-        items.push_back({s, h, first, std::min(kAttentionTokenBlock, args.n_tokens - first)});
+        items.push_back({s, h, first, std::min(kAttentionTokenBlock, args.n_tokens - first), {}});
     }
   }
   pool.run(static_cast<int>(items.size()), [&](int i) {
     const Item& item = items[i];
-    kernels.attention_item(sequences[item.sequence], item.kv_head, item.first, item.tokens);
+    kernels.attention_item(sequences[item.sequence], item.kv_head, item.first, item.tokens, item.split);
   });
+  for (size_t s = 0; s < sequences.size(); ++s)
+    if (parts[s] > 1) merge_parts(sequences[s], partial.data() + partial_offset[s], parts[s]);
 }
 
 namespace {

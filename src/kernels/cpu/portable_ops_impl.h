@@ -146,8 +146,11 @@ inline Vec16 load_kv16(const uint8_t* p) {
 // values are loaded once for all H * QB rows; causality is per row (a row ignores keys past
 // its own position). 8-bit blocks: the per-position key scales multiply the 16 scores, the
 // value scales fold into the softmax weights.
+// Blocks fetched ahead of the one being computed.
+constexpr int kPrefetchTiles = 2;
+
 template <int HD, int H, int QB, KvType T>
-void attention_rows(const AttentionArgs& a, int kv_head, int first_head, int first_token) {
+void attention_rows(const AttentionArgs& a, int kv_head, int first_head, int first_token, const AttentionSplit& split) {
   constexpr int R = H * QB;
   const KvHeadLayout layout{T, HD};
   const int last_keys = a.first_position + first_token + QB;  // keys seen by the last token
@@ -167,9 +170,18 @@ void attention_rows(const AttentionArgs& a, int kv_head, int first_head, int fir
     running_sum[r] = 0.0f;
     n_keys[r] = a.first_position + token + 1;
   }
-  for (int t = 0; t < tiles; ++t) {
+  const int tile_end = split.tile_end < tiles ? split.tile_end : tiles;
+  for (int t = split.tile_begin; t < tile_end; ++t) {
     const uint8_t* record = a.kv + static_cast<size_t>(a.block_table[t]) * a.block_stride +
                             static_cast<size_t>(kv_head) * a.head_stride;
+    // The next block may lie anywhere in the pool: fetch it while this one is computed (the
+    // hardware prefetchers do not follow a block table, and each block is read only once).
+    for (int ahead = t == split.tile_begin ? 1 : kPrefetchTiles; ahead <= kPrefetchTiles; ++ahead) {
+      if (t + ahead >= tile_end) break;
+      const uint8_t* next = a.kv + static_cast<size_t>(a.block_table[t + ahead]) * a.block_stride +
+                            static_cast<size_t>(kv_head) * a.head_stride;
+      for (size_t offset = 0; offset < layout.bytes(); offset += 64) __builtin_prefetch(next + offset);
+    }
     Vec16 scores[R];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) scores[r] = Vec16{};
@@ -252,6 +264,15 @@ void attention_rows(const AttentionArgs& a, int kv_head, int first_head, int fir
       for (int r = 0; r < R; ++r) std::memcpy(&acc[r][dc], &out[r], sizeof(Vec16));
     }
   }
+  if (split.partial) {  // one part of a split key range: the unnormalised state, merged later
+    for (int r = 0; r < R; ++r) {
+      float* dst = split.partial + static_cast<size_t>(first_head + r % H) * (HD + 2);
+      dst[0] = running_max[r];
+      dst[1] = running_sum[r];
+      for (int d = 0; d < HD; ++d) dst[2 + d] = acc[r][d];
+    }
+    return;
+  }
   const int row_width = a.n_heads * HD;
   for (int r = 0; r < R; ++r) {
     const int token = first_token + r / H, head = first_head + r % H;
@@ -262,40 +283,41 @@ void attention_rows(const AttentionArgs& a, int kv_head, int first_head, int fir
 }
 
 template <int HD, int QB, KvType T>
-void attention_group(const AttentionArgs& a, int kv_head, int first_token) {
+void attention_group(const AttentionArgs& a, int kv_head, int first_token, const AttentionSplit& split) {
   const int group = a.n_heads / a.n_kv_heads;
   const int first = kv_head * group;
   int h = 0;
-  for (; h + 4 <= group; h += 4) attention_rows<HD, 4, QB, T>(a, kv_head, first + h, first_token);
+  for (; h + 4 <= group; h += 4) attention_rows<HD, 4, QB, T>(a, kv_head, first + h, first_token, split);
   switch (group - h) {
-    case 3: attention_rows<HD, 3, QB, T>(a, kv_head, first + h, first_token); break;
-    case 2: attention_rows<HD, 2, QB, T>(a, kv_head, first + h, first_token); break;
-    case 1: attention_rows<HD, 1, QB, T>(a, kv_head, first + h, first_token); break;
+    case 3: attention_rows<HD, 3, QB, T>(a, kv_head, first + h, first_token, split); break;
+    case 2: attention_rows<HD, 2, QB, T>(a, kv_head, first + h, first_token, split); break;
+    case 1: attention_rows<HD, 1, QB, T>(a, kv_head, first + h, first_token, split); break;
     default: break;
   }
 }
 
 template <int HD, KvType T>
-void attention_item_typed(const AttentionArgs& a, int kv_head, int first_token, int tokens) {
+void attention_item_typed(const AttentionArgs& a, int kv_head, int first_token, int tokens, const AttentionSplit& split) {
   int t = first_token;
-  for (; t + kQueryBlock <= first_token + tokens; t += kQueryBlock) attention_group<HD, kQueryBlock, T>(a, kv_head, t);
-  for (; t < first_token + tokens; ++t) attention_group<HD, 1, T>(a, kv_head, t);
+  for (; t + kQueryBlock <= first_token + tokens; t += kQueryBlock)
+    attention_group<HD, kQueryBlock, T>(a, kv_head, t, split);
+  for (; t < first_token + tokens; ++t) attention_group<HD, 1, T>(a, kv_head, t, split);
 }
 
 template <int HD>
-void attention_item_fixed(const AttentionArgs& a, int kv_head, int first_token, int tokens) {
+void attention_item_fixed(const AttentionArgs& a, int kv_head, int first_token, int tokens, const AttentionSplit& split) {
   switch (a.kv_type) {
-    case KvType::Q8: return attention_item_typed<HD, KvType::Q8>(a, kv_head, first_token, tokens);
-    case KvType::F16: return attention_item_typed<HD, KvType::F16>(a, kv_head, first_token, tokens);
-    case KvType::F32: return attention_item_typed<HD, KvType::F32>(a, kv_head, first_token, tokens);
+    case KvType::Q8: return attention_item_typed<HD, KvType::Q8>(a, kv_head, first_token, tokens, split);
+    case KvType::F16: return attention_item_typed<HD, KvType::F16>(a, kv_head, first_token, tokens, split);
+    case KvType::F32: return attention_item_typed<HD, KvType::F32>(a, kv_head, first_token, tokens, split);
   }
 }
 
-void attention_item_impl(const AttentionArgs& a, int kv_head, int first_token, int tokens) {
+void attention_item_impl(const AttentionArgs& a, int kv_head, int first_token, int tokens, const AttentionSplit& split) {
   switch (a.head_dim) {
-    case 64: return attention_item_fixed<64>(a, kv_head, first_token, tokens);
-    case 128: return attention_item_fixed<128>(a, kv_head, first_token, tokens);
-    case 256: return attention_item_fixed<256>(a, kv_head, first_token, tokens);
+    case 64: return attention_item_fixed<64>(a, kv_head, first_token, tokens, split);
+    case 128: return attention_item_fixed<128>(a, kv_head, first_token, tokens, split);
+    case 256: return attention_item_fixed<256>(a, kv_head, first_token, tokens, split);
     default: return;  // the model loader accepts only head sizes 64, 128 and 256
   }
 }

@@ -177,8 +177,10 @@ class LlamaModel final : public Model {
     // Whole records: the positions past `tokens` are garbage the new owner overwrites before
     // any query can see them.
     for (int l = 0; l < shapes_.n_layers; ++l)
-      std::memcpy(layer_kv(l) + static_cast<size_t>(to) * layer_block_bytes_,
-                  layer_kv(l) + static_cast<size_t>(from) * layer_block_bytes_, layer_block_bytes_);
+      for (int h = 0; h < shapes_.n_kv_heads; ++h)
+        std::memcpy(layer_kv(l) + h * kv_head_stride() + static_cast<size_t>(to) * head_layout_.bytes(),
+                    layer_kv(l) + h * kv_head_stride() + static_cast<size_t>(from) * head_layout_.bytes(),
+                    head_layout_.bytes());
   }
 
  private:
@@ -283,7 +285,10 @@ class LlamaModel final : public Model {
       }
   }
 
+  // The pool is [layer][kv head][block]: one kv head's blocks of a sequence allocated in
+  // order lie one after another, which the hardware prefetchers follow.
   uint8_t* layer_kv(int layer) { return kv_pool_->data() + static_cast<size_t>(layer) * kv_blocks_ * layer_block_bytes_; }
+  size_t kv_head_stride() const { return static_cast<size_t>(kv_blocks_) * head_layout_.bytes(); }
 
   void ensure_scratch(int n) {
     const auto& s = shapes_;
@@ -315,9 +320,9 @@ class LlamaModel final : public Model {
       for (size_t t = 0; t < slice.tokens.size(); ++t, ++row) {
         const int p = slice.first_position + static_cast<int>(t);
         const float* k = qkv + static_cast<size_t>(row) * qkv_width() + q_width();
-        uint8_t* record = kv + static_cast<size_t>(slice.block_table[p / kKvBlockTokens]) * layer_block_bytes_;
-        kernels::store_kv_position(head_layout_, record, head_layout_.bytes(), shapes_.n_kv_heads, p % kKvBlockTokens,
-                                   k, k + kv_width());
+        uint8_t* record = kv + static_cast<size_t>(slice.block_table[p / kKvBlockTokens]) * head_layout_.bytes();
+        kernels::store_kv_position(head_layout_, record, kv_head_stride(), shapes_.n_kv_heads, p % kKvBlockTokens, k,
+                                   k + kv_width());
       }
   }
 
@@ -363,7 +368,7 @@ class LlamaModel final : public Model {
                                   attn_.as<float>() + static_cast<size_t>(row) * q_width(), count,
                                   slice.first_position, s.n_heads, s.n_kv_heads, s.head_dim,
                                   1.0f / std::sqrt(static_cast<float>(s.head_dim)), head_layout_.type, layer_kv(l),
-                                  layer_block_bytes_, head_layout_.bytes(), slice.block_table.data()});
+                                  head_layout_.bytes(), kv_head_stride(), slice.block_table.data()});
         row += count;
       }
       kernels::attention(attention_args, pool_);
@@ -411,9 +416,9 @@ class LlamaModel final : public Model {
   std::vector<float> output_norm_;
   PackedWeight output_;
   kernels::KvHeadLayout head_layout_;
-  size_t layer_block_bytes_ = 0;  // one block's record of one layer (all kv heads)
+  size_t layer_block_bytes_ = 0;  // one block's records of one layer (all kv heads)
   int kv_blocks_ = 0;
-  std::unique_ptr<kernels::LazyMemory> kv_pool_;  // [layer][block][kv head] records
+  std::unique_ptr<kernels::LazyMemory> kv_pool_;  // [layer][kv head][block] records
   std::vector<float> cos_, sin_;
   AlignedBuffer x_, normed_, qkv_, attn_, projected_, gate_up_, hidden_, logits_;
   kernels::QuantizedActivations activations_;
