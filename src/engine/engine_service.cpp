@@ -222,6 +222,16 @@ bool EngineService::admit(Running& sequence) {
       if (match.tokens > 0) ++counters_.cache_hits;
     }
     if (!sequence.ticket->sink_(ChatEvent::started(size, match.tokens))) sequence.ticket->cancel();
+    // An exact replay whose next-token logits are known samples its first token now; the
+    // last prompt token is computed with that token in the next step.
+    if (match.tokens == size - 1 && !sequence.ticket->cancelled())
+      if (const auto* logits = prompt_logits_.find(sequence.tokens)) {
+        {
+          std::lock_guard lock(mutex_);
+          ++counters_.replays_from_logits;
+        }
+        on_logits(sequence, *logits);
+      }
   }
   return true;
 }
@@ -407,7 +417,11 @@ void EngineService::step() {
       Running& s = *slots[i].sequence;
       s.computed += slots[i].count;
       publish_full_blocks(s);
-      if (batch[i].want_logits) on_logits(s, logits.subspan(vocab * row++, vocab));
+      if (!batch[i].want_logits) continue;
+      const auto row_logits = logits.subspan(vocab * row++, vocab);
+      if (s.generation->result().tokens.empty() && !s.generation->done())  // the prompt's end
+        prompt_logits_.store(s.tokens, row_logits);
+      on_logits(s, row_logits);
     }
     std::lock_guard lock(mutex_);
     counters_.batch_size = static_cast<int>(batch.size());

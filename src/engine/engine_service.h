@@ -22,6 +22,7 @@
 #include "cache/block_manager.h"
 #include "chat/chat_format.h"
 #include "engine/chat_request.h"
+#include "engine/prompt_logits_cache.h"
 #include "grammar/token_trie.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -56,6 +57,7 @@ struct EngineCounters {
   uint64_t generated_tokens = 0;
   uint64_t cache_hits = 0;              // requests that reused part of the cached sequence
   uint64_t reused_prompt_tokens = 0;    // prompt tokens taken from the cache, not computed
+  uint64_t replays_from_logits = 0;     // exact replays whose first token needed no forward pass
 };
 
 class EngineService {
@@ -104,6 +106,7 @@ class EngineService {
   cache::BlockManager blocks_;
   std::deque<std::unique_ptr<Running>> waiting_;   // admitted in order; preempted ones first
   std::vector<std::unique_ptr<Running>> running_;  // in admission order
+  PromptLogitsCache prompt_logits_;
   uint64_t admissions_ = 0;
   std::thread worker_;
 };

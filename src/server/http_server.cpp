@@ -248,6 +248,7 @@ void HttpServer::register_routes() {
     status["tokens_processed"] = {{"prompt", counters.prompt_tokens}, {"generated", counters.generated_tokens}};
     status["prefix_cache"] = {{"hits", counters.cache_hits},
                               {"reused_prompt_tokens", counters.reused_prompt_tokens},
+                              {"replays_from_logits", counters.replays_from_logits},
                               {"evictions", counters.blocks.evictions}};
     status["kv_blocks"] = {{"total", counters.blocks.total},
                            {"in_use", counters.blocks.in_use},

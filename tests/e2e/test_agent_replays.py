@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -324,3 +325,37 @@ def test_replay(server, recording: Path):
     else:
         pytest.fail(f"{recording.name}: no replay for {path}")
     assert server.alive(), server.output()
+
+
+# --- siblings ----------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not any(p.stem.startswith("opencode") for p in RECORDINGS), reason="no OpenCode recording")
+def test_sibling_requests_share_the_agent_prefix(server):
+    """Sub-agents start together with the same long prefix (system prompt and tools, ~7K tokens
+    here); the scheduler computes it once: a sibling arriving while the prefix is being read
+    waits for those blocks and takes them from the cache instead of computing them again."""
+    recording = next(p for p in RECORDINGS if p.stem.startswith("opencode"))
+    posts = [r for r in json.loads(recording.read_text(encoding="utf-8")) if r["method"] == "POST"]
+    turn = max((p for p in posts if p["body"].get("tools")), key=lambda p: len(json.dumps(p["body"])))
+    # A prefix nothing before this test computed (the replays above cached the recorded one).
+    base = copy.deepcopy(turn["body"])
+    base["messages"][0]["content"] = "Sub-agent session 5c1b.\n" + base["messages"][0]["content"]
+    bodies = []
+    for task in ("List the test files.", "Find where the cache is configured."):
+        body = greedy(base, "max_tokens", 4)
+        body["stream"] = False
+        body.pop("stream_options", None)
+        body["messages"].append({"role": "user", "content": task})
+        bodies.append(body)
+    before = requests.get(f"{server}/status", timeout=30).json()
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        results = list(pool.map(lambda b: send(server, turn, b).json(), bodies))
+    usages = [r["usage"] for r in results]
+    cached = sorted(u["prompt_tokens_details"]["cached_tokens"] for u in usages)
+    prompt = min(u["prompt_tokens"] for u in usages)
+    print(f"\n  siblings: prompt tokens {[u['prompt_tokens'] for u in usages]}, cached {cached}")
+    assert cached[0] == 0, usages  # the first computed the prefix ...
+    assert cached[1] > 0.9 * prompt, usages  # ... the second took it from the cache
+    after = requests.get(f"{server}/status", timeout=30).json()
+    assert after["prefix_cache"]["hits"] > before["prefix_cache"]["hits"], after
+    assert after["kv_blocks"]["in_use"] == 0, after

@@ -146,6 +146,7 @@ TEST_F(SchedulerOnModel, NextTurnAndExactReplayReuseTheCache) {
   const auto replay = run_all(engine, {request(chat, 24)})[0];
   EXPECT_EQ(replay.cached_prompt_tokens, replay.prompt_tokens - 1);  // only the last token is recomputed
   EXPECT_EQ(replay.text, first.text);
+  EXPECT_EQ(engine.counters().replays_from_logits, 1u);  // its first token came from the kept logits
 
   chat.push_back({"assistant", first.text});
   chat.push_back({"user", "And another one?"});
