@@ -281,8 +281,12 @@ def check_anthropic_stream(body: bytes) -> dict:
             assert d["index"] == open_index, d
             block = blocks[open_index]
             if block["type"] == "tool_use":
-                block["input"] = json.loads(block.pop("partial_json") or "{}")
-                assert isinstance(block["input"], dict), block
+                raw = block.pop("partial_json") or "{}"
+                try:
+                    block["input"] = json.loads(raw)
+                    assert isinstance(block["input"], dict), block
+                except json.JSONDecodeError:  # legal only for a call cut by max_tokens (checked below)
+                    block["input"], block["cut_input"] = None, raw
             open_index = None
         else:
             raise AssertionError(f"unexpected {d['type']} between message_start and message_delta: {types}")
@@ -292,6 +296,11 @@ def check_anthropic_stream(body: bytes) -> dict:
     assert isinstance(delta["usage"]["output_tokens"], int), delta
     if delta["delta"]["stop_reason"] == "tool_use":
         assert any(b["type"] == "tool_use" for b in blocks), (delta, blocks)
+    # Anthropic streams a call's input as the model writes it: when max_tokens cuts the call,
+    # the last block's JSON is incomplete; anywhere else it must parse.
+    for i, b in enumerate(blocks):
+        if "cut_input" in b:
+            assert delta["delta"]["stop_reason"] == "max_tokens" and i == len(blocks) - 1, (delta, b)
     return {"message_start": start, "blocks": blocks, "stop_reason": delta["delta"]["stop_reason"],
             "stop_sequence": delta["delta"].get("stop_sequence"), "usage": delta["usage"], "types": types}
 

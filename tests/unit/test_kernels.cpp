@@ -211,7 +211,7 @@ TEST_P(KernelAttention, MatchesDirectSoftmax) {
 // and merged: the result must equal one pass over all keys, for sequences of a batch that
 // are split and ones that are not.
 TEST(KernelAttentionSplit, SplitKeyRangeMatchesOnePass) {
-  constexpr int kHeads = 9, kKvHeads = 3, kHeadDim = 64, kPositions = 1500, kBlocks = (kPositions + 15) / 16;
+  constexpr int kHeads = 9, kKvHeads = 3, kHeadDim = 64, kPositions = 16200, kBlocks = (kPositions + 15) / 16;
   const KvHeadLayout layout{KvType::Q8, kHeadDim};
   const size_t head_stride = layout.bytes() * kBlocks;
   std::vector<uint8_t> pool(head_stride * kKvHeads);
@@ -229,7 +229,7 @@ TEST(KernelAttentionSplit, SplitKeyRangeMatchesOnePass) {
   std::vector<float> q(kHeads * kHeadDim);
   for (auto& x : q) x = normal(rng) * 2.0f;
   ThreadPool threads(2);
-  for (int position : {kPositions - 1, 700}) {  // split (94 tiles) and not (44 tiles)
+  for (int position : {kPositions - 1, 9000, 1500, 700}) {  // split in 8, 8, 2 parts; not split (44 tiles)
     std::vector<float> whole(q.size()), split(q.size());
     AttentionArgs args{q.data(), kHeads * kHeadDim, whole.data(), 1, position, kHeads, kKvHeads, kHeadDim, 0.125f,
                        KvType::Q8, pool.data(), layout.bytes(), head_stride, table.data()};
