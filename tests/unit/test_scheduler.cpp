@@ -16,7 +16,7 @@
 #include "formats/gguf.h"
 #include "model/model.h"
 #include "model/sequence.h"
-#include "model_fixture.h"
+#include "real_model_fixture.h"
 #include "tokenizer/tokenizer.h"
 
 namespace splash::engine {
@@ -70,15 +70,8 @@ class Collector {
   size_t done_ = 0;
 };
 
-class SchedulerOnModel : public ::testing::Test {
+class SchedulerOnModel : public splash::testing::RealModelTest {
  protected:
-  void SetUp() override {
-    const std::string path = splash::testing::test_model_path();
-    if (path.empty()) GTEST_SKIP() << "SPLASH_TEST_MODEL is not set";
-    file_ = std::make_unique<gguf::File>(gguf::File::open(path));
-    tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_gguf(*file_));
-    chat_ = chat::chat_format_for(*file_);
-  }
 
   static ChatRequest request(std::vector<chat::ChatMessage> messages, int max_tokens) {
     ChatRequest r;
@@ -108,9 +101,6 @@ class SchedulerOnModel : public ::testing::Test {
     return collector.wait();
   }
 
-  std::unique_ptr<gguf::File> file_;
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
-  std::unique_ptr<chat::ChatFormat> chat_;
   std::unique_ptr<model::Model> single_model_;
   std::unique_ptr<model::Sequence> single_;
 };

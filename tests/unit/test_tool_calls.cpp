@@ -18,6 +18,7 @@
 #include "formats/gguf.h"
 #include "model/model.h"
 #include "model_fixture.h"
+#include "real_model_fixture.h"
 #include "tokenizer/tokenizer.h"
 
 namespace splash::engine {
@@ -208,14 +209,11 @@ void expect_valid_weather(const json& args) {
   EXPECT_LE(args["days"].get<int>(), 7);
 }
 
-class ConstrainedOnModel : public ::testing::Test {
+class ConstrainedOnModel : public splash::testing::RealModelTest {
  protected:
   void SetUp() override {
-    const std::string path = splash::testing::test_model_path();
-    if (path.empty()) GTEST_SKIP() << "SPLASH_TEST_MODEL is not set";
-    file_ = std::make_unique<gguf::File>(gguf::File::open(path));
-    tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_gguf(*file_));
-    chat_ = chat::chat_format_for(*file_);
+    RealModelTest::SetUp();
+    if (IsSkipped()) return;
     trie_ = build_token_trie(*tokenizer_);
   }
 
@@ -228,9 +226,6 @@ class ConstrainedOnModel : public ::testing::Test {
     return request;
   }
 
-  std::unique_ptr<gguf::File> file_;
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
-  std::unique_ptr<chat::ChatFormat> chat_;
   std::shared_ptr<const grammar::TokenTrie> trie_;
 };
 

@@ -1,6 +1,7 @@
 #include "kernels/cpu/kv_layout.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -19,12 +20,20 @@ const char* kv_type_name(KvType type) {
 
 namespace {
 
-// Symmetric int8 of one head's vector: returns the scale (amax / 127).
+// Symmetric int8 of one head's vector (n <= 256): returns the scale (amax / 127). Written
+// as plain loops that vectorize: prefill stores every new position of every layer.
 float quantize_head(const float* x, int n, int8_t* codes, int stride) {
   float amax = 0.0f;
   for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
   const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
-  for (int i = 0; i < n; ++i) codes[static_cast<size_t>(i) * stride] = static_cast<int8_t>(std::lrintf(x[i] * inverse));
+  int8_t rounded[256];
+  for (int i = 0; i < n; ++i) {
+    // Adding 1.5 * 2^23 rounds to the nearest integer (ties to even) in the low mantissa bits.
+    const float shifted = x[i] * inverse + 12582912.0f;
+    rounded[i] = static_cast<int8_t>(std::bit_cast<int32_t>(shifted) - 0x4B400000);
+  }
+  if (stride == 1) std::memcpy(codes, rounded, n);
+  else for (int i = 0; i < n; ++i) codes[static_cast<size_t>(i) * stride] = rounded[i];
   return amax / 127.0f;
 }
 
