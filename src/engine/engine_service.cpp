@@ -366,7 +366,9 @@ void EngineService::step() {
     for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
       Running& sequence = *running_[i];
       if (sequence.preempted || sequence.ended || in_batch[i] || (sequence.pending() == 1) != decode_pass) continue;
-      if (sequence.ticket->cancelled()) {
+      // Cancelled, or shutting down while still reading its prompt (a long prefill would
+      // hold the shutdown for seconds): it ends now.
+      if (sequence.ticket->cancelled() || (stopping_.load() && !decode_pass)) {
         sequence.generation->result().finish = FinishReason::Cancelled;
         finish(sequence, true);
         continue;

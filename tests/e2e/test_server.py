@@ -1320,6 +1320,27 @@ def test_sigterm_during_stream(splash_server, no_eos_bias):
     stream.close()
 
 
+def test_sigterm_during_a_long_prefill(splash_server):
+    """A prompt still being read (here ~6K tokens, seconds of prefill on 2 cores) does not hold
+    the shutdown: its stream ends with a finish chunk and [DONE] and the server exits."""
+    server = splash_server()
+    words = " ".join(f"item{i}" for i in range(1400))
+    stream = RawStream(server.port, {"messages": [{"role": "user", "content": words}], "max_tokens": 8,
+                                     "stream": True})
+    assert wait_for(lambda: status(server)["scheduler"]["batch_tokens"] > 1, 10), status(server)
+    server.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    payloads = []
+    while (p := stream.next_payload()) is not None:
+        payloads.append(p)
+    assert payloads and payloads[-1] == "[DONE]", payloads[-3:]
+    assert any(json.loads(p).get("choices") and json.loads(p)["choices"][0].get("finish_reason")
+               for p in payloads[:-1]), payloads
+    assert server.wait(10) == 0, server.output()
+    assert time.monotonic() - signalled < 5, "exit took longer than 5 s"
+    stream.close()
+
+
 def test_sigint_exits_zero(splash_server):
     server = splash_server()
     assert get(server, "/health").status_code == 200
