@@ -64,7 +64,9 @@ std::string document_block_text(const json& block, const std::string& path) {
     for (size_t i = 0; i < content.size(); ++i) {
       const std::string inner = fmt::format("{}.source.content[{}]", path, i);
       if (block_type(content[i], inner) == "text") text += block_text(content[i], inner);
-      else if (block_type(content[i], inner) == "image") reject_image(inner);
+      else if (block_type(content[i], inner) == "image")
+        reject(fmt::format("'{}': images inside documents are not supported; send the image as its own block", inner),
+               inner);
     }
     return text;
   }
@@ -74,8 +76,21 @@ std::string document_block_text(const json& block, const std::string& path) {
   reject(fmt::format("'{}.source.type' must be base64, text or content", path), path + ".source.type");
 }
 
-// A tool_result's content: a string or text/image/document blocks.
-std::string tool_result_text(const json& block, const std::string& path) {
+// An image block's file: {"type": "image", "source": {"type": "base64", "media_type": ..., "data": ...}}.
+std::string image_block_file(const json& block, const std::string& path) {
+  const json& source = block.value("source", json());
+  if (!source.is_object()) reject(fmt::format("'{}.source' must be an object", path), path + ".source");
+  const std::string type = string_field(source.value("type", json()), path + ".source.type");
+  if (type == "url" || type == "file")
+    reject(fmt::format("'{}.source': images by URL or file id are not fetched; send them as base64", path),
+           path + ".source");
+  if (type != "base64") reject(fmt::format("'{}.source.type' must be base64", path), path + ".source.type");
+  return image_file_from_base64(string_field(source.value("data", json()), path + ".source.data"),
+                                path + ".source.data");
+}
+
+// A tool_result's content: a string or text/image/document blocks (its images go to `images`).
+std::string tool_result_text(const json& block, const std::string& path, std::vector<std::string>& images) {
   std::string text;
   if (block.contains("content")) {
     const json& content = block["content"];
@@ -86,7 +101,7 @@ std::string tool_result_text(const json& block, const std::string& path) {
         const std::string inner = fmt::format("{}.content[{}]", path, i);
         const std::string type = block_type(content[i], inner);
         if (type == "text") text += block_text(content[i], inner);
-        else if (type == "image") reject_image(inner);
+        else if (type == "image") images.push_back(image_block_file(content[i], inner));
         else if (type == "document") text += document_block_text(content[i], inner);
         else if (type == "search_result" || type == "tool_reference") continue;
         else reject(fmt::format("'{}' of type '{}' is not supported in a tool result", inner, type), inner);
@@ -126,7 +141,8 @@ void parse_message(const json& m, size_t index, std::vector<chat::ChatMessage>& 
   if (!content.is_array()) reject(fmt::format("'{}.content' must be a string or an array of blocks", param), param + ".content");
   chat::ChatMessage message{role, {}};
   auto flush_text = [&] {
-    if (!message.content.empty()) out.push_back(std::exchange(message, chat::ChatMessage{role, {}}));
+    if (!message.content.empty() || !message.images.empty())
+      out.push_back(std::exchange(message, chat::ChatMessage{role, {}}));
   };
   for (size_t i = 0; i < content.size(); ++i) {
     const std::string path = fmt::format("{}.content[{}]", param, i);
@@ -135,7 +151,7 @@ void parse_message(const json& m, size_t index, std::vector<chat::ChatMessage>& 
     if (type == "text") {
       append_text(message.content, block_text(block, path));
     } else if (type == "image") {
-      reject_image(path);
+      message.images.push_back(image_block_file(block, path));
     } else if (type == "document") {
       append_text(message.content, document_block_text(block, path));
     } else if (type == "tool_use" && role == "assistant") {
@@ -147,7 +163,8 @@ void parse_message(const json& m, size_t index, std::vector<chat::ChatMessage>& 
       message.tool_calls.push_back(std::move(call));
     } else if (type == "tool_result" && role == "user") {
       flush_text();
-      chat::ChatMessage result{"tool", tool_result_text(block, path)};
+      chat::ChatMessage result{"tool", {}};
+      result.content = tool_result_text(block, path, result.images);
       if (!block.contains("tool_use_id")) reject(fmt::format("'{}.tool_use_id' is required", path), path + ".tool_use_id");
       result.tool_call_id = string_field(block["tool_use_id"], path + ".tool_use_id");
       out.push_back(std::move(result));
@@ -160,7 +177,8 @@ void parse_message(const json& m, size_t index, std::vector<chat::ChatMessage>& 
       reject(fmt::format("'{}' has the unsupported block type '{}' for role '{}'", path, type, role), path + ".type");
     }
   }
-  if (!message.content.empty() || !message.tool_calls.empty()) out.push_back(std::move(message));
+  if (!message.content.empty() || !message.tool_calls.empty() || !message.images.empty())
+    out.push_back(std::move(message));
 }
 
 std::string system_text(const json& system) {

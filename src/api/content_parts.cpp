@@ -31,8 +31,25 @@ std::string data_url_document_text(std::string_view url, std::string_view title,
   return document_text(header, url.substr(comma + 1), title, path);
 }
 
-void reject_image(const std::string& path) {
-  reject(fmt::format("'{}': this model has no vision encoder, so it cannot read images; send text instead", path), path);
+std::string image_file_from_base64(std::string_view base64, const std::string& path) {
+  try {
+    std::string bytes = documents::decode_base64(base64);
+    if (bytes.empty()) reject(fmt::format("'{}': the image is empty", path), path);
+    return bytes;
+  } catch (const Error& e) {
+    reject(fmt::format("'{}': {}", path, e.what()), path);
+  }
+}
+
+std::string image_file_from_url(std::string_view url, const std::string& path) {
+  constexpr std::string_view kScheme = "data:";
+  const size_t comma = url.find(',');
+  if (!url.starts_with(kScheme) || comma == std::string_view::npos)
+    reject(fmt::format("'{}' must be a base64 data URL (data:image/png;base64,...); the server does not fetch image URLs",
+                       path),
+           path);
+  if (!url.substr(0, comma).ends_with(";base64")) reject(fmt::format("'{}' must be base64-encoded", path), path);
+  return image_file_from_base64(url.substr(comma + 1), path);
 }
 
 }  // namespace splash::api

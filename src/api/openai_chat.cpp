@@ -26,7 +26,7 @@ const std::set<std::string, std::less<>> kInertFields = {"user", "metadata", "st
 const std::set<std::string, std::less<>> kUnsupportedFields = {"functions", "function_call", "audio", "prediction",
                                                                 "web_search_options"};
 
-std::string message_content(const json& content, const std::string& param) {
+std::string message_content(const json& content, const std::string& param, std::vector<std::string>& images) {
   if (content.is_null()) return {};
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) reject(fmt::format("'{}' must be a string or an array of content parts", param), param);
@@ -42,7 +42,10 @@ std::string message_content(const json& content, const std::string& param) {
         reject(fmt::format("text parts of '{}' need a string 'text'", param), param);
       text += part["text"].get<std::string>();
     } else if (type == "image_url" || type == "input_image") {
-      reject_image(part_path);
+      // {"type": "image_url", "image_url": {"url": ..., "detail": ...}} or a bare URL string.
+      const json& image = part.contains("image_url") ? part["image_url"] : json();
+      const json& url = image.is_object() ? image.value("url", json()) : image;
+      images.push_back(image_file_from_url(string_field(url, part_path + ".image_url.url"), part_path + ".image_url.url"));
     } else if (type == "file") {
       const json& file = part.contains("file") ? part["file"] : json();
       if (!file.is_object() || !file.contains("file_data"))
@@ -56,7 +59,7 @@ std::string message_content(const json& content, const std::string& param) {
     } else if (type == "refusal") {
       if (part.contains("refusal") && part["refusal"].is_string()) text += part["refusal"].get<std::string>();
     } else {
-      reject(fmt::format("content parts of type '{}' are not supported (text and file are)", type), param);
+      reject(fmt::format("content parts of type '{}' are not supported (text, image_url and file are)", type), param);
     }
   }
   return text;
@@ -131,7 +134,7 @@ std::vector<chat::ChatMessage> parse_messages(const json& messages) {
       reject(fmt::format("'{}.content' is required", param), param + ".content");
     if (role == "tool" && message.tool_call_id.empty())
       reject(fmt::format("'{}.tool_call_id' is required for tool messages", param), param + ".tool_call_id");
-    message.content = message_content(m.contains("content") ? m["content"] : json(), param + ".content");
+    message.content = message_content(m.contains("content") ? m["content"] : json(), param + ".content", message.images);
     out.push_back(std::move(message));
   }
   return out;

@@ -34,8 +34,9 @@ std::string random_id(std::string_view prefix) {
   return fmt::format("{}{:016x}{:016x}", prefix, rng(), rng());
 }
 
-// Text of a message's content: a string or input_text / output_text / input_file parts.
-std::string content_text(const json& content, const std::string& path) {
+// Text of a message's content: a string or input_text / output_text / input_file parts; its
+// input_image parts' files go to `images`.
+std::string content_text(const json& content, const std::string& path, std::vector<std::string>& images) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) reject(fmt::format("'{}' must be a string or an array of content parts", path), path);
   std::string text;
@@ -49,7 +50,11 @@ std::string content_text(const json& content, const std::string& path) {
     } else if (type == "refusal") {
       if (part.contains("refusal") && part["refusal"].is_string()) text += part["refusal"].get<std::string>();
     } else if (type == "input_image") {
-      reject_image(part_path);
+      if (!part.contains("image_url"))
+        reject(fmt::format("'{}' needs 'image_url' (a base64 data URL); file ids and URLs are not fetched", part_path),
+               part_path);
+      images.push_back(image_file_from_url(string_field(part["image_url"], part_path + ".image_url"),
+                                           part_path + ".image_url"));
     } else if (type == "input_file") {
       if (!part.contains("file_data"))
         reject(fmt::format("'{}' needs 'file_data' (a base64 data URL); file ids and URLs are not fetched", part_path),
@@ -72,9 +77,9 @@ chat::ChatMessage& assistant_turn(std::vector<chat::ChatMessage>& messages) {
   return messages.back();
 }
 
-std::string output_text(const json& output, const std::string& path) {
+std::string output_text(const json& output, const std::string& path, std::vector<std::string>& images) {
   if (output.is_string()) return output.get<std::string>();
-  return content_text(output, path);
+  return content_text(output, path, images);
 }
 
 void parse_input_item(const json& item, const std::string& path, std::vector<chat::ChatMessage>& messages,
@@ -88,7 +93,9 @@ void parse_input_item(const json& item, const std::string& path, std::vector<cha
     if (role != "system" && role != "user" && role != "assistant")
       reject(fmt::format("'{}.role' must be user, assistant, system or developer", path), path + ".role");
     if (!item.contains("content")) reject(fmt::format("'{}.content' is required", path), path + ".content");
-    messages.push_back({role, content_text(item["content"], path + ".content")});
+    chat::ChatMessage message{role, {}};
+    message.content = content_text(item["content"], path + ".content", message.images);
+    messages.push_back(std::move(message));
   } else if (type == "function_call" || type == "custom_tool_call") {
     const bool custom = type == "custom_tool_call";
     chat::ToolCall call;
@@ -99,11 +106,12 @@ void parse_input_item(const json& item, const std::string& path, std::vector<cha
     call.custom = custom;
     assistant_turn(messages).tool_calls.push_back(std::move(call));
   } else if (type == "function_call_output" || type == "custom_tool_call_output") {
-    chat::ChatMessage result{"tool", output_text(item.value("output", json()), path + ".output")};
+    chat::ChatMessage result{"tool", {}};
+    result.content = output_text(item.value("output", json()), path + ".output", result.images);
     result.tool_call_id = string_field(item.value("call_id", json()), path + ".call_id");
     messages.push_back(std::move(result));
   } else if (type == "item_reference") {
-    const std::string& id = string_field(item.value("id", json()), path + ".id");
+    const std::string id = string_field(item.value("id", json()), path + ".id");
     // Only whole stored responses can be referenced here: their conversation continues.
     auto stored = store.get(id);
     if (!stored) reject(fmt::format("'{}.id': no stored item or response '{}'", path, id), path + ".id");

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -19,19 +20,56 @@ struct EvalFlags {
   std::vector<int32_t> tokens;
   std::string logits_out;
   int greedy = 0;
+  std::string image;         // with --mmproj: an image file whose features fill the <image> positions
+  std::string features_out;  // write the image's features (float32, tokens x width) here
+  std::string pixels;        // a preprocessed [3][S][S] float32 tensor to encode instead of decoding `image`
 };
+
+void write_floats(const std::string& path, std::span<const float> values) {
+  std::FILE* out = std::fopen(path.c_str(), "wb");
+  if (!out) fail("cannot write {}", path);
+  const size_t written = std::fwrite(values.data(), sizeof(float), values.size(), out);
+  if (std::fclose(out) != 0 || written != values.size()) fail("cannot write {}", path);
+}
+
+std::string read_file(const std::string& path) {
+  std::FILE* in = std::fopen(path.c_str(), "rb");
+  if (!in) fail("cannot read {}", path);
+  std::string bytes;
+  char buffer[1 << 16];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, in)) > 0;) bytes.append(buffer, n);
+  std::fclose(in);
+  return bytes;
+}
 
 void eval(const EvalFlags& flags) {
   const auto budget = flags.model.max_memory_bytes();  // checked before any download
-  auto loaded = load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget);
-  model::Sequence model(*loaded->model);
-  std::span<const float> logits = model.forward(flags.tokens);
-  if (!flags.logits_out.empty()) {
-    std::FILE* out = std::fopen(flags.logits_out.c_str(), "wb");
-    if (!out) fail("cannot write {}", flags.logits_out);
-    const size_t written = std::fwrite(logits.data(), sizeof(float), logits.size(), out);
-    if (std::fclose(out) != 0 || written != logits.size()) fail("cannot write {}", flags.logits_out);
+  auto loaded =
+      load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget, flags.model.mmproj);
+  // The image's feature rows stand at the <image> positions of the token list, in order.
+  std::vector<const float*> embeddings;
+  vision::ImageFeatures features;
+  if (!flags.image.empty() || !flags.pixels.empty()) {
+    if (!loaded->vision) fail("--image and --pixels need --mmproj");
+    if (!flags.pixels.empty()) {
+      const std::string bytes = read_file(flags.pixels);
+      std::vector<float> pixels(bytes.size() / sizeof(float));
+      std::memcpy(pixels.data(), bytes.data(), pixels.size() * sizeof(float));
+      features = loaded->vision->encode_pixels(pixels);
+    } else {
+      const std::string file = read_file(flags.image);
+      features = loaded->vision->encode(vision::decode_image(
+          std::span(reinterpret_cast<const uint8_t*>(file.data()), file.size()), flags.model.max_image_pixels));
+    }
+    if (!flags.features_out.empty()) write_floats(flags.features_out, features.values);
+    const auto marker = loaded->tokenizer.find_token("<image>");
+    int next = 0;
+    for (int32_t token : flags.tokens)
+      embeddings.push_back(marker && token == *marker && next < features.tokens ? features.row(next++) : nullptr);
   }
+  model::Sequence model(*loaded->model);
+  std::span<const float> logits = model.forward(flags.tokens, embeddings);
+  if (!flags.logits_out.empty()) write_floats(flags.logits_out, logits);
   if (flags.greedy > 0) {
     // Plain argmax with no end-of-generation handling, so the reference can compare every step.
     std::vector<int32_t> generated;
@@ -51,6 +89,10 @@ void add_eval_command(CLI::App& app) {
   auto* command = app.add_subcommand("eval", "Developer tool: raw logits or a greedy continuation of token ids");
   command->group("Developer");
   add_model_flags(*command, flags->model);
+  add_vision_flags(*command, flags->model);
+  command->add_option("--image", flags->image, "Image file (with --mmproj): its features fill the <image> tokens");
+  command->add_option("--pixels", flags->pixels, "Preprocessed [3][S][S] float32 pixels to encode instead of --image");
+  command->add_option("--features-out", flags->features_out, "Write the image features (float32) here");
   command->add_option("--tokens", flags->tokens, "Comma-separated token ids")->delimiter(',')->required();
   command->add_option("--logits-out", flags->logits_out, "Write the last position's logits (float32) here");
   command->add_option("--greedy", flags->greedy, "Print a JSON greedy continuation of N tokens")

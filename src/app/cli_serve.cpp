@@ -77,7 +77,7 @@ void serve(ServeFlags flags) {
   const auto budget = flags.model.max_memory_bytes();  // checked before any download
   model::LoadOptions load = flags.model.load;
   load.kv_blocks = -1;  // the whole planned KV pool, shared by the scheduler's sequences
-  auto loaded = load_model(resolve_model_path(flags.model.model), load, false, budget);
+  auto loaded = load_model(resolve_model_path(flags.model.model), load, false, budget, flags.model.mmproj);
   print_summary(*loaded, stderr);
   const auto& info = loaded->model->info();
   server::ServedModelInfo served;
@@ -103,8 +103,15 @@ void serve(ServeFlags flags) {
                       {"max_sequences_at_full_context", loaded->plan.max_sequences},
                       {"max_batch_sequences", model::kMaxBatchSequences},
                       {"max_batch_tokens", model::kMaxBatchTokens}}}};
+  if (loaded->vision) {
+    const auto& v = loaded->vision->info();
+    served.details["vision"] = {{"projector", v.projector},       {"mmproj_path", loaded->vision_path},
+                                {"image_size", v.image_size},     {"tokens_per_image", v.tokens_per_image},
+                                {"weights_bytes", v.weight_bytes}, {"max_image_pixels", flags.model.max_image_pixels}};
+  }
 
-  engine::EngineService engine(*loaded->model, loaded->tokenizer, *loaded->chat);
+  engine::EngineService engine(*loaded->model, loaded->tokenizer, *loaded->chat,
+                               {loaded->vision.get(), flags.model.max_image_pixels});
   server::HttpServer http(flags.server, engine, loaded->tokenizer, *loaded->chat, served);
   http.bind();
   running_engine.store(&engine);
@@ -125,6 +132,7 @@ void add_serve_command(CLI::App& app) {
   auto flags = std::make_shared<ServeFlags>();
   auto* command = app.add_subcommand("serve", "Serve the OpenAI-compatible HTTP API and the chat page");
   add_model_flags(*command, flags->model);
+  add_vision_flags(*command, flags->model);
   command->add_option("--host", flags->server.host, "Address to listen on")->capture_default_str();
   command->add_option("--port", flags->server.port, "Port to listen on (0: any free port)")
       ->check(CLI::Range(0, 65535))

@@ -7,6 +7,7 @@
 
 #include "engine/sampler.h"
 #include "model/model.h"
+#include "vision/image_decode.h"
 
 namespace splash::app {
 
@@ -22,9 +23,13 @@ struct ModelFlags {
   std::string model;
   model::LoadOptions load;
   std::string max_memory;  // "8G", "512M", ...; empty: what the machine can give
+  std::string mmproj;      // the vision encoder's GGUF (SmolVLM's mmproj file); empty: none
+  int64_t max_image_pixels = vision::kDefaultMaxImagePixels;
   std::optional<size_t> max_memory_bytes() const;  // throws splash::Error if malformed
 };
 void add_model_flags(CLI::App& command, ModelFlags& flags);
+// --mmproj and --max-image-pixels (serve, and eval for the reference tests).
+void add_vision_flags(CLI::App& command, ModelFlags& flags);
 
 // Sampling flags shared by run (and later serve's defaults).
 struct SamplingFlags {

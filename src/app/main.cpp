@@ -34,6 +34,16 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
       ->default_str("q8");
 }
 
+void add_vision_flags(CLI::App& command, ModelFlags& flags) {
+  command.add_option("--mmproj", flags.mmproj,
+                     "Vision encoder GGUF of the model (SmolVLM's mmproj file): requests may then carry images")
+      ->check(CLI::ExistingFile);
+  command.add_option("--max-image-pixels", flags.max_image_pixels,
+                     "Largest image (width x height) a request may send; larger ones are refused before decoding")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->capture_default_str();
+}
+
 std::optional<size_t> ModelFlags::max_memory_bytes() const {
   if (max_memory.empty()) return std::nullopt;
   auto bytes = engine::parse_memory_size(max_memory);

@@ -19,16 +19,26 @@ std::string resolve_model_path(const std::string& model_flag) {
 }
 
 std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::LoadOptions& options,
-                                        bool tokenizer_only, std::optional<size_t> max_memory) {
+                                        bool tokenizer_only, std::optional<size_t> max_memory,
+                                        const std::string& mmproj) {
   const auto start = std::chrono::steady_clock::now();
   auto file = gguf::File::open(path);
   model::require_supported_architecture(file);  // before tokenizer and chat format complain
   auto tokenizer = tokenizer::Tokenizer::from_gguf(file);
-  auto loaded = std::unique_ptr<LoadedModel>(new LoadedModel{path, std::move(file), nullptr, std::move(tokenizer), nullptr, {}, 0.0});
+  auto loaded = std::unique_ptr<LoadedModel>(
+      new LoadedModel{path, std::move(file), nullptr, std::move(tokenizer), nullptr, {}, 0.0, nullptr, mmproj});
   loaded->chat = chat::chat_format_for(loaded->file);
   if (tokenizer_only) return loaded;
-  loaded->plan = engine::plan_memory(model::estimate_memory(loaded->file, options.kv_type), max_memory,
-                                     options.max_context);
+  model::MemoryNeeds needs = model::estimate_memory(loaded->file, options.kv_type);
+  if (!mmproj.empty()) {
+    if (loaded->chat->image_marker().empty())
+      fail("{} was given a vision encoder (--mmproj), but its chat format ({}) has no place for images", path,
+           loaded->chat->name());
+    const auto vision_memory = vision::estimate_vision_memory(gguf::File::open(mmproj));
+    needs.weight_bytes += vision_memory.weight_bytes;
+    needs.activation_bytes += vision_memory.activation_bytes;
+  }
+  loaded->plan = engine::plan_memory(needs, max_memory, options.max_context);
   loaded->plan.kv_type = kernels::kv_type_name(options.kv_type);
   if (!loaded->plan.fits) {
     std::fputs(loaded->plan.table().c_str(), stderr);
@@ -49,6 +59,12 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::Lo
   // The model keeps a reference to the file (embedding rows are read from the mapping), so
   // it is loaded only once the file sits at its final address inside LoadedModel.
   loaded->model = model::load_model(loaded->file, planned);
+  if (!mmproj.empty()) {
+    loaded->vision = vision::VisionEncoder::load(mmproj, options.threads);
+    if (loaded->vision->info().projection_dim != loaded->model->info().d_model)
+      fail("{}: the vision encoder projects to width {}, but {} has width {} (a projector of another model?)", mmproj,
+           loaded->vision->info().projection_dim, path, loaded->model->info().d_model);
+  }
   loaded->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return loaded;
 }
@@ -71,6 +87,13 @@ void print_summary(const LoadedModel& loaded, std::FILE* out) {
                     "degrades past it\n", info.context, info.native_context);
   fmt::print(out, "{}", loaded.plan.table());
   fmt::print(out, "chat format  {}\n", loaded.chat->description());
+  if (loaded.vision) {
+    const auto& v = loaded.vision->info();
+    fmt::print(out, "vision       {} encoder ({}): {} layers, width {}; an image is {}x{} pixels -> {} tokens; {:.1f} MiB, "
+                    "types {}\n",
+               v.projector, loaded.vision_path, v.layers, v.width, v.image_size, v.image_size, v.tokens_per_image,
+               v.weight_bytes / mib, v.weight_types);
+  }
   fmt::print(out, "loaded in    {:.2f} s\n", loaded.load_seconds);
 }
 

@@ -11,6 +11,7 @@
 #include "formats/gguf.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
+#include "vision/vision_encoder.h"
 
 namespace splash::app {
 
@@ -22,16 +23,20 @@ struct LoadedModel {
   std::unique_ptr<chat::ChatFormat> chat;
   engine::MemoryPlan plan;
   double load_seconds = 0.0;
+  std::unique_ptr<vision::VisionEncoder> vision;  // with --mmproj
+  std::string vision_path;
 };
 
 // The --model flag, or the default model, fetched and verified on first use.
 std::string resolve_model_path(const std::string& model_flag);
 
 // Opens the GGUF and loads tokenizer, chat format and (unless tokenizer_only) the weights,
-// with the context the memory plan allows (max_memory: --max-memory, if given). A model that
+// with the context the memory plan allows (max_memory: --max-memory, if given), and the
+// vision encoder of `mmproj` if one is given (its weights are part of the plan). A model that
 // does not fit is refused after printing the plan's breakdown.
 std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::LoadOptions& options,
-                                        bool tokenizer_only = false, std::optional<size_t> max_memory = std::nullopt);
+                                        bool tokenizer_only = false, std::optional<size_t> max_memory = std::nullopt,
+                                        const std::string& mmproj = {});
 
 void print_summary(const LoadedModel& loaded, std::FILE* out);
 

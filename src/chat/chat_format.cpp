@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdint>
 #include <string_view>
 
@@ -16,6 +17,7 @@ std::vector<std::string> ChatFormat::stop_texts() const { return {}; }
 std::string ChatFormat::name() const { return "unknown"; }
 bool ChatFormat::recognized() const { return false; }
 std::string ChatFormat::description() const { return name(); }
+std::string ChatFormat::image_marker() const { return {}; }
 
 // --- ChatML ------------------------------------------------------------------------------
 
@@ -77,6 +79,38 @@ RenderedPrompt ChatMlFormat::render_conversation(std::span<const ChatMessage> me
   return out;
 }
 
+// --- SmolVLM -----------------------------------------------------------------------------
+
+RenderedPrompt SmolVlmFormat::render_conversation(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
+                                                 bool add_generation_prompt) const {
+  const bool has_tool_turns = std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) {
+    return (m.role == "tool" && !m.tool_call_id.empty()) || !m.tool_calls.empty();
+  });
+  if (!tools.empty() || has_tool_turns) {
+    const std::vector<ChatMessage> lowered = lower_tool_turns(messages, tools, "");
+    return render_conversation(lowered, {}, add_generation_prompt);
+  }
+  RenderedPrompt out;
+  out.text = "<|im_start|>";
+  for (const ChatMessage& m : messages) {
+    // Jinja's capitalize: the first character upper case, the rest lower case.
+    std::string role = m.role;
+    for (size_t i = 0; i < role.size(); ++i)
+      role[i] = static_cast<char>(i == 0 ? std::toupper(static_cast<unsigned char>(role[i]))
+                                         : std::tolower(static_cast<unsigned char>(role[i])));
+    out.text += role;
+    out.text += m.images.empty() ? ": " : ":";
+    for (size_t i = 0; i < m.images.size(); ++i) out.text += image_marker();
+    out.content.push_back({out.text.size(), out.text.size() + m.content.size()});
+    out.text += m.content;
+    out.text += "<end_of_utterance>\n";
+  }
+  if (add_generation_prompt) out.text += "Assistant:";
+  return out;
+}
+
+std::vector<std::string> SmolVlmFormat::stop_texts() const { return {"<end_of_utterance>"}; }
+
 std::vector<int32_t> encode_prompt(const ChatFormat& format, const tokenizer::Tokenizer& tokenizer,
                                    std::span<const ChatMessage> messages, std::span<const ToolSpec> tools) {
   const RenderedPrompt prompt = format.render_conversation(messages, tools, /*add_generation_prompt=*/true);
@@ -123,6 +157,15 @@ constexpr uint64_t kQwen25TemplateFnv = 0x81caee86d484f13full;
 constexpr size_t kQwen25TemplateBytes = 2506;
 constexpr std::string_view kQwen25SystemPrompt = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
+// SmolVLM-256M/500M-Instruct's template (Idefics3 on SmolLM2): content is a list of parts,
+// images among them. tests/golden/chat_smolvlm.json holds renderings of the real template.
+constexpr std::string_view kSmolVlmTemplate =
+    "<|im_start|>{% for message in messages %}{{message['role'] | capitalize}}{% if "
+    "message['content'][0]['type'] == 'image' %}{{':'}}{% else %}{{': '}}{% endif %}{% for line in "
+    "message['content'] %}{% if line['type'] == 'text' %}{{line['text']}}{% elif line['type'] == 'image' %}"
+    "{{ '<image>' }}{% endif %}{% endfor %}<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}"
+    "{{ 'Assistant:' }}{% endif %}";
+
 // Architectures whose unknown templates are taken to be ChatML. Others are refused rather
 // than guessed at.
 constexpr std::array<std::string_view, 3> kChatMlArchitectures = {"llama", "qwen2", "qwen3"};
@@ -166,6 +209,7 @@ std::unique_ptr<ChatFormat> chat_format_for_template(const std::string& architec
         "qwen2.5: ChatML with Qwen2.5's default system prompt and tool format (recognised chat template)",
         /*known_roles_only=*/true);
   }
+  if (text == kSmolVlmTemplate) return std::make_unique<SmolVlmFormat>();
   if (text == kPlainChatMlTemplate) {
     return std::make_unique<ChatMlFormat>("chatml", "", true,
                                           "chatml: plain ChatML (recognised chat template)");

@@ -26,6 +26,10 @@ struct ChatMessage {
   std::string content;
   std::vector<ToolCall> tool_calls = {};  // assistant: the calls it made (after its content)
   std::string tool_call_id = {};          // tool: the call this message answers
+  // Image files (PNG, JPEG or WebP bytes) that precede the content. A format that can show
+  // images writes one image marker (ChatFormat::image_marker) per image, outside the content,
+  // where the model reads the image; the engine replaces each marker by the image's tokens.
+  std::vector<std::string> images = {};
 };
 
 // A rendered prompt and where each message's content sits in it, so the tokenizer can keep
@@ -55,6 +59,9 @@ class ChatFormat {
   }
   // Texts that end the assistant's reply when they appear in generated text.
   virtual std::vector<std::string> stop_texts() const;
+  // The text this format writes where an image goes (a control token of the vocabulary, e.g.
+  // "<image>"); empty when the family has no place for images.
+  virtual std::string image_marker() const;
   // Short identifier, e.g. "smollm2" or "chatml".
   virtual std::string name() const;
   // Whether the GGUF's template was recognised as one this format reproduces exactly.
@@ -86,6 +93,23 @@ class ChatMlFormat : public ChatFormat {
   bool recognized_;
   std::string description_;
   bool known_roles_only_;
+};
+
+// SmolVLM (Idefics3 fine-tunes of SmolLM2): one "<|im_start|>" opens the conversation, then
+// each turn is "<Role>: <content><end_of_utterance>\n" with the role capitalised; a turn that
+// starts with images writes "<Role>:" and an "<image>" marker per image before its text. The
+// reply is opened by "Assistant:". Tools use chat/tool_prompt.h's default format.
+class SmolVlmFormat : public ChatFormat {
+ public:
+  RenderedPrompt render_conversation(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
+                                     bool add_generation_prompt) const override;
+  std::vector<std::string> stop_texts() const override;
+  std::string image_marker() const override { return "<image>"; }
+  std::string name() const override { return "smolvlm"; }
+  bool recognized() const override { return true; }
+  std::string description() const override {
+    return "smolvlm: SmolVLM's User:/Assistant: turns with image markers (recognised chat template)";
+  }
 };
 
 // The prompt tokens of a conversation: rendered by the format, tokenized with control tokens

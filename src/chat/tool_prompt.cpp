@@ -114,7 +114,7 @@ std::vector<ChatMessage> lower_tool_turns(std::span<const ChatMessage> messages,
   if (!tools.empty()) {
     const std::string block = tools_system_block(tools);
     if (!messages.empty() && messages.front().role == "system") {
-      out.push_back({"system", messages.front().content + "\n\n" + block});
+      out.push_back({"system", messages.front().content + "\n\n" + block, {}, {}, messages.front().images});
       messages = messages.subspan(1);
     } else {
       std::string system(system_prompt_when_missing);
@@ -131,6 +131,8 @@ std::vector<ChatMessage> lower_tool_turns(std::span<const ChatMessage> messages,
       } else {
         out.push_back({"user", std::move(response), {}, "tool_responses"});
       }
+      // A result's images (a screenshot a tool took) go with the turn that carries it.
+      out.back().images.insert(out.back().images.end(), m.images.begin(), m.images.end());
       continue;
     }
     if (m.role == "assistant" && !m.tool_calls.empty()) {
@@ -139,10 +141,10 @@ std::vector<ChatMessage> lower_tool_turns(std::span<const ChatMessage> messages,
         if (!content.empty()) content += '\n';
         content += render_tool_call(call);
       }
-      out.push_back({"assistant", std::move(content)});
+      out.push_back({"assistant", std::move(content), {}, {}, m.images});
       continue;
     }
-    out.push_back({m.role, m.content});
+    out.push_back({m.role, m.content, {}, {}, m.images});
   }
   for (auto& m : out) m.tool_call_id.clear();
   return out;

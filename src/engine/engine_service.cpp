@@ -13,7 +13,10 @@ namespace splash::engine {
 struct EngineService::Running {
   std::shared_ptr<ChatTicket> ticket;
   std::optional<Generation> generation;
-  std::vector<int32_t> tokens;          // the prompt, then each generated token fed back
+  std::vector<int32_t> tokens;          // the prompt, then each generated token fed back; image
+                                        // positions hold their cache keys (engine/image_prompt.h)
+  std::vector<const float*> embeddings; // per prompt position: image features, or null (empty: no images)
+  int32_t image_token = -1;             // what the model reads at image positions
   int computed = 0;                     // leading tokens whose keys and values are in `blocks`
   std::vector<int32_t> blocks;          // the block table
   std::vector<cache::PrefixKey> keys;   // keys[i]: the prefix before block i
@@ -56,10 +59,13 @@ ChatEvent event_of(const GenerationPiece& piece) {
 
 }  // namespace
 
-EngineService::EngineService(model::Model& model, const tokenizer::Tokenizer& tokenizer, const chat::ChatFormat& chat)
+EngineService::EngineService(model::Model& model, const tokenizer::Tokenizer& tokenizer, const chat::ChatFormat& chat,
+                             ImageInput images)
     : model_(model),
       tokenizer_(tokenizer),
       chat_(chat),
+      images_(images),
+      image_tokens_(images.encoder ? find_image_tokens(tokenizer) : ImageTokenIds{}),
       token_trie_(build_token_trie(tokenizer)),
       blocks_(model.info().kv_blocks, [&model](int from, int to, int tokens) { model.copy_kv_block(from, to, tokens); }),
       worker_([this] { worker_loop(); }) {}
@@ -71,13 +77,41 @@ EngineService::~EngineService() {
 
 std::vector<int32_t> EngineService::encode_chat(std::span<const chat::ChatMessage> messages,
                                                 std::span<const chat::ToolSpec> tools) const {
-  return chat::encode_prompt(chat_, tokenizer_, messages, tools);
+  auto prompt = chat::encode_prompt(chat_, tokenizer_, messages, tools);
+  if (!images_.encoder) return prompt;
+  return expand_image_markers(prompt, image_tokens_, images_.encoder->info().tokens_per_image, {}).tokens;
+}
+
+std::string EngineService::encode_images(ChatTicket& ticket) {
+  size_t count = 0;
+  for (const auto& message : ticket.request_.messages) count += message.images.size();
+  if (count == 0) return {};
+  if (!images_.encoder)
+    return "this model has no vision encoder, so it cannot read the images in the message content; send text instead "
+           "(a vision model is served with its --mmproj file)";
+  int index = 0;
+  for (const auto& message : ticket.request_.messages)
+    for (const std::string& file : message.images) {
+      try {
+        const auto bytes = std::span(reinterpret_cast<const uint8_t*>(file.data()), file.size());
+        const vision::RgbImage image = vision::decode_image(bytes, images_.max_pixels);
+        ticket.images_.push_back({images_.encoder->encode(image), image_digest(file)});
+      } catch (const Error& e) {
+        return fmt::format("image {} of the conversation: {}", index + 1, e.what());
+      }
+      ++index;
+    }
+  return {};
 }
 
 std::shared_ptr<ChatTicket> EngineService::submit(ChatRequest request, ChatEventSink sink) {
   auto ticket = std::make_shared<ChatTicket>();
   ticket->request_ = std::move(request);
   ticket->sink_ = std::move(sink);
+  if (const std::string problem = encode_images(*ticket); !problem.empty()) {
+    ticket->sink_(ChatEvent::failed(problem));
+    return ticket;
+  }
   {
     std::lock_guard lock(mutex_);
     if (!stopping_.load()) {
@@ -152,7 +186,18 @@ bool EngineService::prepare(Running& sequence) {
   const ChatRequest& chat = ticket.request_;
   GenerationRequest request;
   try {
-    request.prompt = encode_chat(chat.messages, chat.tools);
+    request.prompt = chat::encode_prompt(chat_, tokenizer_, chat.messages, chat.tools);
+    std::vector<int32_t> cache_keys;
+    if (images_.encoder) {
+      ImagePrompt expanded = expand_image_markers(request.prompt, image_tokens_,
+                                                  images_.encoder->info().tokens_per_image, ticket.images_);
+      request.prompt = std::move(expanded.tokens);
+      cache_keys = std::move(expanded.cache_keys);
+      if (!ticket.images_.empty()) {
+        sequence.embeddings = std::move(expanded.embeddings);
+        sequence.image_token = image_tokens_.marker;
+      }
+    }
     const int context = model_.info().context;
     if (static_cast<int>(request.prompt.size()) >= context) {
       // Worded as the Anthropic API words it: Claude Code recognises it and compacts.
@@ -175,7 +220,7 @@ bool EngineService::prepare(Running& sequence) {
       ticket.sink_(ChatEvent::failed(problem));
       return false;
     }
-    sequence.tokens = request.prompt;
+    sequence.tokens = cache_keys.empty() ? request.prompt : std::move(cache_keys);
     auto sink = [&ticket](const GenerationPiece& piece) {
       if (ticket.cancelled()) return false;
       return ticket.sink_(event_of(piece)) && !ticket.cancelled();
@@ -393,10 +438,28 @@ void EngineService::step() {
 
   if (!slots.empty()) {
     std::vector<model::SequenceSlice> batch;
+    std::vector<std::vector<int32_t>> image_slices;  // model tokens of slices that cross images
+    std::vector<std::vector<const float*>> image_rows;
+    image_slices.reserve(slots.size());
+    image_rows.reserve(slots.size());
     for (const Slot& slot : slots) {
       Running& s = *slot.sequence;
-      batch.push_back({std::span(s.tokens).subspan(s.computed, slot.count), s.computed, s.blocks,
-                       s.computed + slot.count == static_cast<int>(s.tokens.size())});
+      model::SequenceSlice slice{std::span(s.tokens).subspan(s.computed, slot.count), s.computed, s.blocks,
+                                 s.computed + slot.count == static_cast<int>(s.tokens.size())};
+      if (s.computed < static_cast<int>(s.embeddings.size())) {
+        // Image positions hold cache keys; the model reads the image token there, with the
+        // image's features in place of its embedding.
+        auto& tokens = image_slices.emplace_back(slice.tokens.begin(), slice.tokens.end());
+        for (int32_t& token : tokens)
+          if (token & kImageKeyBit) token = s.image_token;
+        slice.tokens = tokens;
+        // A recomputation after preemption may run past the prompt into generated tokens.
+        auto& rows = image_rows.emplace_back(slot.count, nullptr);
+        const int covered = std::min(slot.count, static_cast<int>(s.embeddings.size()) - s.computed);
+        std::copy_n(s.embeddings.begin() + s.computed, covered, rows.begin());
+        slice.embeddings = rows;
+      }
+      batch.push_back(slice);
     }
     std::span<const float> logits;
     try {

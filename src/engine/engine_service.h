@@ -22,8 +22,10 @@
 #include "cache/block_manager.h"
 #include "chat/chat_format.h"
 #include "engine/chat_request.h"
+#include "engine/image_prompt.h"
 #include "engine/prompt_logits_cache.h"
 #include "grammar/token_trie.h"
+#include "vision/image_decode.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -41,6 +43,7 @@ class ChatTicket {
   friend class EngineService;
   ChatRequest request_;
   ChatEventSink sink_;
+  std::vector<EncodedImage> images_;  // the request's images, encoded at submission
   std::atomic<bool> cancelled_{false};
 };
 
@@ -60,19 +63,31 @@ struct EngineCounters {
   uint64_t replays_from_logits = 0;     // exact replays whose first token needed no forward pass
 };
 
+// How requests' images reach the model: a vision encoder (null: the model takes no images)
+// and the bound on an image's decoded size.
+struct ImageInput {
+  vision::VisionEncoder* encoder = nullptr;
+  int64_t max_pixels = vision::kDefaultMaxImagePixels;
+};
+
 class EngineService {
  public:
-  // The model's KV pool (info().kv_blocks) becomes the paged cache.
-  EngineService(model::Model& model, const tokenizer::Tokenizer& tokenizer, const chat::ChatFormat& chat);
+  // The model's KV pool (info().kv_blocks) becomes the paged cache. With an image encoder,
+  // the vocabulary must have the image tokens (throws splash::Error otherwise).
+  EngineService(model::Model& model, const tokenizer::Tokenizer& tokenizer, const chat::ChatFormat& chat,
+                ImageInput images = {});
   ~EngineService();  // stops the worker; queued requests fail, the running one finishes early
 
-  // Queues a request; its events arrive through sink. The ticket cancels it.
+  // Queues a request; its events arrive through sink. The ticket cancels it. Images are
+  // decoded and encoded here, on the caller's thread (seconds of work that would otherwise
+  // stall every running stream); a bad image fails the request before it is queued.
   std::shared_ptr<ChatTicket> submit(ChatRequest request, ChatEventSink sink);
   // Ends every request soon (queued ones fail with a shutdown message, the running one
   // finishes at its next token) and refuses new ones.
   void shut_down();
 
-  // The prompt tokens of a conversation (chat format + tokenizer + BOS rule).
+  // The prompt tokens of a conversation (chat format + tokenizer + BOS rule), each image
+  // expanded to the tokens the model reads it as.
   std::vector<int32_t> encode_chat(std::span<const chat::ChatMessage> messages,
                                    std::span<const chat::ToolSpec> tools = {}) const;
 
@@ -92,10 +107,13 @@ class EngineService {
   void finish(Running& sequence, bool keep_blocks);
   void publish_full_blocks(Running& sequence);
   void on_logits(Running& sequence, std::span<const float> logits);
+  std::string encode_images(ChatTicket& ticket);
 
   model::Model& model_;
   const tokenizer::Tokenizer& tokenizer_;
   const chat::ChatFormat& chat_;
+  ImageInput images_;
+  ImageTokenIds image_tokens_;  // when images_.encoder is set
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::shared_ptr<ChatTicket>> queue_;

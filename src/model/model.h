@@ -54,6 +54,10 @@ struct SequenceSlice {
   int first_position = 0;
   std::span<const int32_t> block_table;
   bool want_logits = true;  // logits after the slice's last token
+  // Empty, or one entry per token: where an entry is not null, the d_model floats it points
+  // to replace that token's embedding (an image's features from the vision encoder stand
+  // where the prompt holds the image token).
+  std::span<const float* const> embeddings = {};
 };
 
 // What a model needs in memory, known from its file before its weights are loaded (the

@@ -14,12 +14,15 @@ Sequence::Sequence(Model& model, int first_block) : model_(model) {
   for (int b = 0; b < blocks; ++b) blocks_.push_back(first_block + b);
 }
 
-std::span<const float> Sequence::forward(std::span<const int32_t> tokens) {
+std::span<const float> Sequence::forward(std::span<const int32_t> tokens, std::span<const float* const> embeddings) {
   if (tokens.empty()) fail("forward: no tokens");
+  if (!embeddings.empty() && embeddings.size() != tokens.size())
+    fail("forward: {} embedding entries for {} tokens", embeddings.size(), tokens.size());
   std::span<const float> logits;
   for (size_t start = 0; start < tokens.size(); start += kMaxBatchTokens) {
     const size_t count = std::min<size_t>(kMaxBatchTokens, tokens.size() - start);
-    const SequenceSlice slice{tokens.subspan(start, count), position_, blocks_, start + count == tokens.size()};
+    const SequenceSlice slice{tokens.subspan(start, count), position_, blocks_, start + count == tokens.size(),
+                              embeddings.empty() ? embeddings : embeddings.subspan(start, count)};
     logits = model_.forward({&slice, 1});
     position_ += static_cast<int>(count);
   }

@@ -17,8 +17,9 @@ class Sequence {
   explicit Sequence(Model& model, int first_block = 0);
 
   const ModelInfo& info() const { return model_.info(); }
-  // Appends tokens and returns the logits after the last one.
-  std::span<const float> forward(std::span<const int32_t> tokens);
+  // Appends tokens and returns the logits after the last one. `embeddings` (empty, or one
+  // entry per token) replaces the embedding of tokens whose entry is not null.
+  std::span<const float> forward(std::span<const int32_t> tokens, std::span<const float* const> embeddings = {});
   int position() const { return position_; }
   // Forgets everything after the first n tokens (n <= position()).
   void truncate(int n);

@@ -8,6 +8,7 @@ numpy, and nothing is shared with the C++ code.
     m = load("SmolLM2-135M-Instruct.Q4_1.gguf")
     m.logits([1, 2, 3])            # float32 logits of the last position, shape [vocab]
     m.greedy([1, 2, 3], 64)        # (64 token ids, 64 top-2 logit margins)
+    m.logits(ids, input_embeddings={5: v})   # position 5's embedding replaced by v (images)
 
 Two optional knobs reproduce the rounding a quantized engine does, so that the
 tolerance of tests/e2e/test_reference.py can be calibrated from measurements:
@@ -152,12 +153,18 @@ class Model:
         self.kv_f16 = kv_f16
 
     # --- one forward pass over new tokens, appending to the cache -----------------------
-    def forward(self, token_ids, cache: KVCache) -> np.ndarray:
-        """Runs the tokens at positions cache.length.. and returns the last position's logits."""
+    def forward(self, token_ids, cache: KVCache, input_embeddings=None) -> np.ndarray:
+        """Runs the tokens at positions cache.length.. and returns the last position's logits.
+        input_embeddings {position: vector [d_model]} replaces those positions' token
+        embeddings (how a vision model splices image features in); positions count from the
+        start of the sequence, those outside this call's tokens are ignored."""
         cfg, aq = self.cfg, self.act_quant
         n = len(token_ids)
         positions = np.arange(cache.length, cache.length + n)
-        x = self.tok_embd[np.asarray(token_ids)]  # [n, d_model]
+        x = self.tok_embd[np.asarray(token_ids)]  # [n, d_model] (a copy: fancy indexing)
+        for pos, vec in (input_embeddings or {}).items():
+            if cache.length <= pos < cache.length + n:
+                x[pos - cache.length] = np.asarray(vec, dtype=np.float32)
         for li, layer in enumerate(self.layers):
             h = rms_norm(x, layer.attn_norm, cfg.eps)
             q = layer.wq(h, aq).reshape(n, cfg.n_head, cfg.head_dim)
@@ -196,16 +203,17 @@ class Model:
         return out.reshape(n, cfg.n_head * cfg.head_dim)
 
     # --- the API the tests use ----------------------------------------------------------
-    def logits(self, token_ids) -> np.ndarray:
-        return self.forward(list(token_ids), KVCache(self.cfg.n_layer))
+    def logits(self, token_ids, input_embeddings=None) -> np.ndarray:
+        return self.forward(list(token_ids), KVCache(self.cfg.n_layer), input_embeddings)
 
-    def greedy(self, token_ids, n: int, keep_logits: bool = False):
+    def greedy(self, token_ids, n: int, keep_logits: bool = False, input_embeddings=None):
         """Greedy continuation of n tokens (never stops early). Returns (tokens, margins):
         per step, the gap between the best and second-best logit, since a small gap is a
         near tie that rounding differences may legitimately flip. With keep_logits, also
-        the logits of every step, as a third element."""
+        the logits of every step, as a third element. input_embeddings: as in forward, for
+        the prompt."""
         cache = KVCache(self.cfg.n_layer)
-        out = self.forward(list(token_ids), cache)
+        out = self.forward(list(token_ids), cache, input_embeddings)
         tokens, margins, steps = [], [], []
         for step in range(n):
             top2 = np.argsort(out)[-2:]

@@ -90,7 +90,13 @@ TEST(OpenAiChat, RejectsWithTheParameterNamed) {
       {{{"messages", json::array({{{"role", "user"}}})}}, "messages[0].content"},
       {{{"messages", json::array({{{"role", "user"}, {"content", 5}}})}}, "messages[0].content"},
       {{{"messages", json::array({{{"role", "user"}, {"content", json::array({{{"type", "image_url"}}})}}})}},
-       "messages[0].content[0]"},
+       "messages[0].content[0].image_url.url"},
+      {{{"messages", json::array({{{"role", "user"}, {"content", json::array({{{"type", "image_url"},
+                                                                               {"image_url", {{"url", "https://x/y.png"}}}}})}}})}},
+       "messages[0].content[0].image_url.url"},  // remote images are not fetched
+      {{{"messages", json::array({{{"role", "user"}, {"content", json::array({{{"type", "image_url"},
+                                                                               {"image_url", {{"url", "data:image/png;base64,!!"}}}}})}}})}},
+       "messages[0].content[0].image_url.url"},  // not base64
       {{{"temperature", 1}}, "messages"},
   };
   for (const auto& [body, param] : cases) {

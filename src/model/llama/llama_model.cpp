@@ -160,6 +160,8 @@ class LlamaModel final : public Model {
         if (block < 0 || block >= kv_blocks_) fail("forward: block {} outside the pool of {}", block, kv_blocks_);
       for (int32_t id : slice.tokens)
         if (id < 0 || id >= shapes_.vocab) fail("token id {} is outside the vocabulary of {}", id, shapes_.vocab);
+      if (!slice.embeddings.empty() && slice.embeddings.size() != slice.tokens.size())
+        fail("forward: {} embedding entries for {} tokens", slice.embeddings.size(), n);
       total += n;
       wanted += slice.want_logits ? 1 : 0;
     }
@@ -334,8 +336,12 @@ class LlamaModel final : public Model {
     positions.reserve(n);
     for (const auto& slice : batch)
       for (size_t t = 0; t < slice.tokens.size(); ++t) {
-        kernels::dequantize_row(embedding_->type, embedding_->data + embedding_row_bytes_ * slice.tokens[t],
-                                x + positions.size() * s.d_model, s.d_model);
+        float* row = x + positions.size() * s.d_model;
+        if (!slice.embeddings.empty() && slice.embeddings[t])
+          std::memcpy(row, slice.embeddings[t], sizeof(float) * s.d_model);
+        else
+          kernels::dequantize_row(embedding_->type, embedding_->data + embedding_row_bytes_ * slice.tokens[t], row,
+                                  s.d_model);
         positions.push_back(slice.first_position + static_cast<int>(t));
       }
     std::vector<kernels::AttentionArgs> attention_args;

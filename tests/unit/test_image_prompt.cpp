@@ -1,0 +1,135 @@
+// Images in prompts: each marker the chat format writes becomes the Idefics3 image sequence,
+// its image positions carry the image's feature rows, and the cache keys tell images apart
+// by content while agreeing with the tokens everywhere else.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "chat/chat_format.h"
+#include "common/error.h"
+#include "engine/image_prompt.h"
+
+namespace splash::engine {
+namespace {
+
+constexpr ImageTokenIds kIds{/*marker=*/900, /*around=*/901, /*global=*/902};
+
+EncodedImage image(int tokens, int dim, float fill, uint64_t digest) {
+  EncodedImage out;
+  out.features.tokens = tokens;
+  out.features.dim = dim;
+  out.features.values.assign(static_cast<size_t>(tokens) * dim, fill);
+  out.digest = digest;
+  return out;
+}
+
+TEST(ImagePrompt, EachMarkerBecomesTheIdefics3Sequence) {
+  const std::vector<int32_t> prompt{1, 2, 900, 3, 900, 4};
+  const std::vector<EncodedImage> images{image(4, 8, 1.0f, 11), image(4, 8, 2.0f, 22)};
+  const ImagePrompt out = expand_image_markers(prompt, kIds, 4, images);
+  const std::vector<int32_t> expected{1, 2, 901, 902, 900, 900, 900, 900, 901, 3, 901, 902, 900, 900, 900, 900, 901, 4};
+  EXPECT_EQ(out.tokens, expected);
+  ASSERT_EQ(out.embeddings.size(), expected.size());
+  ASSERT_EQ(out.cache_keys.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const bool image_position = expected[i] == kIds.marker;
+    EXPECT_EQ(out.embeddings[i] != nullptr, image_position) << i;
+    EXPECT_EQ((out.cache_keys[i] & kImageKeyBit) != 0, image_position) << i;
+    if (!image_position) {
+      EXPECT_EQ(out.cache_keys[i], expected[i]) << i;
+    }
+  }
+  // Rows in order: the first image's 4 rows, then the second's.
+  EXPECT_EQ(out.embeddings[4], images[0].features.row(0));
+  EXPECT_EQ(out.embeddings[7], images[0].features.row(3));
+  EXPECT_EQ(out.embeddings[12], images[1].features.row(0));
+}
+
+TEST(ImagePrompt, CacheKeysDependOnTheImageAndThePosition) {
+  const std::vector<int32_t> prompt{1, 900};
+  const auto a = expand_image_markers(prompt, kIds, 64, std::vector{image(64, 4, 0.0f, image_digest("png bytes A"))});
+  const auto a2 = expand_image_markers(prompt, kIds, 64, std::vector{image(64, 4, 9.0f, image_digest("png bytes A"))});
+  const auto b = expand_image_markers(prompt, kIds, 64, std::vector{image(64, 4, 0.0f, image_digest("png bytes B"))});
+  EXPECT_EQ(a.cache_keys, a2.cache_keys);  // the same file: the same keys (its features are the same)
+  EXPECT_EQ(a.tokens, b.tokens);           // the model reads the same tokens...
+  for (size_t i = 0; i < a.cache_keys.size(); ++i)  // ...but the cache keys differ at every image position
+    if (a.tokens[i] == kIds.marker) {
+      EXPECT_NE(a.cache_keys[i], b.cache_keys[i]) << i;
+    }
+  // Within one image the keys differ from position to position (no repeated block key).
+  std::set<int32_t> keys;
+  for (size_t i = 0; i < a.cache_keys.size(); ++i)
+    if (a.tokens[i] == kIds.marker) keys.insert(a.cache_keys[i]);
+  EXPECT_EQ(keys.size(), 64u);
+  EXPECT_TRUE(std::all_of(keys.begin(), keys.end(), [](int32_t k) { return k > 0; }));  // never negative
+}
+
+TEST(ImagePrompt, CountingExpandsWithoutFeatures) {
+  const std::vector<int32_t> prompt{5, 900, 6};
+  const auto out = expand_image_markers(prompt, kIds, 64, {});
+  EXPECT_EQ(out.tokens.size(), prompt.size() + 64 + 2);
+  EXPECT_TRUE(std::all_of(out.embeddings.begin(), out.embeddings.end(), [](const float* p) { return p == nullptr; }));
+  EXPECT_EQ(out.cache_keys, out.tokens);
+}
+
+TEST(ImagePrompt, MarkersAndImagesMustAgree) {
+  const std::vector<EncodedImage> one{image(4, 8, 1.0f, 1)};
+  EXPECT_THROW(expand_image_markers(std::vector<int32_t>{1, 2}, kIds, 4, one), Error);           // no place for it
+  EXPECT_THROW(expand_image_markers(std::vector<int32_t>{900, 900}, kIds, 4, one), Error);       // two places
+  EXPECT_THROW(expand_image_markers(std::vector<int32_t>{900}, kIds, 8, one), Error);            // wrong row count
+}
+
+TEST(ImagePrompt, DigestSeparatesFiles) {
+  EXPECT_EQ(image_digest("abc"), image_digest("abc"));
+  EXPECT_NE(image_digest("abc"), image_digest("abd"));
+  EXPECT_NE(image_digest(""), image_digest(std::string(1, '\0')));
+}
+
+}  // namespace
+}  // namespace splash::engine
+
+namespace splash::chat {
+namespace {
+
+TEST(SmolVlmFormat, TurnsImagesAndGenerationPrompt) {
+  SmolVlmFormat format;
+  std::vector<ChatMessage> chat{{"system", "Be brief."}, {"user", "What is this?"}};
+  chat[1].images = {"img1", "img2"};
+  chat.push_back({"assistant", "A cat."});
+  chat.push_back({"user", "Sure?"});
+  const RenderedPrompt out = format.render_conversation(chat, {}, true);
+  EXPECT_EQ(out.text,
+            "<|im_start|>System: Be brief.<end_of_utterance>\n"
+            "User:<image><image>What is this?<end_of_utterance>\n"
+            "Assistant: A cat.<end_of_utterance>\n"
+            "User: Sure?<end_of_utterance>\n"
+            "Assistant:");
+  // The markers are markup, never inside a content span (so they become the image token,
+  // while a user typing "<image>" gets plain text).
+  const size_t first_marker = out.text.find("<image>");
+  for (const auto& span : out.content) EXPECT_FALSE(first_marker >= span.begin && first_marker < span.end);
+  EXPECT_EQ(format.stop_texts(), std::vector<std::string>{"<end_of_utterance>"});
+  EXPECT_EQ(format.image_marker(), "<image>");
+}
+
+TEST(SmolVlmFormat, ToolResultImagesStayWithTheirTurn) {
+  SmolVlmFormat format;
+  std::vector<ChatMessage> chat{{"user", "Take a screenshot"}};
+  ChatMessage call{"assistant", ""};
+  call.tool_calls.push_back({"call_1", "screenshot", "{}"});
+  chat.push_back(call);
+  ChatMessage result{"tool", "done", {}, "call_1"};
+  result.images = {"png"};
+  chat.push_back(result);
+  const std::string text = format.render_conversation(chat, {}, true).text;
+  EXPECT_NE(text.find("User:<image><tool_response>\ndone\n</tool_response><end_of_utterance>"), std::string::npos) << text;
+}
+
+TEST(SmolVlmFormat, OtherFormatsHaveNoPlaceForImages) {
+  const auto chatml = chat_format_for_template("llama", "");
+  EXPECT_EQ(chatml->image_marker(), "");
+}
+
+}  // namespace
+}  // namespace splash::chat
