@@ -3,6 +3,12 @@
 
     python tools/make_chat_golden.py --model SmolLM2-135M-Instruct.Q4_1.gguf \
         --out tests/golden/chat_smollm2.json
+    python tools/make_chat_golden.py --model random-smolvlm-text.gguf --content-parts \
+        --out tests/golden/chat_smolvlm.json      # a tools/make_random_vlm.py text GGUF
+
+With --content-parts (templates of vision models, which read a message's content as a list of
+parts), each message is rendered as [{"type": "image"} x images, {"type": "text", ...}], and
+cases with images are added; a case's messages keep "images": N for the C++ test.
 
 The template (`tokenizer.chat_template`) is rendered the way Hugging Face transformers
 renders chat templates (apply_chat_template): a sandboxed jinja2 environment with
@@ -140,9 +146,32 @@ def tool_cases() -> list[tuple[str, list[dict], bool, list[dict]]]:
     ]
 
 
+def image_cases() -> list[tuple[str, list[dict], bool]]:
+    """Cases with images ("images": how many precede the message's text)."""
+    def with_images(role: str, content: str, images: int) -> dict:
+        return {"role": role, "content": content, "images": images}
+    return [
+        ("image_then_text", [with_images("user", "What is in this image?", 1)], True),
+        ("two_images", [with_images("user", "Compare them.", 2)], True),
+        ("image_only", [with_images("user", "", 1)], True),
+        ("image_with_system", [msg("system", "Be brief."), with_images("user", "Describe", 1)], True),
+        ("image_later_turn", [msg("user", "Hi"), msg("assistant", "Hello."), with_images("user", "And this?", 1)],
+         True),
+        ("image_nogen", [with_images("user", "Describe", 1), msg("assistant", "A cat.")], False),
+    ]
+
+
+def as_parts(message: dict) -> dict:
+    parts = [{"type": "image"} for _ in range(message.get("images", 0))]
+    parts.append({"type": "text", "text": message["content"]})
+    return {"role": message["role"], "content": parts}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="GGUF file whose chat template is rendered")
+    ap.add_argument("--content-parts", action="store_true",
+                    help="render content as lists of parts, and add image cases (vision templates)")
     ap.add_argument("--out", required=True, help="golden JSON to write")
     args = ap.parse_args(argv)
 
@@ -163,14 +192,17 @@ def main(argv=None) -> int:
     all_cases = [(name, messages, add_gen, None) for name, messages, add_gen in cases()]
     if "tools" in template:  # the template renders tools and tool calls: check those too
         all_cases += tool_cases()
+    if args.content_parts:
+        all_cases += [(name, messages, add_gen, None) for name, messages, add_gen in image_cases()]
     for name, messages, add_gen, tools in all_cases:
         extra = dict(special, **({"tools": tools} if tools else {}))
+        rendered_messages = [as_parts(m) for m in messages] if args.content_parts else messages
         try:
-            text = render(template, messages, add_gen, **extra)
+            text = render(template, rendered_messages, add_gen, **extra)
         except jinja2.exceptions.TemplateError as error:  # e.g. Qwen's needs a first message
             print(f"case {name}: the template refuses it ({error}); left out", file=sys.stderr)
             continue
-        via_hf = render_with_transformers(template, messages, add_gen, **extra)
+        via_hf = render_with_transformers(template, rendered_messages, add_gen, **extra)
         if via_hf is not None and via_hf != text:
             print(f"case {name}: jinja2 and transformers disagree", file=sys.stderr)
             return 1
@@ -181,7 +213,7 @@ def main(argv=None) -> int:
 
     golden = {
         "generated_by": "python tools/make_chat_golden.py --model "
-                        f"{Path(args.model).name} --out {args.out}",
+                        f"{Path(args.model).name}{' --content-parts' if args.content_parts else ''} --out {args.out}",
         "renderer": f"jinja2 {jinja2.__version__}, sandboxed, trim_blocks, lstrip_blocks, "
                     "loopcontrols, raise_exception, tojson (as transformers' apply_chat_template)",
         "model": Path(args.model).name,

@@ -47,6 +47,47 @@ double seconds_of(Fn&& fn) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// A 512 x 512 image (smooth gradients with a sharp-edged grid, so resampling has real work),
+// the same pixels bench/llamacpp_vision_peer.py gives the peer. At SmolVLM's encoder size, so
+// neither engine tiles it: both encode exactly one 512 x 512 image.
+vision::RgbImage bench_image() {
+  vision::RgbImage image{512, 512, {}};
+  image.pixels.resize(static_cast<size_t>(image.width) * image.height * 3);
+  for (int y = 0; y < image.height; ++y)
+    for (int x = 0; x < image.width; ++x) {
+      uint8_t* p = image.pixels.data() + (static_cast<size_t>(y) * image.width + x) * 3;
+      const bool line = x % 64 == 0 || y % 40 == 0;
+      p[0] = line ? 0 : static_cast<uint8_t>(x * 255 / image.width);
+      p[1] = line ? 0 : static_cast<uint8_t>(y * 255 / image.height);
+      p[2] = line ? 0 : static_cast<uint8_t>((x + y) % 256);
+    }
+  return image;
+}
+
+// Image encoding (preprocessing, vision transformer, connector), beside its arithmetic: the
+// multiply-adds of the matmuls and of attention over the patches, as GFLOP/s.
+void bench_images(vision::VisionEncoder& encoder, int repetitions, nlohmann::json& report) {
+  const auto& v = encoder.info();
+  const vision::RgbImage image = bench_image();
+  encoder.encode(image);  // warm-up
+  std::vector<double> runs, preprocess_runs;
+  for (int r = 0; r < repetitions; ++r) {
+    runs.push_back(seconds_of([&] { encoder.encode(image); }));
+    preprocess_runs.push_back(seconds_of([&] { vision::idefics3_pixels(image, v.image_size, {}); }));
+  }
+  const double n = static_cast<double>(v.image_size / v.patch_size) * (v.image_size / v.patch_size);
+  const double d = v.width, patch_in = 3.0 * v.patch_size * v.patch_size, shuffled = d * v.scale_factor * v.scale_factor;
+  const double flops = 2.0 * n * patch_in * d + v.layers * (2.0 * n * (4 * d * d + 2 * d * v.ffn) + 4.0 * n * n * d) +
+                       2.0 * v.tokens_per_image * shuffled * v.projection_dim;
+  const double seconds = median(runs);
+  fmt::print("{:<28} {:>12.1f} ms  ({} -> {} tokens; preprocessing {:.1f} ms; {:.1f} GFLOP/s)\n", "image encode 512x512",
+             seconds * 1e3, fmt::format("{}x{}", v.image_size, v.image_size), v.tokens_per_image,
+             median(preprocess_runs) * 1e3, flops / seconds / 1e9);
+  report["image_encode_ms"] = seconds * 1e3;
+  report["image_preprocess_ms"] = median(preprocess_runs) * 1e3;
+  report["image_encode_gflops"] = flops / seconds / 1e9;
+}
+
 // A schema that keeps a reply going (at least 40 entries), so that decode speed with and
 // without constraints is compared over the same number of tokens.
 const char* kBenchSchema = R"({"type":"object","properties":{"files":{"type":"array","minItems":40,"items":{
@@ -102,7 +143,8 @@ void bench(BenchFlags flags) {
   if (flags.model.load.max_context == 0)
     flags.model.load.max_context = std::max(longest, 16 + flags.decode_tokens) + 16 + (flags.structured ? 64 : 0);
   const auto budget = flags.model.max_memory_bytes();  // checked before any download
-  auto loaded = load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget);
+  auto loaded =
+      load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget, flags.model.mmproj);
   model::Sequence model(*loaded->model);  // one sequence on the model's KV pool
   const auto& info = model.info();
   print_summary(*loaded, stderr);
@@ -118,7 +160,7 @@ void bench(BenchFlags flags) {
 
   fmt::print("{:<28} {:>12}\n", "test", "tok/s");
   model.truncate(0);
-  model.forward({tokens.data(), 32});  // warm-up: page in weights, size scratch buffers
+  model.forward({tokens.data(), std::min<size_t>(32, tokens.size())});  // warm-up: page in weights, size scratch
   for (int size : flags.prompt_sizes) {
     std::vector<double> runs;
     for (int r = 0; r < flags.repetitions; ++r) {
@@ -152,6 +194,7 @@ void bench(BenchFlags flags) {
   report["bandwidth_gb_s"] = bandwidth / 1e9;
   report["decode_read_mb"] = info.decode_read_bytes / 1e6;
   if (flags.structured) bench_structured(*loaded, flags.decode_tokens, flags.repetitions, report);
+  if (loaded->vision) bench_images(*loaded->vision, flags.repetitions, report);
   if (flags.json) fmt::print("{}\n", report.dump());
 }
 
@@ -161,6 +204,7 @@ void add_bench_command(CLI::App& app) {
   auto flags = std::make_shared<BenchFlags>();
   auto* command = app.add_subcommand("bench", "Measure prompt processing and decode speed");
   add_model_flags(*command, flags->model);
+  add_vision_flags(*command, flags->model);  // with --mmproj: also image encoding
   command->add_option("--prompt-sizes", flags->prompt_sizes, "Prompt lengths to time")
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 17))

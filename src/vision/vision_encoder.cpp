@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant_formats.h"
 
 namespace splash::vision {
@@ -210,7 +211,7 @@ class Idefics3Encoder final : public VisionEncoder {
             std::memcpy(out + (c * p + ky) * p, src, sizeof(float) * p);
           }
       }
-    activations_.quantize(flat.data(), patches(), patch_inputs(), pool_);
+    prepare(patch_embd_, flat.data(), patches(), patch_inputs());
     kernels::matmul(patch_embd_, activations_, x_.data(), d, pool_);
     for (int t = 0; t < patches(); ++t) {
       float* row = x_.data() + static_cast<size_t>(t) * d;
@@ -234,6 +235,13 @@ class Idefics3Encoder final : public VisionEncoder {
     });
   }
 
+  // The next matmul's activations: float weights read the floats as they are; integer ones
+  // (a Q8_0 mmproj) need them quantized.
+  void prepare(const PackedWeight& w, const float* x, int n, int k) {
+    if (kernels::packed_kind_info(w.kind).integer) activations_.quantize(x, n, k, pool_);
+    else activations_.use_floats(x, n, k);
+  }
+
   static void add_bias(float* y, int n, int width, const std::vector<float>& bias) {
     for (int t = 0; t < n; ++t) {
       float* row = y + static_cast<size_t>(t) * width;
@@ -244,27 +252,21 @@ class Idefics3Encoder final : public VisionEncoder {
   void run_layer(const Layer& layer, int n) {
     const int d = h_.info.width;
     layer_norm(x_.data(), layer.ln1_w.data(), layer.ln1_b.data(), normed_.data(), n);
-    activations_.quantize(normed_.data(), n, d, pool_);
+    prepare(layer.qkv, normed_.data(), n, d);
     kernels::matmul(layer.qkv, activations_, qkv_.data(), 3 * d, pool_);
     add_bias(qkv_.data(), n, 3 * d, layer.qkv_bias);
     attention(n);
-    activations_.quantize(attn_.data(), n, d, pool_);
+    prepare(layer.out, attn_.data(), n, d);
     kernels::matmul(layer.out, activations_, projected_.data(), d, pool_);
     add_bias(projected_.data(), n, d, layer.out_bias);
     for (size_t i = 0; i < static_cast<size_t>(n) * d; ++i) x_[i] += projected_[i];
 
     layer_norm(x_.data(), layer.ln2_w.data(), layer.ln2_b.data(), normed_.data(), n);
-    activations_.quantize(normed_.data(), n, d, pool_);
+    prepare(layer.up, normed_.data(), n, d);
     kernels::matmul(layer.up, activations_, hidden_.data(), h_.info.ffn, pool_);
     add_bias(hidden_.data(), n, h_.info.ffn, layer.up_bias);
-    pool_.run(n, [&](int t) {  // GELU, tanh approximation (SigLIP's gelu_pytorch_tanh)
-      float* row = hidden_.data() + static_cast<size_t>(t) * h_.info.ffn;
-      for (int i = 0; i < h_.info.ffn; ++i) {
-        const float u = row[i];
-        row[i] = 0.5f * u * (1.0f + std::tanh(0.7978845608028654f * (u + 0.044715f * u * u * u)));
-      }
-    });
-    activations_.quantize(hidden_.data(), n, h_.info.ffn, pool_);
+    kernels::gelu_tanh(hidden_.data(), n, h_.info.ffn, pool_);  // SigLIP's gelu_pytorch_tanh
+    prepare(layer.down, hidden_.data(), n, h_.info.ffn);
     kernels::matmul(layer.down, activations_, projected_.data(), d, pool_);
     add_bias(projected_.data(), n, d, layer.down_bias);
     for (size_t i = 0; i < static_cast<size_t>(n) * d; ++i) x_[i] += projected_[i];
@@ -285,21 +287,13 @@ class Idefics3Encoder final : public VisionEncoder {
       }
       const PackedWeight keys = kernels::pack_weight({GgmlType::F32, reinterpret_cast<const uint8_t*>(k_head_.data()), n,
                                                       static_cast<int>(head_pad_)});
-      activations_.quantize(q_head_.data(), n, static_cast<int>(head_pad_), pool_);
+      prepare(keys, q_head_.data(), n, static_cast<int>(head_pad_));
       kernels::matmul(keys, activations_, scores_.data(), static_cast<int>(patch_pad_), pool_);
-      pool_.run(n, [&](int t) {
-        float* row = scores_.data() + static_cast<size_t>(t) * patch_pad_;
-        float max = -INFINITY;
-        for (int j = 0; j < n; ++j) max = std::max(max, row[j] * scale);
-        float sum = 0.0f;
-        for (int j = 0; j < n; ++j) sum += row[j] = std::exp(row[j] * scale - max);
-        const float inv = 1.0f / sum;
-        for (int j = 0; j < n; ++j) row[j] *= inv;
-        for (size_t j = n; j < patch_pad_; ++j) row[j] = 0.0f;  // padding weighs nothing
-      });
+      // Padding columns become 0: they must weigh nothing in P V.
+      kernels::softmax_rows(scores_.data(), n, n, static_cast<int>(patch_pad_), scale, pool_);
       const PackedWeight values = kernels::pack_weight(
           {GgmlType::F32, reinterpret_cast<const uint8_t*>(v_t_.data()), hd, static_cast<int>(patch_pad_)});
-      activations_.quantize(scores_.data(), n, static_cast<int>(patch_pad_), pool_);
+      prepare(values, scores_.data(), n, static_cast<int>(patch_pad_));
       kernels::matmul(values, activations_, head_out_.data(), static_cast<int>(head_pad_), pool_);
       for (int t = 0; t < n; ++t)
         std::memcpy(attn_.data() + static_cast<size_t>(t) * d + head * hd,
@@ -328,7 +322,7 @@ class Idefics3Encoder final : public VisionEncoder {
     out.tokens = v.tokens_per_image;
     out.dim = v.projection_dim;
     out.values.resize(static_cast<size_t>(out.tokens) * out.dim);
-    activations_.quantize(rows.data(), out.tokens, shuffled, pool_);
+    prepare(connector_, rows.data(), out.tokens, shuffled);
     kernels::matmul(connector_, activations_, out.values.data(), out.dim, pool_);
     return out;
   }

@@ -158,3 +158,26 @@ TEST(ChatFormat, Qwen25MatchesEveryGoldenCaseIncludingTools) {
   }
   EXPECT_GE(with_tools, 5u);
 }
+
+// SmolVLM's template (tests/golden/chat_smolvlm.json: the template of a tools/make_random_vlm.py
+// text GGUF, rendered by jinja2 with each message's content as a list of parts and images).
+TEST(ChatFormat, SmolVlmMatchesEveryGoldenCaseByteForByte) {
+  std::ifstream in(splash::testing::golden_path("chat_smolvlm.json"));
+  ASSERT_TRUE(in.good()) << "missing golden file; run tools/make_chat_golden.py --content-parts";
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  const auto format = chat_format_for_template("llama", golden.at("template").get<std::string>());
+  EXPECT_EQ(format->name(), "smolvlm");
+  EXPECT_EQ(format->image_marker(), "<image>");
+  int with_images = 0;
+  for (const auto& c : golden.at("cases")) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    std::vector<ChatMessage> messages;
+    for (const auto& m : c.at("messages")) {
+      messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
+      messages.back().images.assign(m.value("images", 0), "image file bytes");
+      with_images += m.value("images", 0) > 0 ? 1 : 0;
+    }
+    EXPECT_EQ(format->render(messages, c.at("add_generation_prompt").get<bool>()), c.at("expected").get<std::string>());
+  }
+  EXPECT_GE(with_images, 5);
+}

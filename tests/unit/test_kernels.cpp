@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/kv_layout.h"
@@ -279,6 +280,87 @@ TEST(KvLayout, StorageRoundingIsBounded) {
 
 INSTANTIATE_TEST_SUITE_P(Groups, KernelAttention,
                          ::testing::Values(std::pair{4, 2}, std::pair{9, 3}, std::pair{10, 2}));
+
+}  // namespace
+}  // namespace splash::kernels
+
+namespace splash::kernels {
+namespace {
+
+std::vector<const IsaKernels*> available_paths() {
+  std::vector<const IsaKernels*> paths{&avx2_kernels()};
+  if (selected_cpu_path() == CpuPath::Avx512) paths.push_back(&avx512_kernels());
+  return paths;
+}
+
+// The vision encoder's element-wise kernels against double-precision formulas: GELU with the
+// tanh approximation (relative 1e-5: the exp polynomial's ~2 ulp, through a division), and a
+// scaled row softmax whose padding becomes 0 (1e-6 absolute on probabilities).
+TEST(KernelVisionOps, GeluTanhMatchesTheFormula) {
+  std::vector<float> x;
+  for (int i = -600; i <= 600; ++i) x.push_back(i * 0.02f);  // -12 .. 12, both tails
+  x.push_back(-100.0f);
+  x.push_back(100.0f);
+  x.resize(1232, 0.5f);
+  for (const IsaKernels* kernels : available_paths()) {
+    SCOPED_TRACE(kernels->name);
+    std::vector<float> y = x;
+    kernels->gelu_tanh(y.data(), 2, static_cast<int>(y.size() / 2));
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double u = x[i];
+      const double want = 0.5 * u * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (u + 0.044715 * u * u * u)));
+      EXPECT_NEAR(y[i], want, 1e-5 * std::max(1.0, std::fabs(want))) << "u = " << u;
+    }
+  }
+}
+
+TEST(KernelVisionOps, SoftmaxRowsMatchesTheFormulaAndZeroesPadding) {
+  constexpr int kWidth = 1000, kStride = 1024, kRows = 3;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 8.0f);
+  std::vector<float> x(static_cast<size_t>(kRows) * kStride);
+  for (auto& v : x) v = dist(rng);
+  for (const IsaKernels* kernels : available_paths()) {
+    SCOPED_TRACE(kernels->name);
+    std::vector<float> y = x;
+    kernels->softmax_rows(y.data(), kRows, kWidth, kStride, 0.125f);
+    for (int r = 0; r < kRows; ++r) {
+      const float* in = x.data() + static_cast<size_t>(r) * kStride;
+      const float* out = y.data() + static_cast<size_t>(r) * kStride;
+      double max = -1e300, sum = 0.0;
+      for (int i = 0; i < kWidth; ++i) max = std::max(max, 0.125 * in[i]);
+      for (int i = 0; i < kWidth; ++i) sum += std::exp(0.125 * in[i] - max);
+      double total = 0.0;
+      for (int i = 0; i < kWidth; ++i) {
+        EXPECT_NEAR(out[i], std::exp(0.125 * in[i] - max) / sum, 1e-6) << r << "," << i;
+        total += out[i];
+      }
+      EXPECT_NEAR(total, 1.0, 1e-5);
+      for (int i = kWidth; i < kStride; ++i) EXPECT_EQ(out[i], 0.0f);
+    }
+  }
+}
+
+TEST(KernelMatmul, FloatActivationsServeFloatWeightsAndAreRefusedByIntegerOnes) {
+  ThreadPool pool(2);
+  std::vector<float> w(32 * 64), x(3 * 64);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = std::sin(0.1f * static_cast<float>(i));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.07f * static_cast<float>(i));
+  const PackedWeight packed = pack_weight({GgmlType::F32, reinterpret_cast<const uint8_t*>(w.data()), 32, 64});
+  QuantizedActivations acts;
+  acts.use_floats(x.data(), 3, 64);
+  std::vector<float> y(3 * 32);
+  matmul(packed, acts, y.data(), 32, pool);
+  for (int t = 0; t < 3; ++t)
+    for (int r = 0; r < 32; ++r) {
+      double want = 0.0;
+      for (int k = 0; k < 64; ++k) want += static_cast<double>(w[r * 64 + k]) * x[t * 64 + k];
+      EXPECT_NEAR(y[t * 32 + r], want, 1e-4);
+    }
+  std::vector<uint8_t> q8(32 * 64 / 32 * 34, 0);  // Q8_0 blocks: fp16 scale + 32 codes, all zero
+  const PackedWeight integer = pack_weight({GgmlType::Q8_0, q8.data(), 32, 64});
+  EXPECT_THROW(matmul(integer, acts, y.data(), 32, pool), Error);
+}
 
 }  // namespace
 }  // namespace splash::kernels

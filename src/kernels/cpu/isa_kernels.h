@@ -63,6 +63,8 @@ struct IsaKernels {
                          const AttentionSplit& split);
   void (*rms_norm)(const float* x, const float* weight, float* out, int n, int dim, float eps);
   void (*silu_mul)(const float* gate_up, float* out, int n, int ffn);  // gate_up = [n][2*ffn]
+  void (*gelu_tanh)(float* x, int n, int width);
+  void (*softmax_rows)(float* x, int n, int width, int stride, float scale);
 };
 
 const IsaKernels& avx2_kernels();

@@ -20,6 +20,7 @@ void QuantizedActivations::quantize(const float* x, int n, int k, ThreadPool& po
   x_ = x;
   n_ = n;
   k_ = k;
+  quantized_ = true;
   codes_.resize(static_cast<size_t>(n) * k);
   scales_.resize(static_cast<size_t>(n) * (k / 32) * sizeof(float));
   sums_.resize(static_cast<size_t>(n) * (k / 16) * sizeof(float));
@@ -41,8 +42,18 @@ void QuantizedActivations::quantize(const float* x, int n, int k, ThreadPool& po
   });
 }
 
+void QuantizedActivations::use_floats(const float* x, int n, int k) {
+  if (k % 32 != 0) fail("activation width {} is not a multiple of 32", k);
+  x_ = x;
+  n_ = n;
+  k_ = k;
+  quantized_ = false;
+}
+
 void matmul(const PackedWeight& w, const QuantizedActivations& x, float* y, int ldy, ThreadPool& pool) {
   if (x.cols() != w.cols) fail("matmul: activation width {} does not match weight width {}", x.cols(), w.cols);
+  if (!x.quantized() && packed_kind_info(w.kind).integer)
+    fail("matmul: integer weights need quantized activations");
   const MatmulInput input{x.source(), x.codes(), x.scales(), x.sums(), x.rows(), x.cols()};
   const IsaKernels& kernels = selected_kernels();
   // A few tasks per thread so a slow thread does not hold the others at the barrier.

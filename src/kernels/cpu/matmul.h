@@ -15,6 +15,10 @@ class QuantizedActivations {
  public:
   // Quantizes N rows of K floats (K a multiple of 32); keeps a pointer to x for float kernels.
   void quantize(const float* x, int n, int k, ThreadPool& pool);
+  // Only keeps the pointer: for a caller whose next matmuls all have float weights (F32, F16,
+  // BF16), which read the floats; integer weights then refuse these activations.
+  void use_floats(const float* x, int n, int k);
+  bool quantized() const { return quantized_; }
   const float* source() const { return x_; }
   int rows() const { return n_; }
   int cols() const { return k_; }
@@ -25,6 +29,7 @@ class QuantizedActivations {
  private:
   const float* x_ = nullptr;
   int n_ = 0, k_ = 0;
+  bool quantized_ = false;
   AlignedBuffer codes_, scales_, sums_;
 };
 

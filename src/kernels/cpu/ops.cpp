@@ -33,6 +33,20 @@ void silu_mul(const float* gate_up, float* out, int n, int ffn, ThreadPool& pool
   });
 }
 
+void gelu_tanh(float* x, int n, int width, ThreadPool& pool) {
+  const auto& kernels = selected_kernels();
+  for_row_ranges(n, 4, pool, [&](int begin, int end) {
+    kernels.gelu_tanh(x + static_cast<size_t>(begin) * width, end - begin, width);
+  });
+}
+
+void softmax_rows(float* x, int n, int width, int stride, float scale, ThreadPool& pool) {
+  const auto& kernels = selected_kernels();
+  for_row_ranges(n, 4, pool, [&](int begin, int end) {
+    kernels.softmax_rows(x + static_cast<size_t>(begin) * stride, end - begin, width, stride, scale);
+  });
+}
+
 namespace {
 // Split-K for a single query token over a long context: parts of at least this many key
 // tiles (512 positions), at most kMaxAttentionParts of them.

@@ -11,6 +11,11 @@ namespace splash::kernels {
 void rms_norm(const float* x, const float* weight, float* out, int n, int dim, float eps, ThreadPool& pool);
 // out[n][ffn] = silu(gate) * up, where gate_up[n] = [gate(ffn) | up(ffn)].
 void silu_mul(const float* gate_up, float* out, int n, int ffn, ThreadPool& pool);
+// GELU with the tanh approximation (gelu_pytorch_tanh), in place on n rows of `width`.
+void gelu_tanh(float* x, int n, int width, ThreadPool& pool);
+// In place on n rows `stride` apart: softmax of scale * x over each row's first `width`
+// values; the rest of the row, up to `stride`, becomes 0.
+void softmax_rows(float* x, int n, int width, int stride, float scale, ThreadPool& pool);
 // Causal grouped-query attention of each sequence's new tokens against its paged cache; the
 // sequences of a batch share one parallel pass.
 void attention(std::span<const AttentionArgs> sequences, ThreadPool& pool);

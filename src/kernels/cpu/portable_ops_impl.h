@@ -86,6 +86,39 @@ void silu_mul_impl(const float* gate_up, float* out, int n, int ffn) {
   }
 }
 
+// GELU, tanh approximation (SigLIP's gelu_pytorch_tanh), in place:
+// 0.5 u (1 + tanh(z)) = u * sigmoid(2 z), z = sqrt(2/pi) (u + 0.044715 u^3).
+void gelu_tanh_impl(float* x, int n, int width) {
+  for (int row = 0; row < n; ++row) {
+    float* v = x + static_cast<size_t>(row) * width;
+    for (int i = 0; i < width; ++i) {
+      const float u = v[i];
+      const float t = 1.5957691216057308f * (u + 0.044715f * u * u * u);
+      const float e = exp_nonpositive(-std::fabs(t));
+      const float sigmoid = t >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+      v[i] = u * sigmoid;
+    }
+  }
+}
+
+// Row softmax of scale * x over the first `width` values of rows `stride` apart, in place;
+// values [width, stride) become 0 (padding that must weigh nothing in a following matmul).
+void softmax_rows_impl(float* x, int n, int width, int stride, float scale) {
+  for (int row = 0; row < n; ++row) {
+    float* v = x + static_cast<size_t>(row) * stride;
+    float max = -3.0e38f;
+    for (int i = 0; i < width; ++i) max = max_of(max, v[i] * scale);
+    float sum = 0.0f;
+    for (int i = 0; i < width; ++i) {
+      v[i] = exp_nonpositive(v[i] * scale - max);
+      sum += v[i];
+    }
+    const float inverse = 1.0f / sum;
+    for (int i = 0; i < width; ++i) v[i] *= inverse;
+    for (int i = width; i < stride; ++i) v[i] = 0.0f;
+  }
+}
+
 // Sixteen floats (one key tile row, or a slice of a head) as one value the compiler keeps in
 // registers: a GCC vector, i.e. one zmm, in the AVX-512 build; in the AVX2 build a pair of
 // 8-float vectors, because GCC lowers 64-byte vectors poorly without AVX-512.
