@@ -13,6 +13,13 @@ described by manifest.json:
   - idefics3: Idefics3 preprocessing without image splitting, float32 little-endian planes
     [3][size][size]: longest edge to 4*size (transformers' rule: the other edge truncated and
     made even), LANCZOS, then LANCZOS to size x size, then (v/255 - 0.5)/0.5.
+  - idefics3_views: Idefics3 preprocessing with image splitting (SmolVLM's default), as
+    transformers' own Idefics3ImageProcessorPil returns it (transformers required): rows,
+    cols and every view, rows*cols tiles row-major then the whole image, float32 [views][3][size]
+    [size], from a raw .rgb source above. size 16, not 32: every image is split into up to
+    4 x 4 tiles (17 views), 12 KiB a view at 32 would make these files ~0.5 MB.
+  - idefics3_layouts: rows and cols transformers gives for real SmolVLM sizes (384, 512) and
+    real image sizes (only the image's size matters, so no pixels are stored).
 Resized pixels depend on the Pillow version: Pillow 13 runs the vertical pass first when the
 height shrinks much more than the width (up to 2 per channel from Pillow 12's horizontal-first);
 the files here were made with the Pillow pinned in requirements-test.txt.
@@ -69,6 +76,40 @@ def idefics3_pixels(rgb: Image.Image, size: int) -> np.ndarray:
     x = (np.asarray(square).astype(np.float64) * (1 / 255)).astype(np.float32)
     x = (x - np.float32(0.5)) / np.float32(0.5)
     return np.ascontiguousarray(x.transpose(2, 0, 1))
+
+
+def idefics3_views(rgb: Image.Image, size: int) -> tuple[int, int, np.ndarray]:
+    """Image splitting with Pillow alone, to check (and document) what transformers does."""
+    w, h = idefics3_size(rgb.width, rgb.height, 4 * size)
+    # resize_for_vision_encoder: the longest side up to a multiple of size, the other from the
+    # float aspect ratio and the new longest side, truncated, then up to a multiple too.
+    aspect, up = w / h, lambda v: -(-v // size) * size
+    tw, th = (up(w), up(int(up(w) / aspect))) if w >= h else (up(int(up(h) * aspect)), up(h))
+    tiled = rgb.resize((w, h), LANCZOS).resize((tw, th), LANCZOS)
+    if tw <= size and th <= size:  # split_images: one frame, the image itself
+        rows = cols = 0
+        frames = [tiled]
+    else:
+        rows, cols = th // size, tw // size
+        boxes = [(c * size, r * size, (c + 1) * size, (r + 1) * size) for r in range(rows) for c in range(cols)]
+        frames = [tiled.crop(box) for box in boxes]  # row by row, left to right
+        frames.append(tiled.resize((size, size), LANCZOS))  # the whole image last
+    x = (np.stack([np.asarray(f) for f in frames]).astype(np.float64) * (1 / 255)).astype(np.float32)
+    x = (x - np.float32(0.5)) / np.float32(0.5)
+    return rows, cols, np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+
+
+def transformers_views(rgb: Image.Image, size: int) -> tuple[int, int, np.ndarray]:
+    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+
+    processor = Idefics3ImageProcessorPil(
+        do_image_splitting=True, size={"longest_edge": 4 * size}, max_image_size={"longest_edge": size}
+    )
+    out = processor(images=[rgb], return_tensors="np", return_row_col_info=True)
+    # One image: every frame is size x size, so do_pad pads nothing (the mask is all ones).
+    if not np.all(out["pixel_attention_mask"] == 1):
+        sys.exit("unexpected padding in a single image's frames")
+    return out["rows"][0][0], out["cols"][0][0], np.asarray(out["pixel_values"])[0]
 
 
 def check_against_transformers(rgb: Image.Image, size: int, ours: np.ndarray) -> None:
@@ -156,6 +197,33 @@ def main() -> None:
         out = f"idefics3_{source.rsplit('.', 1)[0]}_{size}.f32"
         (args.out / out).write_bytes(pixels.astype("<f4").tobytes())
         manifest["idefics3"].append({"source": source, "size": size, "f32": out})
+
+    # Wide (3 x 4 tiles), tall (4 x 2), square (4 x 4) and a strip (1 x 4); none stays unsplit,
+    # as the longest edge is always resized to 4 tiles.
+    manifest["idefics3_views"] = []
+    sources = {e["rgb"]: (e["width"], e["height"]) for e in manifest["decode"]}
+    sources.update({e["rgb"]: (e["width"], e["height"]) for e in manifest["resize"]})
+    for source in ["rgb_37x23.rgb", "tall_21x45.rgb", "rgba_40x40.rgb", "resize_rgba_40x40_to_40x7.rgb"]:
+        size = 16
+        w, h = sources[source]
+        rgb = Image.frombytes("RGB", (w, h), (args.out / source).read_bytes())
+        rows, cols, views = transformers_views(rgb, size)
+        own_rows, own_cols, own = idefics3_views(rgb, size)
+        if (own_rows, own_cols) != (rows, cols) or own.shape != views.shape or np.abs(own - views).max() > 0:
+            sys.exit(f"Pillow-only splitting differs from transformers on {source}")
+        out = f"idefics3_views_{source.rsplit('.', 1)[0]}_{size}.f32"
+        (args.out / out).write_bytes(views.astype("<f4").tobytes())
+        manifest["idefics3_views"].append(
+            {"rgb": source, "width": w, "height": h, "size": size, "rows": int(rows), "cols": int(cols), "f32": out}
+        )
+
+    manifest["idefics3_layouts"] = []
+    for w, h, size in [(1280, 800, 384), (800, 1280, 384), (1920, 1080, 512), (1024, 512, 512),
+                       (4000, 300, 384), (300, 1200, 384), (1, 1, 384), (640, 640, 512)]:
+        rows, cols, _ = transformers_views(Image.new("RGB", (w, h), (90, 120, 150)), size)
+        manifest["idefics3_layouts"].append(
+            {"width": w, "height": h, "size": size, "rows": int(rows), "cols": int(cols)}
+        )
 
     (args.out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     total = sum(p.stat().st_size for p in args.out.iterdir())

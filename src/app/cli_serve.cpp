@@ -106,7 +106,7 @@ void serve(ServeFlags flags) {
   if (loaded->vision) {
     const auto& v = loaded->vision->info();
     served.details["vision"] = {{"projector", v.projector},       {"mmproj_path", loaded->vision_path},
-                                {"image_size", v.image_size},     {"tokens_per_image", v.tokens_per_image},
+                                {"image_size", v.image_size},     {"tokens_per_view", v.tokens_per_view},
                                 {"weights_bytes", v.weight_bytes}, {"max_image_pixels", flags.model.max_image_pixels}};
   }
 

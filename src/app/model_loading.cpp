@@ -89,9 +89,9 @@ void print_summary(const LoadedModel& loaded, std::FILE* out) {
   fmt::print(out, "chat format  {}\n", loaded.chat->description());
   if (loaded.vision) {
     const auto& v = loaded.vision->info();
-    fmt::print(out, "vision       {} encoder ({}): {} layers, width {}; an image is {}x{} pixels -> {} tokens; {:.1f} MiB, "
-                    "types {}\n",
-               v.projector, loaded.vision_path, v.layers, v.width, v.image_size, v.image_size, v.tokens_per_image,
+    fmt::print(out, "vision       {} encoder ({}): {} layers, width {}; each view (tile or whole image) is {}x{} "
+                    "pixels -> {} tokens; {:.1f} MiB, types {}\n",
+               v.projector, loaded.vision_path, v.layers, v.width, v.image_size, v.image_size, v.tokens_per_view,
                v.weight_bytes / mib, v.weight_types);
   }
   fmt::print(out, "loaded in    {:.2f} s\n", loaded.load_seconds);

@@ -79,7 +79,15 @@ std::vector<int32_t> EngineService::encode_chat(std::span<const chat::ChatMessag
                                                 std::span<const chat::ToolSpec> tools) const {
   auto prompt = chat::encode_prompt(chat_, tokenizer_, messages, tools);
   if (!images_.encoder) return prompt;
-  return expand_image_markers(prompt, image_tokens_, images_.encoder->info().tokens_per_image, {}).tokens;
+  // Counting: each image's tiles follow from its size, read from its header.
+  std::vector<EncodedImage> layouts;
+  for (const auto& message : messages)
+    for (const std::string& file : message.images) {
+      const auto size = vision::read_image_size(std::span(reinterpret_cast<const uint8_t*>(file.data()), file.size()),
+                                                images_.max_pixels);
+      layouts.push_back({images_.encoder->layout(size.width, size.height), {}, 0});
+    }
+  return expand_image_markers(prompt, image_tokens_, images_.encoder->info().tokens_per_view, layouts).tokens;
 }
 
 std::string EngineService::encode_images(ChatTicket& ticket) {
@@ -95,7 +103,9 @@ std::string EngineService::encode_images(ChatTicket& ticket) {
       try {
         const auto bytes = std::span(reinterpret_cast<const uint8_t*>(file.data()), file.size());
         const vision::RgbImage image = vision::decode_image(bytes, images_.max_pixels);
-        ticket.images_.push_back({images_.encoder->encode(image), image_digest(file)});
+        vision::ImageFeatures features = images_.encoder->encode(image);
+        const vision::ImageLayout layout = features.layout;
+        ticket.images_.push_back({layout, std::move(features), image_digest(file)});
       } catch (const Error& e) {
         return fmt::format("image {} of the conversation: {}", index + 1, e.what());
       }
@@ -190,7 +200,7 @@ bool EngineService::prepare(Running& sequence) {
     std::vector<int32_t> cache_keys;
     if (images_.encoder) {
       ImagePrompt expanded = expand_image_markers(request.prompt, image_tokens_,
-                                                  images_.encoder->info().tokens_per_image, ticket.images_);
+                                                  images_.encoder->info().tokens_per_view, ticket.images_);
       request.prompt = std::move(expanded.tokens);
       cache_keys = std::move(expanded.cache_keys);
       if (!ticket.images_.empty()) {

@@ -14,4 +14,12 @@ struct RgbImage {
   const uint8_t* at(int x, int y) const { return pixels.data() + (static_cast<size_t>(y) * width + x) * 3; }
 };
 
+// How an image is shown to an encoder: rows x cols tiles (row-major), then the whole image
+// as one more view; 0 x 0 when the image is a single view.
+struct ImageLayout {
+  int rows = 0;
+  int cols = 0;
+  int views() const { return rows * cols + 1; }
+};
+
 }  // namespace splash::vision

@@ -62,13 +62,14 @@ struct PngImageGuard {
   PngImageGuard& operator=(const PngImageGuard&) = delete;
 };
 
-RgbImage decode_png(std::span<const uint8_t> bytes, int64_t max_pixels) {
+RgbImage decode_png(std::span<const uint8_t> bytes, int64_t max_pixels, bool header_only) {
   PngImageGuard guard;
   png_image& png = guard.image;
   if (!png_image_begin_read_from_memory(&png, bytes.data(), bytes.size())) {
     fail("image data is not a valid PNG file: {}", png.message);
   }
   check_size(png.width, png.height, max_pixels);
+  if (header_only) return RgbImage{static_cast<int>(png.width), static_cast<int>(png.height), {}};
   const bool alpha = (png.format & PNG_FORMAT_FLAG_ALPHA) != 0;
   png.format = alpha ? PNG_FORMAT_RGBA : PNG_FORMAT_RGB;
   std::vector<uint8_t> pixels;
@@ -95,7 +96,7 @@ struct TurboJpegHandle {
   TurboJpegHandle& operator=(const TurboJpegHandle&) = delete;
 };
 
-RgbImage decode_jpeg(std::span<const uint8_t> bytes, int64_t max_pixels) {
+RgbImage decode_jpeg(std::span<const uint8_t> bytes, int64_t max_pixels, bool header_only) {
   TurboJpegHandle tj;
   if (!tj.handle) fail("the JPEG decoder could not be started: {}", tjGetErrorStr2(nullptr));
   // TurboJPEG takes a non-const buffer and an unsigned long size in the 2.1 API; it only reads.
@@ -110,6 +111,7 @@ RgbImage decode_jpeg(std::span<const uint8_t> bytes, int64_t max_pixels) {
     fail("CMYK JPEG images are not supported; send the image as an RGB or grayscale JPEG, or as PNG");
   }
   check_size(static_cast<uint64_t>(width), static_cast<uint64_t>(height), max_pixels);
+  if (header_only) return RgbImage{static_cast<int>(width), static_cast<int>(height), {}};
   std::vector<uint8_t> pixels;
   RgbImage image = make_image(width, height, 3, pixels);
   // LIMITSCANS: a progressive file with thousands of tiny scans would otherwise take minutes.
@@ -143,13 +145,14 @@ const char* webp_status_text(VP8StatusCode status) {
   }
 }
 
-RgbImage decode_webp(std::span<const uint8_t> bytes, int64_t max_pixels) {
+RgbImage decode_webp(std::span<const uint8_t> bytes, int64_t max_pixels, bool header_only) {
   WebPDecoderConfig config;
   if (!WebPInitDecoderConfig(&config)) fail("the WebP decoder could not be started (library version mismatch)");
   const VP8StatusCode header = WebPGetFeatures(bytes.data(), bytes.size(), &config.input);
   if (header != VP8_STATUS_OK) fail("image data is not a valid WebP file: {}", webp_status_text(header));
   if (config.input.has_animation) fail("animated WebP images are not supported; send a single still image");
   check_size(static_cast<uint64_t>(config.input.width), static_cast<uint64_t>(config.input.height), max_pixels);
+  if (header_only) return RgbImage{static_cast<int>(config.input.width), static_cast<int>(config.input.height), {}};
   const bool alpha = config.input.has_alpha != 0;
   std::vector<uint8_t> pixels;
   RgbImage image = make_image(config.input.width, config.input.height, alpha ? 4 : 3, pixels);
@@ -188,15 +191,26 @@ std::string image_format_name(ImageFormat format) {
   return "unknown";
 }
 
-RgbImage decode_image(std::span<const uint8_t> bytes, int64_t max_pixels) {
+namespace {
+
+RgbImage decode(std::span<const uint8_t> bytes, int64_t max_pixels, bool header_only) {
   switch (sniff_image_format(bytes)) {
-    case ImageFormat::Png: return decode_png(bytes, max_pixels);
-    case ImageFormat::Jpeg: return decode_jpeg(bytes, max_pixels);
-    case ImageFormat::Webp: return decode_webp(bytes, max_pixels);
+    case ImageFormat::Png: return decode_png(bytes, max_pixels, header_only);
+    case ImageFormat::Jpeg: return decode_jpeg(bytes, max_pixels, header_only);
+    case ImageFormat::Webp: return decode_webp(bytes, max_pixels, header_only);
     case ImageFormat::Gif: fail("GIF images are not supported; send the image as PNG, JPEG or WebP");
     case ImageFormat::Unknown: break;
   }
   fail("the image format is not recognized; send the image as PNG, JPEG or WebP");
+}
+
+}  // namespace
+
+RgbImage decode_image(std::span<const uint8_t> bytes, int64_t max_pixels) { return decode(bytes, max_pixels, false); }
+
+ImageSize read_image_size(std::span<const uint8_t> bytes, int64_t max_pixels) {
+  const RgbImage header = decode(bytes, max_pixels, true);
+  return {header.width, header.height};
 }
 
 }  // namespace splash::vision

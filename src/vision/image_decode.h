@@ -27,4 +27,12 @@ std::string image_format_name(ImageFormat format);  // "PNG", "JPEG", ...
 // image of more than max_pixels pixels (the message names the size and the bound).
 RgbImage decode_image(std::span<const uint8_t> bytes, int64_t max_pixels);
 
+// The size from the header alone (no pixel is decoded), with the same checks and errors as
+// decode_image up to the pixel bound: what counting an image's tokens needs.
+struct ImageSize {
+  int width = 0;
+  int height = 0;
+};
+ImageSize read_image_size(std::span<const uint8_t> bytes, int64_t max_pixels);
+
 }  // namespace splash::vision

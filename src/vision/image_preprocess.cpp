@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numbers>
+#include <utility>
 
 #include "common/error.h"
 
@@ -140,6 +142,58 @@ std::pair<int, int> idefics3_longest_edge_size(int width, int height, int longes
   return {std::max(w, 1), std::max(h, 1)};
 }
 
+// transformers' Idefics3ImageProcessor.resize_for_vision_encoder: the longest side rounded up
+// to a multiple of `size` (math.ceil), the other recomputed from the float aspect ratio and the
+// NEW longest side, truncated (int()), then rounded up too. get_number_of_image_patches rounds
+// each side up on its own instead; the two agree for even sizes (all of 1..400 squared checked
+// at 364, 384, 512) but not for some odd ones (truncation can lose a tile), and this is what runs.
+std::pair<int, int> idefics3_tiled_size(int width, int height, int size) {
+  // ceil(v / size) * size; exact in integers where Python divides floats (sides are < 2^31).
+  const auto round_up = [size](int v) { return static_cast<int>((int64_t{v} + size - 1) / size * size); };
+  const double aspect = static_cast<double>(width) / height;
+  if (width >= height) {
+    width = round_up(width);
+    height = round_up(static_cast<int>(width / aspect));
+  } else {
+    height = round_up(height);
+    width = round_up(static_cast<int>(height * aspect));
+  }
+  return {width, height};
+}
+
+// Both steps before the split: the longest edge to 4 x size, then the tile-multiple size.
+struct TiledSize {
+  int resized_width, resized_height;  // after the longest-edge resize
+  int width, height;                  // after resize_for_vision_encoder
+};
+
+TiledSize idefics3_tiled(int width, int height, int size) {
+  if (size <= 0) fail("invalid vision encoder image size {}", size);
+  if (width <= 0 || height <= 0) fail("invalid image size {}x{}", width, height);
+  const auto [w, h] = idefics3_longest_edge_size(width, height, 4 * size);
+  const auto [tw, th] = idefics3_tiled_size(w, h, size);
+  return {w, h, tw, th};
+}
+
+// The size x size square at (x0, y0) of `image` as [3][size][size] floats, rescaled and
+// normalized the way transformers does it after the resizes (rescale, then normalize).
+std::vector<float> normalized_square(const RgbImage& image, int x0, int y0, int size, const PixelNormalization& norm) {
+  const size_t plane = static_cast<size_t>(size) * size;
+  std::vector<float> out(3 * plane);
+  for (int y = 0; y < size; ++y) {
+    const uint8_t* row = image.at(x0, y0 + y);
+    for (int x = 0; x < size; ++x) {
+      const size_t i = static_cast<size_t>(y) * size + x;
+      for (size_t c = 0; c < 3; ++c) {
+        // transformers rescales in float64 and casts to float32, then normalizes in float32.
+        const float v = static_cast<float>(row[x * 3 + c] * (1.0 / 255.0));
+        out[c * plane + i] = (v - norm.mean[c]) / norm.std[c];
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 RgbImage resize_lanczos(const RgbImage& image, int width, int height) {
@@ -168,15 +222,39 @@ std::vector<float> idefics3_pixels(const RgbImage& image, int size, const PixelN
   if (size <= 0) fail("invalid vision encoder image size {}", size);
   const auto [w, h] = idefics3_longest_edge_size(image.width, image.height, 4 * size);
   const RgbImage square = resize_lanczos(resize_lanczos(image, w, h), size, size);
-  const size_t plane = static_cast<size_t>(size) * size;
-  std::vector<float> out(3 * plane);
-  for (size_t i = 0; i < plane; ++i) {
-    for (size_t c = 0; c < 3; ++c) {
-      // transformers rescales in float64 and casts to float32, then normalizes in float32.
-      const float v = static_cast<float>(square.pixels[i * 3 + c] * (1.0 / 255.0));
-      out[c * plane + i] = (v - norm.mean[c]) / norm.std[c];
-    }
+  return normalized_square(square, 0, 0, size, norm);
+}
+
+ImageLayout idefics3_layout(int width, int height, int size) {
+  const TiledSize t = idefics3_tiled(width, height, size);
+  // split_images: tiles only when the image is larger than one tile; the sides are multiples
+  // of size, so (side - size) // size + 1 there is side / size.
+  if (t.width <= size && t.height <= size) return {};
+  return {t.height / size, t.width / size};
+}
+
+Idefics3Views idefics3_views(const RgbImage& image, int size, const PixelNormalization& norm) {
+  // _preprocess with do_resize and do_image_splitting: resize (longest edge), then
+  // resize_for_vision_encoder, then split_images, then rescale and normalize every frame. Each
+  // resize is PIL's LANCZOS on 8-bit pixels (the PIL backend keeps uint8 until the rescale).
+  const TiledSize t = idefics3_tiled(image.width, image.height, size);
+  const RgbImage tiled = resize_lanczos(resize_lanczos(image, t.resized_width, t.resized_height), t.width, t.height);
+  const ImageLayout layout = idefics3_layout(image.width, image.height, size);
+  Idefics3Views out;
+  out.rows = layout.rows;
+  out.cols = layout.cols;
+  if (layout.rows == 0) {
+    // Not split: the one frame is the image itself, already size x size (a multiple of size
+    // and no larger), not resized again.
+    out.views.push_back(normalized_square(tiled, 0, 0, size, norm));
+    return out;
   }
+  out.views.reserve(static_cast<size_t>(layout.views()));
+  for (int r = 0; r < layout.rows; ++r)  // split_images: crops row by row, left to right
+    for (int c = 0; c < layout.cols; ++c) out.views.push_back(normalized_square(tiled, c * size, r * size, size, norm));
+  // The global view comes last, resized from the rounded-up image (not from the original nor
+  // from the longest-edge one). With one image there is no padding: every frame is size x size.
+  out.views.push_back(normalized_square(resize_lanczos(tiled, size, size), 0, 0, size, norm));
   return out;
 }
 

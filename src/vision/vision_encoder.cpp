@@ -60,7 +60,7 @@ Hyperparameters read_hyperparameters(const gguf::File& file) {
     fail("{}: inconsistent vision hyperparameters", file.path());
   if (v.width % 32 != 0 || v.ffn % 32 != 0 || (3 * v.patch_size * v.patch_size) % 32 != 0)
     fail("{}: vision widths must be multiples of 32", file.path());
-  v.tokens_per_image = (grid / v.scale_factor) * (grid / v.scale_factor);
+  v.tokens_per_view = (grid / v.scale_factor) * (grid / v.scale_factor);
   return h;
 }
 
@@ -105,16 +105,35 @@ class Idefics3Encoder final : public VisionEncoder {
 
   const VisionInfo& info() const override { return h_.info; }
 
+  ImageLayout layout(int width, int height) const override {
+    return idefics3_layout(width, height, h_.info.image_size);
+  }
+
   ImageFeatures encode(const RgbImage& image) override {
-    const auto pixels = idefics3_pixels(image, h_.info.image_size, h_.norm);
-    return encode_pixels(pixels);
+    const Idefics3Views views = idefics3_views(image, h_.info.image_size, h_.norm);
+    ImageFeatures out;
+    out.layout = {views.rows, views.cols};
+    out.dim = h_.info.projection_dim;
+    std::lock_guard lock(mutex_);
+    for (const auto& view : views.views) {
+      const ImageFeatures one = encode_view(view);
+      out.values.insert(out.values.end(), one.values.begin(), one.values.end());
+      out.tokens += one.tokens;
+    }
+    return out;
   }
 
   ImageFeatures encode_pixels(std::span<const float> pixels) override {
+    std::lock_guard lock(mutex_);
+    return encode_view(pixels);
+  }
+
+ private:
+  // One [3][image_size][image_size] view; the caller holds mutex_.
+  ImageFeatures encode_view(std::span<const float> pixels) {
     const VisionInfo& v = h_.info;
     if (pixels.size() != static_cast<size_t>(3) * v.image_size * v.image_size)
       fail("encode_pixels: {} values for a 3x{}x{} image", pixels.size(), v.image_size, v.image_size);
-    std::lock_guard lock(mutex_);
     const int n = patches();
     embed_patches(pixels);
     for (const Layer& layer : layers_) run_layer(layer, n);
@@ -122,7 +141,6 @@ class Idefics3Encoder final : public VisionEncoder {
     return connect(normed_.data());
   }
 
- private:
   int grid() const { return h_.info.image_size / h_.info.patch_size; }
   int patches() const { return grid() * grid(); }
   int patch_inputs() const { return 3 * h_.info.patch_size * h_.info.patch_size; }
@@ -308,8 +326,8 @@ class Idefics3Encoder final : public VisionEncoder {
     const VisionInfo& v = h_.info;
     const int g = grid(), s = v.scale_factor, d = v.width, out_grid = g / s;
     const int shuffled = d * s * s;
-    std::vector<float> rows(static_cast<size_t>(v.tokens_per_image) * shuffled);
-    for (int r = 0; r < v.tokens_per_image; ++r) {
+    std::vector<float> rows(static_cast<size_t>(v.tokens_per_view) * shuffled);
+    for (int r = 0; r < v.tokens_per_view; ++r) {
       const int gy = r / out_grid, gx = r % out_grid;
       for (int j = 0; j < s; ++j)
         for (int k = 0; k < s; ++k) {
@@ -319,7 +337,7 @@ class Idefics3Encoder final : public VisionEncoder {
         }
     }
     ImageFeatures out;
-    out.tokens = v.tokens_per_image;
+    out.tokens = v.tokens_per_view;
     out.dim = v.projection_dim;
     out.values.resize(static_cast<size_t>(out.tokens) * out.dim);
     prepare(connector_, rows.data(), out.tokens, shuffled);

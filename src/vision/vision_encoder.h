@@ -27,15 +27,17 @@ struct VisionInfo {
   int width = 0;              // hidden size of the vision transformer
   int layers = 0, heads = 0, ffn = 0;
   int scale_factor = 0;       // the connector's pixel-shuffle factor
-  int tokens_per_image = 0;   // (image_size / patch_size / scale_factor)^2
+  int tokens_per_view = 0;    // (image_size / patch_size / scale_factor)^2
   int projection_dim = 0;     // the text model's width
   size_t weight_bytes = 0;    // packed weights, resident
   std::string weight_types;   // e.g. "F16 (74), F32 (126)"
 };
 
-// One image's features: tokens_per_image rows of projection_dim floats.
+// One image's features: tokens_per_view rows of projection_dim floats for each view, the
+// layout's tiles first (row-major), the whole image last.
 struct ImageFeatures {
-  int tokens = 0;
+  ImageLayout layout;
+  int tokens = 0;  // layout.views() * tokens_per_view
   int dim = 0;
   std::vector<float> values;
   const float* row(int token) const { return values.data() + static_cast<size_t>(token) * dim; }
@@ -49,11 +51,14 @@ class VisionEncoder {
   virtual ~VisionEncoder() = default;
 
   virtual const VisionInfo& info() const = 0;
-  // Preprocesses (vision/image_preprocess.h) and encodes one image. Thread-safe: concurrent
-  // callers take turns (each encode uses every thread of the encoder's pool).
+  // The tiles an image of this size is split into (from its size alone: for counting tokens).
+  virtual ImageLayout layout(int width, int height) const = 0;
+  // Preprocesses (vision/image_preprocess.h: the model's tiles and whole view) and encodes one
+  // image. Thread-safe: concurrent callers take turns (each encode uses every thread of the
+  // encoder's pool).
   virtual ImageFeatures encode(const RgbImage& image) = 0;
-  // Encodes an already preprocessed [3][image_size][image_size] pixel tensor (for tests and
-  // the reference check).
+  // Encodes one already preprocessed [3][image_size][image_size] view (for tests and the
+  // reference check): a single-view layout.
   virtual ImageFeatures encode_pixels(std::span<const float> pixels) = 0;
 };
 

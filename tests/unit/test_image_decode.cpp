@@ -3,7 +3,8 @@
 // Tolerances (measured with Pillow 13.0.0 and Debian's libpng 1.6.39, libjpeg-turbo 2.1.5,
 // libwebp 1.2.4 on x86-64): every decode is byte-exact, JPEG and lossy WebP included (the
 // same decoders with the same default DCT and upsampling); resize_lanczos is byte-exact (the
-// same fixed-point arithmetic as Pillow's); idefics3_pixels is within float rounding.
+// same fixed-point arithmetic as Pillow's); idefics3_pixels is within float rounding;
+// idefics3_views is bit-exact against transformers' own Idefics3ImageProcessorPil.
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -22,6 +23,8 @@
 
 namespace {
 
+using splash::vision::ImageSize;
+using splash::vision::read_image_size;
 using splash::vision::decode_image;
 using splash::vision::ImageFormat;
 using splash::vision::kDefaultMaxImagePixels;
@@ -164,6 +167,22 @@ TEST(ImageDecode, SniffsSignatures) {
 }
 
 // --- the pixel bound: read from the header, checked before any pixel is decoded ---
+
+// Counting an image's tokens reads only its header: the same size as decoding, the same
+// refusals, and a header bomb costs nothing.
+TEST(ImageDecode, HeaderSizeAgreesWithDecoding) {
+  for (const auto& c : manifest().at("decode")) {
+    const std::string file = c.at("file");
+    SCOPED_TRACE(file);
+    const Bytes bytes = read_file(file);
+    const ImageSize size = read_image_size(bytes, kDefaultMaxImagePixels);
+    EXPECT_EQ(size.width, c.at("width").get<int>());
+    EXPECT_EQ(size.height, c.at("height").get<int>());
+  }
+  EXPECT_THROW(read_image_size(png_with_ihdr(100000, 100000), kDefaultMaxImagePixels), splash::Error);
+  EXPECT_THROW(read_image_size(read_file("gif_8x8.gif"), kDefaultMaxImagePixels), splash::Error);
+  EXPECT_THROW(read_image_size(Bytes{0x89, 'P', 'N', 'G'}, kDefaultMaxImagePixels), splash::Error);
+}
 
 TEST(ImageDecode, PixelBoundRefusedFromThePngHeader) {
   // The file ends after IHDR: a decode attempt would fail with a libpng message instead, so the
@@ -329,6 +348,69 @@ TEST(Idefics3Pixels, MatchesPillowPipeline) {
     // remains; one 8-bit step after normalization would be 2/255 = 0.0078.
     EXPECT_LE(worst, 1e-6f);
   }
+}
+
+std::vector<float> read_floats(const std::string& name) {
+  const Bytes raw = read_file(name);
+  std::vector<float> out(raw.size() / sizeof(float));
+  std::memcpy(out.data(), raw.data(), out.size() * sizeof(float));  // little-endian float32, as on x86-64 and arm64
+  return out;
+}
+
+TEST(Idefics3Views, MatchesTransformersSplitting) {
+  const auto m = manifest();
+  ASSERT_GE(m.at("idefics3_views").size(), 4u);
+  for (const auto& c : m.at("idefics3_views")) {
+    SCOPED_TRACE(c.at("rgb").get<std::string>());
+    RgbImage image;
+    image.width = c.at("width");
+    image.height = c.at("height");
+    image.pixels = read_file(c.at("rgb"));
+    const int size = c.at("size");
+    const auto out = splash::vision::idefics3_views(image, size, {});
+    EXPECT_EQ(out.rows, c.at("rows").get<int>());
+    EXPECT_EQ(out.cols, c.at("cols").get<int>());
+    const std::vector<float> expected = read_floats(c.at("f32"));
+    const size_t view = size_t(3) * size * size;
+    ASSERT_EQ(out.views.size(), size_t(out.rows * out.cols + 1));
+    ASSERT_EQ(expected.size(), out.views.size() * view);
+    for (size_t v = 0; v < out.views.size(); ++v) {
+      ASSERT_EQ(out.views[v].size(), view);
+      // Bit-exact: three byte-exact Lanczos resizes, a crop, then the same float64 rescale and
+      // float32 normalize as numpy (nothing to fuse or reorder).
+      EXPECT_EQ(std::memcmp(out.views[v].data(), expected.data() + v * view, view * sizeof(float)), 0)
+          << "view " << v << " (the last is the whole image)";
+    }
+  }
+}
+
+TEST(Idefics3Views, LayoutsMatchTransformersAtModelSizes) {
+  const auto m = manifest();
+  ASSERT_GE(m.at("idefics3_layouts").size(), 4u);
+  for (const auto& c : m.at("idefics3_layouts")) {
+    const int w = c.at("width"), h = c.at("height"), size = c.at("size");
+    SCOPED_TRACE(std::to_string(w) + "x" + std::to_string(h) + " at " + std::to_string(size));
+    const auto layout = splash::vision::idefics3_layout(w, h, size);
+    EXPECT_EQ(layout.rows, c.at("rows").get<int>());
+    EXPECT_EQ(layout.cols, c.at("cols").get<int>());
+  }
+  // idefics3_views cuts what idefics3_layout says, at a real size (SmolVLM-Instruct's 384).
+  RgbImage image;
+  image.width = 1280;
+  image.height = 800;
+  image.pixels.assign(size_t(1280) * 800 * 3, 0);
+  for (size_t i = 0; i < image.pixels.size(); ++i) image.pixels[i] = uint8_t(i * 7 % 251);
+  const auto views = splash::vision::idefics3_views(image, 384, {});
+  EXPECT_EQ(views.rows, 3);
+  EXPECT_EQ(views.cols, 4);
+  ASSERT_EQ(views.views.size(), 13u);
+  for (const auto& v : views.views) EXPECT_EQ(v.size(), size_t(3) * 384 * 384);
+}
+
+TEST(Idefics3Views, BadSizesThrow) {
+  const RgbImage image = decode_file("rgb_37x23.png");
+  EXPECT_THROW(splash::vision::idefics3_views(image, 0, {}), splash::Error);
+  EXPECT_THROW(splash::vision::idefics3_layout(0, 10, 16), splash::Error);
 }
 
 TEST(Idefics3Pixels, NormalizationPerChannel) {

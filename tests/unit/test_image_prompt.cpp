@@ -13,13 +13,17 @@
 namespace splash::engine {
 namespace {
 
-constexpr ImageTokenIds kIds{/*marker=*/900, /*around=*/901, /*global=*/902};
+const ImageTokenIds kIds{/*marker=*/900, /*around=*/901, /*global=*/902,
+                         /*row_col=*/{{911, 912, 913}, {921, 922, 923}}, /*newline=*/{198}, /*double_newline=*/{271}};
 
-EncodedImage image(int tokens, int dim, float fill, uint64_t digest) {
+// A single-view image of `tokens` feature rows (rows x cols tiles: (rows*cols + 1) views).
+EncodedImage image(int tokens, int dim, float fill, uint64_t digest, int rows = 0, int cols = 0) {
   EncodedImage out;
-  out.features.tokens = tokens;
+  out.layout = {rows, cols};
+  out.features.layout = out.layout;
+  out.features.tokens = tokens * out.layout.views();
   out.features.dim = dim;
-  out.features.values.assign(static_cast<size_t>(tokens) * dim, fill);
+  out.features.values.assign(static_cast<size_t>(out.features.tokens) * dim, fill);
   out.digest = digest;
   return out;
 }
@@ -46,6 +50,36 @@ TEST(ImagePrompt, EachMarkerBecomesTheIdefics3Sequence) {
   EXPECT_EQ(out.embeddings[12], images[1].features.row(0));
 }
 
+// transformers' Idefics3Processor string for a 2 x 3 split: each tile "<fake><row_r_col_c>
+// <image>*N", "\n" after each row, then "\n<fake><global-img><image>*N<fake>" (the last row's
+// "\n" and this one tokenized together as "\n\n").
+TEST(ImagePrompt, SplitImagesWriteTheirTilesRowByRowThenTheWholeImage) {
+  const std::vector<int32_t> prompt{7, 900, 8};
+  const std::vector<EncodedImage> images{image(2, 4, 1.0f, 5, /*rows=*/2, /*cols=*/3)};
+  const EncodedImage& split = images[0];
+  const ImagePrompt out = expand_image_markers(prompt, kIds, 2, images);
+  const std::vector<int32_t> expected{7,
+                                      901, 911, 900, 900, 901, 912, 900, 900, 901, 913, 900, 900, 198,
+                                      901, 921, 900, 900, 901, 922, 900, 900, 901, 923, 900, 900, 271,
+                                      901, 902, 900, 900, 901,
+                                      8};
+  EXPECT_EQ(out.tokens, expected);
+  // Feature rows in order: the six tiles' rows, then the whole image's.
+  std::vector<const float*> rows;
+  for (const float* p : out.embeddings)
+    if (p) rows.push_back(p);
+  ASSERT_EQ(rows.size(), 14u);
+  for (int i = 0; i < 14; ++i) EXPECT_EQ(rows[i], split.features.row(i)) << i;
+  // Counting (no features) gives the same tokens.
+  EncodedImage counted;
+  counted.layout = {2, 3};
+  EXPECT_EQ(expand_image_markers(prompt, kIds, 2, std::vector{counted}).tokens, expected);
+  // More tiles than the vocabulary has row/column tokens for is refused.
+  EncodedImage too_wide;
+  too_wide.layout = {1, 4};
+  EXPECT_THROW(expand_image_markers(prompt, kIds, 2, std::vector{too_wide}), Error);
+}
+
 TEST(ImagePrompt, CacheKeysDependOnTheImageAndThePosition) {
   const std::vector<int32_t> prompt{1, 900};
   const auto a = expand_image_markers(prompt, kIds, 64, std::vector{image(64, 4, 0.0f, image_digest("png bytes A"))});
@@ -67,7 +101,8 @@ TEST(ImagePrompt, CacheKeysDependOnTheImageAndThePosition) {
 
 TEST(ImagePrompt, CountingExpandsWithoutFeatures) {
   const std::vector<int32_t> prompt{5, 900, 6};
-  const auto out = expand_image_markers(prompt, kIds, 64, {});
+  EncodedImage counted;  // a layout, no features
+  const auto out = expand_image_markers(prompt, kIds, 64, std::vector{counted});
   EXPECT_EQ(out.tokens.size(), prompt.size() + 64 + 2);
   EXPECT_TRUE(std::all_of(out.embeddings.begin(), out.embeddings.end(), [](const float* p) { return p == nullptr; }));
   EXPECT_EQ(out.cache_keys, out.tokens);
