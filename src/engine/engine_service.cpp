@@ -101,11 +101,15 @@ std::string EngineService::encode_images(ChatTicket& ticket) {
   for (const auto& message : ticket.request_.messages)
     for (const std::string& file : message.images) {
       try {
-        const auto bytes = std::span(reinterpret_cast<const uint8_t*>(file.data()), file.size());
-        const vision::RgbImage image = vision::decode_image(bytes, images_.max_pixels);
-        vision::ImageFeatures features = images_.encoder->encode(image);
-        const vision::ImageLayout layout = features.layout;
-        ticket.images_.push_back({layout, std::move(features), image_digest(file)});
+        const uint64_t digest = image_digest(file);
+        auto features = image_features_.find(digest, file.size());
+        if (!features) {
+          const auto bytes = std::span(reinterpret_cast<const uint8_t*>(file.data()), file.size());
+          features = images_.encoder->encode(vision::decode_image(bytes, images_.max_pixels));
+          image_features_.store(digest, file.size(), *features);
+        }
+        const vision::ImageLayout layout = features->layout;
+        ticket.images_.push_back({layout, std::move(*features), digest});
       } catch (const Error& e) {
         return fmt::format("image {} of the conversation: {}", index + 1, e.what());
       }

@@ -22,6 +22,7 @@
 #include "cache/block_manager.h"
 #include "chat/chat_format.h"
 #include "engine/chat_request.h"
+#include "engine/image_feature_cache.h"
 #include "engine/image_prompt.h"
 #include "engine/prompt_logits_cache.h"
 #include "grammar/token_trie.h"
@@ -92,6 +93,7 @@ class EngineService {
                                    std::span<const chat::ToolSpec> tools = {}) const;
 
   EngineCounters counters() const;
+  ImageFeatureCacheCounters image_cache_counters() const { return image_features_.counters(); }
   bool accepting() const { return !stopping_.load(); }
 
  private:
@@ -114,6 +116,7 @@ class EngineService {
   const chat::ChatFormat& chat_;
   ImageInput images_;
   ImageTokenIds image_tokens_;  // when images_.encoder is set
+  ImageFeatureCache image_features_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::shared_ptr<ChatTicket>> queue_;

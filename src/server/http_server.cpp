@@ -260,6 +260,11 @@ void HttpServer::register_routes() {
                            {"preemptions", counters.preemptions},
                            {"running", counters.requests_running},
                            {"queued", counters.requests_queued}};
+    if (status.contains("vision")) {
+      const auto images = engine_.image_cache_counters();
+      status["vision"]["feature_cache"] = {
+          {"hits", images.hits}, {"misses", images.misses}, {"images", images.images}, {"bytes", images.bytes}};
+    }
     status["uptime_seconds"] = uptime;
     status["accepting_requests"] = engine_.accepting();
     send_json(res, status);

@@ -288,6 +288,9 @@ def test_status_reports_the_vision_encoder(server, vlm):
     vision = requests.get(f"{server.url}/status", timeout=10).json()["vision"]
     assert vision["projector"] == "idefics3" and vision["tokens_per_view"] == 4
     assert vision["max_image_pixels"] == 250000 and vision["mmproj_path"] == vlm["F16"]
+    # Images resent by earlier tests (as agents resend whole conversations) were not encoded again.
+    cache = vision["feature_cache"]
+    assert cache["hits"] >= 3 and cache["images"] >= 3 and cache["bytes"] > 0, cache
     assert "vision       idefics3 encoder" in server.output()
 
 

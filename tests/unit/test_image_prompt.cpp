@@ -8,6 +8,7 @@
 
 #include "chat/chat_format.h"
 #include "common/error.h"
+#include "engine/image_feature_cache.h"
 #include "engine/image_prompt.h"
 
 namespace splash::engine {
@@ -168,3 +169,38 @@ TEST(SmolVlmFormat, OtherFormatsHaveNoPlaceForImages) {
 
 }  // namespace
 }  // namespace splash::chat
+
+namespace splash::engine {
+namespace {
+
+vision::ImageFeatures features_of(int tokens, float fill) {
+  vision::ImageFeatures f;
+  f.tokens = tokens;
+  f.dim = 256;  // 1 KiB per row
+  f.values.assign(static_cast<size_t>(tokens) * f.dim, fill);
+  return f;
+}
+
+TEST(ImageFeatureCache, KeepsRecentImagesWithinItsBudget) {
+  ImageFeatureCache cache(10 * 1024);  // ten 1-row images
+  for (int i = 0; i < 12; ++i) cache.store(100 + i, 50, features_of(1, static_cast<float>(i)));
+  EXPECT_FALSE(cache.find(100, 50));  // the two oldest left
+  EXPECT_FALSE(cache.find(101, 50));
+  const auto kept = cache.find(102, 50);
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(kept->values[0], 2.0f);
+  EXPECT_FALSE(cache.find(102, 51));  // the file size is part of the key
+  cache.store(200, 50, features_of(1, 9.0f));  // 102 was just used: 103 leaves, not 102
+  EXPECT_TRUE(cache.find(102, 50));
+  EXPECT_FALSE(cache.find(103, 50));
+  cache.store(300, 50, features_of(11, 0.0f));  // larger than the whole budget: not kept
+  EXPECT_FALSE(cache.find(300, 50));
+  const auto counters = cache.counters();
+  EXPECT_EQ(counters.images, 10u);
+  EXPECT_EQ(counters.bytes, 10u * 1024);
+  EXPECT_EQ(counters.hits, 2u);
+  EXPECT_EQ(counters.misses, 5u);
+}
+
+}  // namespace
+}  // namespace splash::engine
