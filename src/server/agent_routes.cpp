@@ -1,5 +1,6 @@
 #include "server/agent_routes.h"
 
+#include "common/error.h"
 #include "api/anthropic_messages.h"
 #include "api/openai_chat.h"
 #include "api/openai_responses.h"
@@ -56,7 +57,12 @@ void register_agent_routes(httplib::Server& http, const RouteGuard& guard, Agent
     auto parsed = api::parse_messages_request(req.body, /*for_counting=*/true);
     if (auto* error = std::get_if<api::ApiError>(&parsed)) return write_anthropic_error(res, *error);
     const auto& chat = std::get<api::MessagesRequest>(parsed).chat;
-    const auto tokens = ctx->engine.encode_chat(chat.messages, chat.tools);
+    std::vector<int32_t> tokens;
+    try {
+      tokens = ctx->engine.encode_chat(chat.messages, chat.tools);
+    } catch (const Error& e) {  // an image that cannot be read
+      return write_anthropic_error(res, api::ApiError::bad_request(e.what(), "messages"));
+    }
     res.set_content(api::dump_json({{"input_tokens", tokens.size()}}), "application/json");
   }));
 

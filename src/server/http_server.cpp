@@ -311,8 +311,13 @@ void HttpServer::register_routes() {
     auto parsed = api::parse_chat_completion_request(api::dump_json(minimal), {model_.id, model_.vocab});
     if (auto* error = std::get_if<api::ApiError>(&parsed)) return send_error(res, *error);
     const auto& chat = std::get<api::ChatCompletionRequest>(parsed).chat;
-    send_json(res, {{"prompt", chat_.render_conversation(chat.messages, chat.tools, true).text},
-                    {"tokens", engine_.encode_chat(chat.messages, chat.tools)}});
+    std::vector<int32_t> tokens;
+    try {
+      tokens = engine_.encode_chat(chat.messages, chat.tools);
+    } catch (const Error& e) {  // an image that cannot be read
+      return send_error(res, api::ApiError::bad_request(e.what(), "messages"));
+    }
+    send_json(res, {{"prompt", chat_.render_conversation(chat.messages, chat.tools, true).text}, {"tokens", tokens}});
   }));
 
   register_agent_routes(http, guarded,

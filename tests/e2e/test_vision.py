@@ -279,6 +279,14 @@ def test_bad_images_are_400s(server, name, url, needle):
             {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                                                       "data": b64}}]}]}, timeout=TIMEOUT)
         assert r.status_code == 400 and r.json()["type"] == "error", r.text
+        # Counting reads the image's header: a bad one is a 400 there too, never a 500.
+        r = requests.post(f"{server.url}/v1/messages/count_tokens", json={"model": "m", "messages": [
+            {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                                      "data": b64}}]}]}, timeout=TIMEOUT)
+        if name != "truncated_png":  # a truncated body still has a readable header: counted
+            assert r.status_code == 400 and r.json()["type"] == "error", r.text
+        r = requests.post(f"{server.url}/apply-template", json={"messages": chat_body(url)["messages"]}, timeout=TIMEOUT)
+        assert r.status_code in ((200,) if name == "truncated_png" else (400,)), r.text
     ok = requests.post(f"{server.url}/v1/chat/completions", json=chat_body(data_url(png_bytes(random_rgb(9, 8, 8)))),
                        timeout=TIMEOUT)
     assert ok.status_code == 200, ok.text
