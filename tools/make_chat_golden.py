@@ -147,7 +147,8 @@ def tool_cases() -> list[tuple[str, list[dict], bool, list[dict]]]:
 
 
 def image_cases() -> list[tuple[str, list[dict], bool]]:
-    """Cases with images ("images": how many precede the message's text)."""
+    """Cases with images ("images": how many; they precede the message's text unless
+    "image_after_text")."""
     def with_images(role: str, content: str, images: int) -> dict:
         return {"role": role, "content": content, "images": images}
     return [
@@ -158,12 +159,16 @@ def image_cases() -> list[tuple[str, list[dict], bool]]:
         ("image_later_turn", [msg("user", "Hi"), msg("assistant", "Hello."), with_images("user", "And this?", 1)],
          True),
         ("image_nogen", [with_images("user", "Describe", 1), msg("assistant", "A cat.")], False),
+        ("text_then_image", [dict(with_images("user", "What is in this image?", 1), image_after_text=True)], True),
+        ("text_then_two_images", [dict(with_images("user", "Compare:", 2), image_after_text=True)], True),
     ]
 
 
 def as_parts(message: dict) -> dict:
-    parts = [{"type": "image"} for _ in range(message.get("images", 0))]
-    parts.append({"type": "text", "text": message["content"]})
+    """Content as parts: the images before the text, or after it with "image_after_text"."""
+    images = [{"type": "image"} for _ in range(message.get("images", 0))]
+    text = [{"type": "text", "text": message["content"]}]
+    parts = text + images if message.get("image_after_text") else images + text
     return {"role": message["role"], "content": parts}
 
 

@@ -90,7 +90,7 @@ std::string image_block_file(const json& block, const std::string& path) {
 }
 
 // A tool_result's content: a string or text/image/document blocks (its images go to `images`).
-std::string tool_result_text(const json& block, const std::string& path, std::vector<std::string>& images) {
+std::string tool_result_text(const json& block, const std::string& path, std::vector<chat::MessageImage>& images) {
   std::string text;
   if (block.contains("content")) {
     const json& content = block["content"];
@@ -101,7 +101,7 @@ std::string tool_result_text(const json& block, const std::string& path, std::ve
         const std::string inner = fmt::format("{}.content[{}]", path, i);
         const std::string type = block_type(content[i], inner);
         if (type == "text") text += block_text(content[i], inner);
-        else if (type == "image") images.push_back(image_block_file(content[i], inner));
+        else if (type == "image") images.push_back({image_block_file(content[i], inner), text.size()});
         else if (type == "document") text += document_block_text(content[i], inner);
         else if (type == "search_result" || type == "tool_reference") continue;
         else reject(fmt::format("'{}' of type '{}' is not supported in a tool result", inner, type), inner);
@@ -110,8 +110,11 @@ std::string tool_result_text(const json& block, const std::string& path, std::ve
       reject(fmt::format("'{}.content' must be a string or an array of blocks", path), path + ".content");
     }
   }
-  if (block.contains("is_error") && !block["is_error"].is_null() && boolean_field(block["is_error"], path + ".is_error"))
-    text = "Error: " + text;
+  if (block.contains("is_error") && !block["is_error"].is_null() && boolean_field(block["is_error"], path + ".is_error")) {
+    constexpr std::string_view kError = "Error: ";
+    text = std::string(kError) + text;
+    for (auto& image : images) image.offset += kError.size();  // they stay where they were in the text
+  }
   return text;
 }
 
@@ -151,7 +154,7 @@ void parse_message(const json& m, size_t index, std::vector<chat::ChatMessage>& 
     if (type == "text") {
       append_text(message.content, block_text(block, path));
     } else if (type == "image") {
-      message.images.push_back(image_block_file(block, path));
+      message.images.push_back({image_block_file(block, path), message.content.size()});
     } else if (type == "document") {
       append_text(message.content, document_block_text(block, path));
     } else if (type == "tool_use" && role == "assistant") {

@@ -26,7 +26,7 @@ const std::set<std::string, std::less<>> kInertFields = {"user", "metadata", "st
 const std::set<std::string, std::less<>> kUnsupportedFields = {"functions", "function_call", "audio", "prediction",
                                                                 "web_search_options"};
 
-std::string message_content(const json& content, const std::string& param, std::vector<std::string>& images) {
+std::string message_content(const json& content, const std::string& param, std::vector<chat::MessageImage>& images) {
   if (content.is_null()) return {};
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) reject(fmt::format("'{}' must be a string or an array of content parts", param), param);
@@ -45,7 +45,8 @@ std::string message_content(const json& content, const std::string& param, std::
       // {"type": "image_url", "image_url": {"url": ..., "detail": ...}} or a bare URL string.
       const json& image = part.contains("image_url") ? part["image_url"] : json();
       const json& url = image.is_object() ? image.value("url", json()) : image;
-      images.push_back(image_file_from_url(string_field(url, part_path + ".image_url.url"), part_path + ".image_url.url"));
+      images.push_back({image_file_from_url(string_field(url, part_path + ".image_url.url"), part_path + ".image_url.url"),
+                        text.size()});
     } else if (type == "file") {
       const json& file = part.contains("file") ? part["file"] : json();
       if (!file.is_object() || !file.contains("file_data"))

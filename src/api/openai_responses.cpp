@@ -36,7 +36,7 @@ std::string random_id(std::string_view prefix) {
 
 // Text of a message's content: a string or input_text / output_text / input_file parts; its
 // input_image parts' files go to `images`.
-std::string content_text(const json& content, const std::string& path, std::vector<std::string>& images) {
+std::string content_text(const json& content, const std::string& path, std::vector<chat::MessageImage>& images) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) reject(fmt::format("'{}' must be a string or an array of content parts", path), path);
   std::string text;
@@ -53,8 +53,9 @@ std::string content_text(const json& content, const std::string& path, std::vect
       if (!part.contains("image_url"))
         reject(fmt::format("'{}' needs 'image_url' (a base64 data URL); file ids and URLs are not fetched", part_path),
                part_path);
-      images.push_back(image_file_from_url(string_field(part["image_url"], part_path + ".image_url"),
-                                           part_path + ".image_url"));
+      images.push_back(
+          {image_file_from_url(string_field(part["image_url"], part_path + ".image_url"), part_path + ".image_url"),
+           text.size()});
     } else if (type == "input_file") {
       if (!part.contains("file_data"))
         reject(fmt::format("'{}' needs 'file_data' (a base64 data URL); file ids and URLs are not fetched", part_path),
@@ -77,7 +78,7 @@ chat::ChatMessage& assistant_turn(std::vector<chat::ChatMessage>& messages) {
   return messages.back();
 }
 
-std::string output_text(const json& output, const std::string& path, std::vector<std::string>& images) {
+std::string output_text(const json& output, const std::string& path, std::vector<chat::MessageImage>& images) {
   if (output.is_string()) return output.get<std::string>();
   return content_text(output, path, images);
 }

@@ -7,7 +7,7 @@ size_t ResponseStore::footprint(const StoredResponse& stored) {
   for (const auto& m : stored.conversation) {
     bytes += m.role.size() + m.content.size() + m.tool_call_id.size() + 64;
     for (const auto& call : m.tool_calls) bytes += call.id.size() + call.name.size() + call.arguments.size() + 32;
-    for (const auto& image : m.images) bytes += image.size();
+    for (const auto& image : m.images) bytes += image.file.size();
   }
   return bytes;
 }

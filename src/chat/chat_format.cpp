@@ -99,10 +99,23 @@ RenderedPrompt SmolVlmFormat::render_conversation(std::span<const ChatMessage> m
       role[i] = static_cast<char>(i == 0 ? std::toupper(static_cast<unsigned char>(role[i]))
                                          : std::tolower(static_cast<unsigned char>(role[i])));
     out.text += role;
-    out.text += m.images.empty() ? ": " : ":";
-    for (size_t i = 0; i < m.images.size(); ++i) out.text += image_marker();
-    out.content.push_back({out.text.size(), out.text.size() + m.content.size()});
-    out.text += m.content;
+    // The template writes "Role:" when the first part is an image, "Role: " otherwise.
+    out.text += !m.images.empty() && m.images.front().offset == 0 ? ":" : ": ";
+    // Text pieces (content spans) and image markers (markup) in the order of the parts.
+    size_t written = 0;
+    auto write_text_until = [&](size_t end) {
+      end = std::min(end, m.content.size());
+      if (end <= written) return;
+      out.content.push_back({out.text.size(), out.text.size() + (end - written)});
+      out.text.append(m.content, written, end - written);
+      written = end;
+    };
+    for (const MessageImage& image : m.images) {
+      write_text_until(image.offset);
+      out.text += image_marker();
+    }
+    write_text_until(m.content.size());
+    if (m.content.empty()) out.content.push_back({out.text.size(), out.text.size()});
     out.text += "<end_of_utterance>\n";
   }
   if (add_generation_prompt) out.text += "Assistant:";

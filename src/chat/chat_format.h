@@ -21,15 +21,22 @@ class File;
 
 namespace splash::chat {
 
+// An image file of a message (PNG, JPEG or WebP bytes), and where it sits: before the byte
+// of the message's content at `offset` (0: before all of it).
+struct MessageImage {
+  std::string file;
+  size_t offset = 0;
+};
+
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant", "tool", ... written as the template does
   std::string content;
   std::vector<ToolCall> tool_calls = {};  // assistant: the calls it made (after its content)
   std::string tool_call_id = {};          // tool: the call this message answers
-  // Image files (PNG, JPEG or WebP bytes) that precede the content. A format that can show
-  // images writes one image marker (ChatFormat::image_marker) per image, outside the content,
-  // where the model reads the image; the engine replaces each marker by the image's tokens.
-  std::vector<std::string> images = {};
+  // The message's images, in order of their offsets. A format that can show images writes one
+  // image marker (ChatFormat::image_marker) per image, outside the content spans, where the
+  // image sits; the engine replaces each marker by the image's tokens.
+  std::vector<MessageImage> images = {};
 };
 
 // A rendered prompt and where each message's content sits in it, so the tokenizer can keep

@@ -123,16 +123,19 @@ std::vector<ChatMessage> lower_tool_turns(std::span<const ChatMessage> messages,
   }
   for (const ChatMessage& m : messages) {
     if (m.role == "tool") {
-      std::string response = "<tool_response>\n" + m.content + "\n</tool_response>";
+      constexpr std::string_view kOpen = "<tool_response>\n";
+      std::string response = std::string(kOpen) + m.content + "\n</tool_response>";
       // Consecutive results answer one assistant turn: they share one user turn.
       if (!out.empty() && out.back().role == "user" && out.back().content.ends_with("</tool_response>") &&
           out.back().tool_call_id == "tool_responses") {
-        out.back().content += "\n" + response;
+        out.back().content += "\n";
       } else {
-        out.push_back({"user", std::move(response), {}, "tool_responses"});
+        out.push_back({"user", "", {}, "tool_responses"});
       }
-      // A result's images (a screenshot a tool took) go with the turn that carries it.
-      out.back().images.insert(out.back().images.end(), m.images.begin(), m.images.end());
+      // A result's images (a screenshot a tool took) stay where they were in its content.
+      const size_t shift = out.back().content.size() + kOpen.size();
+      for (const MessageImage& image : m.images) out.back().images.push_back({image.file, image.offset + shift});
+      out.back().content += response;
       continue;
     }
     if (m.role == "assistant" && !m.tool_calls.empty()) {

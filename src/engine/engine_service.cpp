@@ -82,7 +82,7 @@ std::vector<int32_t> EngineService::encode_chat(std::span<const chat::ChatMessag
   // Counting: each image's tiles follow from its size, read from its header.
   std::vector<EncodedImage> layouts;
   for (const auto& message : messages)
-    for (const std::string& file : message.images) {
+    for (const auto& [file, offset] : message.images) {
       const auto size = vision::read_image_size(std::span(reinterpret_cast<const uint8_t*>(file.data()), file.size()),
                                                 images_.max_pixels);
       layouts.push_back({images_.encoder->layout(size.width, size.height), {}, 0});
@@ -99,7 +99,7 @@ std::string EngineService::encode_images(ChatTicket& ticket) {
            "(a vision model is served with its --mmproj file)";
   int index = 0;
   for (const auto& message : ticket.request_.messages)
-    for (const std::string& file : message.images) {
+    for (const auto& [file, offset] : message.images) {
       try {
         const uint64_t digest = image_digest(file);
         auto features = image_features_.find(digest, file.size());

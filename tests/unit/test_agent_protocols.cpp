@@ -348,3 +348,40 @@ TEST(JsonDepth, CountsBracketsOutsideStringsOnly) {
 
 }  // namespace
 }  // namespace splash
+
+namespace splash::api {
+namespace {
+
+// Image blocks in a user message and in a tool result (Claude Code's screenshots) become the
+// messages' image files, each where it sat; an error result's "Error: " prefix moves them.
+TEST(AnthropicMessages, ImageBlocksKeepTheirPlace) {
+  const nlohmann::json png = {{"type", "image"},
+                              {"source", {{"type", "base64"}, {"media_type", "image/png"}, {"data", "iVBORw0KGgo="}}}};
+  const nlohmann::json body = {
+      {"model", "m"},
+      {"max_tokens", 4},
+      {"messages",
+       nlohmann::json::array(
+           {{{"role", "user"}, {"content", nlohmann::json::array({png, {{"type", "text"}, {"text", "Look"}}})}},
+            {{"role", "assistant"},
+             {"content", nlohmann::json::array({{{"type", "tool_use"}, {"id", "t1"}, {"name", "shot"}, {"input", nlohmann::json::object()}}})}},
+            {{"role", "user"},
+             {"content", nlohmann::json::array({{{"type", "tool_result"},
+                                                 {"tool_use_id", "t1"},
+                                                 {"is_error", true},
+                                                 {"content", nlohmann::json::array({{{"type", "text"}, {"text", "blurry"}}, png})}}})}}})}};
+  auto parsed = parse_messages_request(body.dump());
+  ASSERT_TRUE(std::holds_alternative<MessagesRequest>(parsed)) << std::get<ApiError>(parsed).message;
+  const auto& messages = std::get<MessagesRequest>(parsed).chat.messages;
+  ASSERT_EQ(messages.size(), 3u);
+  ASSERT_EQ(messages[0].images.size(), 1u);
+  EXPECT_EQ(messages[0].images[0].offset, 0u);
+  EXPECT_EQ(messages[0].content, "Look");
+  EXPECT_EQ(messages[2].role, "tool");
+  EXPECT_EQ(messages[2].content, "Error: blurry");
+  ASSERT_EQ(messages[2].images.size(), 1u);
+  EXPECT_EQ(messages[2].images[0].offset, std::string("Error: blurry").size());
+}
+
+}  // namespace
+}  // namespace splash::api

@@ -174,7 +174,8 @@ TEST(ChatFormat, SmolVlmMatchesEveryGoldenCaseByteForByte) {
     std::vector<ChatMessage> messages;
     for (const auto& m : c.at("messages")) {
       messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
-      messages.back().images.assign(m.value("images", 0), "image file bytes");
+      const size_t offset = m.value("image_after_text", false) ? messages.back().content.size() : 0;
+      messages.back().images.assign(m.value("images", 0), splash::chat::MessageImage{"image file bytes", offset});
       with_images += m.value("images", 0) > 0 ? 1 : 0;
     }
     EXPECT_EQ(format->render(messages, c.at("add_generation_prompt").get<bool>()), c.at("expected").get<std::string>());

@@ -131,7 +131,7 @@ namespace {
 TEST(SmolVlmFormat, TurnsImagesAndGenerationPrompt) {
   SmolVlmFormat format;
   std::vector<ChatMessage> chat{{"system", "Be brief."}, {"user", "What is this?"}};
-  chat[1].images = {"img1", "img2"};
+  chat[1].images = {{"img1"}, {"img2"}};
   chat.push_back({"assistant", "A cat."});
   chat.push_back({"user", "Sure?"});
   const RenderedPrompt out = format.render_conversation(chat, {}, true);
@@ -156,10 +156,24 @@ TEST(SmolVlmFormat, ToolResultImagesStayWithTheirTurn) {
   call.tool_calls.push_back({"call_1", "screenshot", "{}"});
   chat.push_back(call);
   ChatMessage result{"tool", "done", {}, "call_1"};
-  result.images = {"png"};
+  result.images = {{"png"}};
   chat.push_back(result);
   const std::string text = format.render_conversation(chat, {}, true).text;
-  EXPECT_NE(text.find("User:<image><tool_response>\ndone\n</tool_response><end_of_utterance>"), std::string::npos) << text;
+  // The result's image was before its text: inside the tool_response block, before "done".
+  EXPECT_NE(text.find("User: <tool_response>\n<image>done\n</tool_response><end_of_utterance>"), std::string::npos) << text;
+}
+
+// Parts keep their order: an image after text is written after it ("Role: " then, as the
+// template writes text first), one inside text splits it; every text piece stays a content span.
+TEST(SmolVlmFormat, ImagesSitWhereTheyWereAmongTheText) {
+  SmolVlmFormat format;
+  std::vector<ChatMessage> chat{{"user", "What is this?Compare."}};
+  chat[0].images = {{"a", 13}, {"b", 21}};
+  const RenderedPrompt out = format.render_conversation(chat, {}, true);
+  EXPECT_EQ(out.text, "<|im_start|>User: What is this?<image>Compare.<image><end_of_utterance>\nAssistant:");
+  ASSERT_EQ(out.content.size(), 2u);
+  EXPECT_EQ(out.text.substr(out.content[0].begin, out.content[0].end - out.content[0].begin), "What is this?");
+  EXPECT_EQ(out.text.substr(out.content[1].begin, out.content[1].end - out.content[1].begin), "Compare.");
 }
 
 TEST(SmolVlmFormat, OtherFormatsHaveNoPlaceForImages) {

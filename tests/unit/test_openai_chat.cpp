@@ -172,3 +172,29 @@ TEST(OpenAiChat, InvalidUtf8InTokensIsReplacedNotThrown) {
 
 }  // namespace
 }  // namespace splash::api
+
+namespace splash::api {
+namespace {
+
+// Image parts become the message's image files, each recording where it sat in the text.
+TEST(OpenAiChat, ImagePartsKeepTheirPlaceInTheText) {
+  const json body = {{"model", "m"},
+                     {"messages", json::array({{{"role", "user"},
+                                                {"content", json::array({
+                                                                {{"type", "text"}, {"text", "What"}},
+                                                                {{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64,iVBORw0KGgo="}}}},
+                                                                {{"type", "text"}, {"text", " is this?"}},
+                                                                {{"type", "image_url"}, {"image_url", "data:image/jpeg;base64,/9j/"}},
+                                                            })}}})}};
+  auto parsed = parse_chat_completion_request(body.dump(), {"m", 49152});
+  ASSERT_TRUE(std::holds_alternative<ChatCompletionRequest>(parsed)) << std::get<ApiError>(parsed).message;
+  const auto& message = std::get<ChatCompletionRequest>(parsed).chat.messages.at(0);
+  EXPECT_EQ(message.content, "What is this?");
+  ASSERT_EQ(message.images.size(), 2u);
+  EXPECT_EQ(message.images[0].file, std::string("\x89PNG\r\n\x1a\n", 8));
+  EXPECT_EQ(message.images[0].offset, 4u);
+  EXPECT_EQ(message.images[1].offset, 13u);
+}
+
+}  // namespace
+}  // namespace splash::api
