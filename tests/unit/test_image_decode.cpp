@@ -171,7 +171,8 @@ TEST(ImageDecode, SniffsSignatures) {
 // Counting an image's tokens reads only its header: the same size as decoding, the same
 // refusals, and a header bomb costs nothing.
 TEST(ImageDecode, HeaderSizeAgreesWithDecoding) {
-  for (const auto& c : manifest().at("decode")) {
+  const auto m = manifest();  // kept alive: the loop walks inside it
+  for (const auto& c : m.at("decode")) {
     const std::string file = c.at("file");
     SCOPED_TRACE(file);
     const Bytes bytes = read_file(file);
