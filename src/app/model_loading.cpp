@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "common/error.h"
+#include "engine/image_feature_cache.h"
 
 #include "hub/model_cache.h"
 #include "hub/model_source.h"
@@ -36,7 +37,8 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::Lo
            loaded->chat->name());
     const auto vision_memory = vision::estimate_vision_memory(gguf::File::open(mmproj));
     needs.weight_bytes += vision_memory.weight_bytes;
-    needs.activation_bytes += vision_memory.activation_bytes;
+    // Scratch of one image, and the engine's cache of encoded images.
+    needs.activation_bytes += vision_memory.activation_bytes + engine::ImageFeatureCache::kDefaultBytes;
   }
   loaded->plan = engine::plan_memory(needs, max_memory, options.max_context);
   loaded->plan.kv_type = kernels::kv_type_name(options.kv_type);

@@ -374,8 +374,7 @@ VisionMemory estimate_vision_memory(const gguf::File& file) {
   const size_t floats = n * (3 * v.patch_size * v.patch_size)  // flattened patches
                         + n * v.width * 6 + n * v.ffn          // residual, norms, q/k/v, attention, MLP
                         + n * round_up(n, 32) * 2;             // scores and a head's values
-  // Plus the engine's cache of encoded images (engine/image_feature_cache.h, 64 MiB).
-  memory.activation_bytes = floats * sizeof(float) + (size_t{64} << 20);
+  memory.activation_bytes = floats * sizeof(float);
   return memory;
 }
 
