@@ -87,6 +87,8 @@ void serve(ServeFlags flags) {
   served.details = {{"architecture", info.architecture},
                     {"model_name", info.name},
                     {"model_path", loaded->path},
+                    {"device", info.isa == "cuda" ? "cuda" : "cpu"},
+                    {"device_name", info.device},
                     {"kernels", {{"isa", info.isa}, {"shapes", info.kernel_shapes}, {"threads", info.threads}}},
                     {"memory",
                      {{"budget_bytes", loaded->plan.budget_bytes},

@@ -32,6 +32,17 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
           "against a float reference)")
       ->check(CLI::IsMember({"q8", "f16", "f32"}))
       ->default_str("q8");
+  flags.load.device = model::Device::Auto;
+  command
+      .add_option_function<std::string>(
+          "--device",
+          [&flags](const std::string& device) {
+            flags.load.device = device == "cpu" ? model::Device::Cpu : device == "cuda" ? model::Device::Cuda
+                                                                                        : model::Device::Auto;
+          },
+          "Where the model runs: auto (the GPU when one is visible), cpu, or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->default_str("auto");
 }
 
 void add_vision_flags(CLI::App& command, ModelFlags& flags) {

@@ -30,23 +30,31 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::Lo
       new LoadedModel{path, std::move(file), nullptr, std::move(tokenizer), nullptr, {}, 0.0, nullptr, mmproj});
   loaded->chat = chat::chat_format_for(loaded->file);
   if (tokenizer_only) return loaded;
-  model::MemoryNeeds needs = model::estimate_memory(loaded->file, options.kv_type);
+  const model::DeviceChoice device = model::resolve_device(options.device);
+  std::optional<engine::GpuMemory> gpu;
+  if (device.device == model::Device::Cuda) gpu = engine::GpuMemory{device.summary, device.free_bytes, device.total_bytes};
+  model::MemoryNeeds needs = model::estimate_memory(loaded->file, options.kv_type, device.device);
   if (!mmproj.empty()) {
     if (loaded->chat->image_marker().empty())
       fail("{} was given a vision encoder (--mmproj), but its chat format ({}) has no place for images", path,
            loaded->chat->name());
+    // The vision encoder runs on the CPU: its memory is in the plan when the plan is this
+    // machine's memory (on a GPU it is host memory beside the plan).
     const auto vision_memory = vision::estimate_vision_memory(gguf::File::open(mmproj));
-    needs.weight_bytes += vision_memory.weight_bytes;
-    // Scratch of one image, and the engine's cache of encoded images.
-    needs.activation_bytes += vision_memory.activation_bytes + engine::ImageFeatureCache::kDefaultBytes;
+    if (!gpu) {
+      needs.weight_bytes += vision_memory.weight_bytes;
+      // Scratch of one image, and the engine's cache of encoded images.
+      needs.activation_bytes += vision_memory.activation_bytes + engine::ImageFeatureCache::kDefaultBytes;
+    }
   }
-  loaded->plan = engine::plan_memory(needs, max_memory, options.max_context);
+  loaded->plan = engine::plan_memory(needs, max_memory, options.max_context, gpu);
   loaded->plan.kv_type = kernels::kv_type_name(options.kv_type);
   if (!loaded->plan.fits) {
     std::fputs(loaded->plan.table().c_str(), stderr);
     fail("{} does not fit in the memory budget: {} (free memory or raise --max-memory)", path, loaded->plan.problem);
   }
   model::LoadOptions planned = options;
+  planned.device = device.device;
   planned.max_context = loaded->plan.max_context;
   if (options.kv_blocks < 0) {  // a server: the whole planned pool, shared by its sequences
     planned.kv_blocks = loaded->plan.kv_blocks;
@@ -81,7 +89,10 @@ void print_summary(const LoadedModel& loaded, std::FILE* out) {
   fmt::print(out, "weights      {} in file, {:.1f} MiB packed; types {}\n",
              fmt::format("{:.1f} MiB", loaded.file.file_size() / mib), info.packed_weight_bytes / mib,
              info.weight_types);
-  fmt::print(out, "kernels      {} path, {}, {} threads\n", info.isa, info.kernel_shapes, info.threads);
+  if (info.isa == "cuda")
+    fmt::print(out, "device       GPU {}; kernels {}\n", info.device, info.kernel_shapes);
+  else
+    fmt::print(out, "kernels      {} path, {}, {} threads\n", info.isa, info.kernel_shapes, info.threads);
   fmt::print(out, "context      {} tokens (model window {}), KV cache {:.1f} MiB ({} blocks, {})\n", info.context,
              info.native_context, info.kv_cache_bytes / mib, info.kv_blocks, info.kv_type);
   if (info.context > info.native_context)

@@ -38,9 +38,19 @@ std::string MemoryPlan::table() const {
   return out;
 }
 
-MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memory, int requested_context) {
+MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memory, int requested_context,
+                       const std::optional<GpuMemory>& gpu) {
   MemoryPlan plan;
-  if (max_memory) {
+  if (gpu) {
+    // Leave 5% (at least 1 GiB) of the free memory for the CUDA context's own growth, cuBLAS's
+    // workspaces and other programs on the GPU.
+    const size_t reserve = std::max(gpu->free_bytes / 20, size_t{1} << 30);
+    const size_t usable = gpu->free_bytes > reserve ? gpu->free_bytes - reserve : 0;
+    plan.budget_bytes = max_memory ? std::min(*max_memory, usable) : usable;
+    plan.budget_source = fmt::format("GPU {}: {} free of {}, less a {} reserve{}", gpu->name, human(gpu->free_bytes),
+                                     human(gpu->total_bytes), human(reserve),
+                                     max_memory && *max_memory < usable ? ", capped by --max-memory" : "");
+  } else if (max_memory) {
     plan.budget_bytes = *max_memory;
     plan.budget_source = "--max-memory";
   } else {

@@ -36,8 +36,17 @@ inline constexpr size_t kMaxFullContexts = 32;
 // Below this many tokens a coding agent cannot work (its system prompt alone is longer).
 inline constexpr int kMinimumUsefulContext = 2048;
 
-// max_memory: --max-memory, if given; requested_context: --max-context (0: the model's).
-MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memory, int requested_context);
+// Where the budget comes from when the model runs on a GPU: its free memory.
+struct GpuMemory {
+  std::string name;
+  size_t free_bytes = 0, total_bytes = 0;
+};
+
+// max_memory: --max-memory, if given; requested_context: --max-context (0: the model's);
+// gpu: the device's memory when the model runs there (the budget is then the GPU's free
+// memory less a reserve, capped by --max-memory), else the budget is this machine's memory.
+MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memory, int requested_context,
+                       const std::optional<GpuMemory>& gpu = std::nullopt);
 
 // Memory this machine can give without swapping: MemAvailable, capped by a cgroup limit.
 size_t available_memory_bytes();

@@ -26,14 +26,21 @@ struct ModelInfo {
   size_t decode_read_bytes = 0;  // weight bytes one decode step streams from memory
   std::string weight_types;  // e.g. "Q4_1 (210), Q8_0 (1), F32 (61)"
   std::string kernel_shapes; // which kernel instantiation runs: exact compile-time shapes or run-time
-  std::string isa;           // "avx512" or "avx2"
+  std::string isa;           // "avx512" or "avx2"; "cuda" on the GPU
   int threads = 0;
+  std::string device = "cpu";  // "cpu", or the GPU's summary ("NVIDIA H200 (sm_90, ...)")
 };
 
 using kernels::KvType;
 using kernels::kKvBlockTokens;
 
+// Where a model runs. Auto picks the GPU when one is visible (and this build has the CUDA
+// backend), else the CPU; resolve_device() turns it into Cpu or Cuda before loading.
+enum class Device { Auto, Cpu, Cuda };
+const char* device_name(Device device);
+
 struct LoadOptions {
+  Device device = Device::Cpu;
   int max_context = 0;  // 0: the model's native window
   int threads = 0;      // 0: all cores
   int kv_blocks = 0;    // blocks in the KV pool; 0: enough for one sequence of max_context
@@ -84,10 +91,30 @@ class Model {
   virtual void copy_kv_block(int from, int to, int tokens) = 0;
 };
 
-// Loads a GGUF of a supported architecture; refuses others with a message naming the
-// supported architectures.
+// The device a model will run on, with its memory when it is a GPU.
+struct DeviceChoice {
+  Device device = Device::Cpu;
+  std::string summary;       // the GPU's name and properties; "cpu"
+  size_t free_bytes = 0;     // GPU memory free now (Cuda only)
+  size_t total_bytes = 0;
+  std::string why_not_gpu;   // Auto that fell back to the CPU: why (no GPU, no CUDA build)
+};
+// Auto -> Cuda when a GPU is visible, else Cpu; Cuda without a usable GPU (or in a build
+// without the CUDA backend) throws splash::Error saying why.
+DeviceChoice resolve_device(Device requested);
+
+// Loads a GGUF of a supported architecture on options.device (Cpu or Cuda: resolve Auto
+// first); refuses others with a message naming the supported architectures.
 std::unique_ptr<Model> load_model(const gguf::File& file, const LoadOptions& options);
-MemoryNeeds estimate_memory(const gguf::File& file, KvType kv_type = KvType::Q8);
+MemoryNeeds estimate_memory(const gguf::File& file, KvType kv_type = KvType::Q8, Device device = Device::Cpu);
+
+// The checks every backend's forward() makes of a batch (sizes, positions inside the
+// context, block tables long enough and inside the pool, token ids in the vocabulary);
+// throws splash::Error. Returns the total tokens and the slices wanting logits.
+struct BatchCount {
+  int tokens = 0, wanted = 0;
+};
+BatchCount check_batch(std::span<const SequenceSlice> batch, const ModelInfo& info);
 std::string supported_architectures();
 // Throws splash::Error naming the supported architectures unless the file has one of them.
 void require_supported_architecture(const gguf::File& file);

@@ -5,20 +5,39 @@
 #include "common/error.h"
 #include "model/llama/llama_model.h"
 #include "model/model.h"
+#if SPLASH_HAVE_CUDA
+#include "kernels/cuda/device.h"
+#endif
 
 namespace splash::model {
 namespace {
 
+using Loader = std::unique_ptr<Model> (*)(const gguf::File&, const LoadOptions&);
+using Estimator = MemoryNeeds (*)(const gguf::File&, KvType);
+
 struct Family {
   const char* architecture;
-  std::unique_ptr<Model> (*load)(const gguf::File&, const LoadOptions&);
-  MemoryNeeds (*estimate)(const gguf::File&, KvType);
+  Loader load;
+  Estimator estimate;
+  Loader load_cuda;  // null: the family has no CUDA implementation (or the build has no CUDA)
+  Estimator estimate_cuda;
 };
 
+#if SPLASH_HAVE_CUDA
+#define SPLASH_CUDA_IMPL(load, estimate) load, estimate
+#else
+#define SPLASH_CUDA_IMPL(load, estimate) nullptr, nullptr
+#endif
+
 constexpr Family kFamilies[] = {
-    {"llama", llama::load_llama, llama::estimate_llama_memory},
-    {"qwen2", llama::load_llama, llama::estimate_llama_memory},  // llama + q/k/v biases, NEOX RoPE
-    {"qwen3", llama::load_llama, llama::estimate_llama_memory},  // llama + per-head q/k norms, NEOX RoPE
+    {"llama", llama::load_llama, llama::estimate_llama_memory,
+     SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda)},
+    // llama + q/k/v biases, NEOX RoPE
+    {"qwen2", llama::load_llama, llama::estimate_llama_memory,
+     SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda)},
+    // llama + per-head q/k norms, NEOX RoPE
+    {"qwen3", llama::load_llama, llama::estimate_llama_memory,
+     SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda)},
 };
 
 }  // namespace
@@ -41,10 +60,55 @@ const Family& family_of(const gguf::File& file) {
 
 void require_supported_architecture(const gguf::File& file) { family_of(file); }
 
-std::unique_ptr<Model> load_model(const gguf::File& file, const LoadOptions& options) {
-  return family_of(file).load(file, options);
+const char* device_name(Device device) {
+  switch (device) {
+    case Device::Auto: return "auto";
+    case Device::Cpu: return "cpu";
+    case Device::Cuda: return "cuda";
+  }
+  return "?";
 }
 
-MemoryNeeds estimate_memory(const gguf::File& file, KvType kv_type) { return family_of(file).estimate(file, kv_type); }
+DeviceChoice resolve_device(Device requested) {
+  DeviceChoice choice;
+  choice.summary = "cpu";
+  if (requested == Device::Cpu) return choice;
+#if SPLASH_HAVE_CUDA
+  std::string why;
+  if (const auto gpu = kernels::cuda::find_device(&why)) {
+    choice.device = Device::Cuda;
+    choice.summary = gpu->summary();
+    choice.free_bytes = gpu->free_bytes;
+    choice.total_bytes = gpu->total_bytes;
+    return choice;
+  }
+  if (requested == Device::Cuda) fail("--device cuda: {}", why);
+  choice.why_not_gpu = why;
+#else
+  if (requested == Device::Cuda)
+    fail("--device cuda: this splash was built without the CUDA backend (no nvcc at build time)");
+  choice.why_not_gpu = "built without the CUDA backend";
+#endif
+  return choice;
+}
+
+std::unique_ptr<Model> load_model(const gguf::File& file, const LoadOptions& options) {
+  const Family& family = family_of(file);
+  if (options.device == Device::Auto) fail("load_model: resolve the device first");
+  if (options.device == Device::Cuda) {
+    if (!family.load_cuda) fail("{}: architecture '{}' has no CUDA implementation yet", file.path(), family.architecture);
+    return family.load_cuda(file, options);
+  }
+  return family.load(file, options);
+}
+
+MemoryNeeds estimate_memory(const gguf::File& file, KvType kv_type, Device device) {
+  const Family& family = family_of(file);
+  if (device == Device::Cuda) {
+    if (!family.estimate_cuda) fail("{}: architecture '{}' has no CUDA implementation yet", file.path(), family.architecture);
+    return family.estimate_cuda(file, kv_type);
+  }
+  return family.estimate(file, kv_type);
+}
 
 }  // namespace splash::model

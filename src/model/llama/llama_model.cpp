@@ -15,6 +15,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant_formats.h"
+#include "model/llama/llama_hparams.h"
 #include "model/llama/smollm2_shapes.h"
 
 namespace splash::model::llama {
@@ -24,76 +25,15 @@ using kernels::AlignedBuffer;
 using kernels::PackedWeight;
 using kernels::WeightSource;
 
-struct Hyperparameters {
-  std::string architecture;
-  RuntimeShapes shapes;
-  int native_context = 0;
-  float rope_base = 10000.0f;
-  float rms_eps = 1e-5f;
-  // The family's variants: Qwen2 adds q/k/v biases, Qwen3 normalises q and k per head; both
-  // rotate the two halves of a head (NEOX RoPE) where llama GGUFs rotate adjacent pairs.
-  bool neox_rope = false;
-  bool qkv_bias = false;
-  bool qk_norm = false;
-};
-
-Hyperparameters read_hyperparameters(const gguf::File& file) {
-  const std::string arch = file.get_string("general.architecture");
-  auto key = [&](const char* suffix) { return arch + "." + suffix; };
-  Hyperparameters h;
-  h.architecture = arch;
-  h.neox_rope = arch == "qwen2" || arch == "qwen3";
-  h.qkv_bias = arch == "qwen2";
-  h.qk_norm = arch == "qwen3";
-  h.shapes.n_layers = static_cast<int>(file.get_uint(key("block_count")));
-  h.shapes.d_model = static_cast<int>(file.get_uint(key("embedding_length")));
-  h.shapes.ffn = static_cast<int>(file.get_uint(key("feed_forward_length")));
-  h.shapes.n_heads = static_cast<int>(file.get_uint(key("attention.head_count")));
-  h.shapes.n_kv_heads = static_cast<int>(file.opt_uint(key("attention.head_count_kv")).value_or(h.shapes.n_heads));
-  h.native_context = static_cast<int>(file.get_uint(key("context_length")));
-  h.rope_base = file.opt_float(key("rope.freq_base")).value_or(10000.0f);
-  h.rms_eps = file.opt_float(key("attention.layer_norm_rms_epsilon")).value_or(1e-5f);
-  const auto& embedding = file.tensor("token_embd.weight");
-  if (embedding.dims.size() != 2) fail("{}: token_embd.weight must be 2-dimensional", file.path());
-  h.shapes.vocab = static_cast<int>(embedding.dims[1]);
-  auto& s = h.shapes;
-  if (s.n_layers <= 0 || s.n_layers > 512 || s.d_model <= 0 || s.d_model > 65536 || s.ffn <= 0 || s.ffn > 262144 ||
-      s.n_heads <= 0 || s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0 || s.vocab <= 0 || h.native_context <= 0)
-    fail("{}: inconsistent model hyperparameters", file.path());
-  // Qwen3 states its head size; it need not be d_model / n_heads.
-  const auto key_length = file.opt_uint(key("attention.key_length"));
-  const auto value_length = file.opt_uint(key("attention.value_length"));
-  if (key_length && value_length && *key_length != *value_length)
-    fail("{}: different key and value head sizes are not supported", file.path());
-  if (!key_length && s.d_model % s.n_heads != 0) fail("{}: d_model is not a multiple of the head count", file.path());
-  s.head_dim = key_length ? static_cast<int>(*key_length) : s.d_model / s.n_heads;
-  if (auto rope_dims = file.opt_uint(key("rope.dimension_count")); rope_dims && static_cast<int>(*rope_dims) != s.head_dim)
-    fail("{}: partial rotary embeddings ({} of {} dims) are not supported", file.path(), *rope_dims, s.head_dim);
-  if (s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256)
-    fail("{}: head size {} is not supported (64, 128, 256)", file.path(), s.head_dim);
-  if (s.d_model % 32 != 0 || s.ffn % 32 != 0) fail("{}: widths must be multiples of 32", file.path());
-  return h;
-}
-
-// A tensor of the file, checked against the shape the architecture expects.
+// A tensor of the file, checked against the shape the architecture expects and against
+// the types the CPU kernels read.
 WeightSource weight(const gguf::File& file, const std::string& name, int rows, int cols) {
-  const auto& t = file.tensor(name);
-  if (t.dims.size() != 2 || static_cast<int>(t.dims[0]) != cols || static_cast<int>(t.dims[1]) != rows)
-    fail("{}: tensor '{}' has shape [{}], expected [{}, {}]", file.path(), name, fmt::join(t.dims, ", "), cols, rows);
+  const auto& t = matrix_tensor(file, name, rows, cols);
   if (!kernels::is_supported_weight_type(t.type))
     fail("{}: tensor '{}' has type {}, which has no CPU kernel (supported: F32, F16, BF16, Q8_0, Q5_0, Q5_1, Q4_0, Q4_1, "
          "Q4_K, Q6_K)",
          file.path(), name, type_name(t.type));
   return {t.type, t.data, rows, cols};
-}
-
-std::vector<float> vector_weight(const gguf::File& file, const std::string& name, int n) {
-  const auto& t = file.tensor(name);
-  if (t.n_elements != static_cast<uint64_t>(n) || t.type != GgmlType::F32)
-    fail("{}: tensor '{}' must be F32 with {} elements", file.path(), name, n);
-  std::vector<float> out(n);
-  std::memcpy(out.data(), t.data, sizeof(float) * n);
-  return out;
 }
 
 // Stacks matrices into one packed weight when their types allow, else packs them apart.
@@ -147,28 +87,7 @@ class LlamaModel final : public Model {
   const ModelInfo& info() const override { return info_; }
 
   std::span<const float> forward(std::span<const SequenceSlice> batch) override {
-    int total = 0, wanted = 0;
-    for (const auto& slice : batch) {
-      const int n = static_cast<int>(slice.tokens.size());
-      if (n == 0) fail("forward: a sequence without tokens");
-      if (slice.first_position < 0 || slice.first_position + static_cast<int64_t>(n) > info_.context)
-        fail("the sequence of {} tokens does not fit the context of {} tokens", slice.first_position + n, info_.context);
-      if (static_cast<int64_t>(slice.block_table.size()) * kKvBlockTokens < slice.first_position + n)
-        fail("forward: the block table of {} blocks is too short for {} positions", slice.block_table.size(),
-             slice.first_position + n);
-      for (int32_t block : slice.block_table)
-        if (block < 0 || block >= kv_blocks_) fail("forward: block {} outside the pool of {}", block, kv_blocks_);
-      for (int32_t id : slice.tokens)
-        if (id < 0 || id >= shapes_.vocab) fail("token id {} is outside the vocabulary of {}", id, shapes_.vocab);
-      if (!slice.embeddings.empty() && slice.embeddings.size() != slice.tokens.size())
-        fail("forward: {} embedding entries for {} tokens", slice.embeddings.size(), n);
-      total += n;
-      wanted += slice.want_logits ? 1 : 0;
-    }
-    if (total == 0) fail("forward: no tokens");
-    if (total > kMaxBatchTokens) fail("forward: {} tokens in one pass (at most {})", total, kMaxBatchTokens);
-    if (batch.size() > kMaxBatchSequences)
-      fail("forward: {} sequences in one pass (at most {})", batch.size(), kMaxBatchSequences);
+    const auto [total, wanted] = check_batch(batch, info_);
     forward_batch(batch, total, wanted);
     return {logits_.as<float>(), static_cast<size_t>(wanted) * shapes_.vocab};
   }
@@ -216,7 +135,7 @@ class LlamaModel final : public Model {
     std::vector<LayerSources> sources(s.n_layers);
     layers_.resize(s.n_layers);
     for (int l = 0; l < s.n_layers; ++l) {
-      const std::string p = fmt::format("blk.{}.", l);
+      const std::string p = layer_prefix(l);
       layers_[l].attn_norm = vector_weight(file_, p + "attn_norm.weight", s.d_model);
       layers_[l].ffn_norm = vector_weight(file_, p + "ffn_norm.weight", s.d_model);
       if (h_.qkv_bias) {
@@ -447,7 +366,7 @@ MemoryNeeds estimate_llama_memory(const gguf::File& file, KvType kv_type) {
     needs.weight_bytes += kernels::packed_weight_bytes(weight(file, name, rows, cols).type, rows, cols);
   };
   for (int l = 0; l < s.n_layers; ++l) {
-    const std::string p = fmt::format("blk.{}.", l);
+    const std::string p = layer_prefix(l);
     packed(p + "attn_q.weight", q, s.d_model);
     packed(p + "attn_k.weight", kv, s.d_model);
     packed(p + "attn_v.weight", kv, s.d_model);

@@ -1,0 +1,232 @@
+// The small kernels between the matmuls: norms, SwiGLU, embedding rows, row gathers, and the
+// QKV epilogue (bias, per-head norm, RoPE, KV append) fused into one pass.
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_error.h"
+#include "kernels/cuda/kv_store.cuh"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/quant_blocks.cuh"
+
+namespace splash::kernels::cuda {
+namespace {
+
+cudaStream_t raw(Stream& stream) { return static_cast<cudaStream_t>(stream.handle()); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
+  return v;
+}
+
+constexpr int kNormThreads = 256;
+
+__global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight, float* __restrict__ out,
+                                int d, float eps) {
+  const float* row = x + static_cast<size_t>(blockIdx.x) * d;
+  float* o = out + static_cast<size_t>(blockIdx.x) * d;
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < d; i += kNormThreads) sum += row[i] * row[i];
+  __shared__ float partial[kNormThreads / 32];
+  sum = warp_sum(sum);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kNormThreads / 32; ++w) total += partial[w];
+  const float scale = rsqrtf(total / static_cast<float>(d) + eps);
+  for (int i = threadIdx.x; i < d; i += kNormThreads) o[i] = row[i] * scale * weight[i];
+}
+
+__global__ void silu_mul_kernel(const float* __restrict__ gate_up, float* __restrict__ out, int n, int ffn) {
+  const size_t index = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index >= static_cast<size_t>(n) * ffn) return;
+  const size_t t = index / ffn, i = index % ffn;
+  const float g = gate_up[t * 2 * ffn + i], u = gate_up[t * 2 * ffn + ffn + i];
+  out[index] = g / (1.0f + expf(-g)) * u;
+}
+
+template <GgmlType T>
+__global__ void embed_kernel(const uint8_t* __restrict__ table, size_t row_bytes, int cols, const int32_t* ids,
+                             float* __restrict__ x) {
+  using B = Block<T>;
+  const int parts = cols / B::kElements * B::kParts;
+  const int part = blockIdx.y * blockDim.x + threadIdx.x;
+  if (part >= parts) return;
+  const int block = part / B::kParts;
+  Part p;
+  B::decode(table + row_bytes * ids[blockIdx.x] + static_cast<size_t>(block) * B::kBytes, part % B::kParts, p);
+  float* o = x + static_cast<size_t>(blockIdx.x) * cols + block * B::kElements;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) o[p.pa + j] = p.a[j], o[p.pb + j] = p.b[j];
+}
+
+__global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* rows, int d, float* __restrict__ out) {
+  const float* from = x + static_cast<size_t>(rows[blockIdx.x]) * d;
+  float* to = out + static_cast<size_t>(blockIdx.x) * d;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) to[i] = from[i];
+}
+
+constexpr int kQkvWarps = 4;  // heads per thread block
+
+// One warp per (token, head of q, k or v); each lane holds head_dim / 32 consecutive values.
+template <int HD, KvElement E>
+__global__ void __launch_bounds__(kQkvWarps * 32)
+    qkv_post_kernel(QkvPostArgs a, BatchLayout batch, KvPool pool) {
+  constexpr int kPerLane = HD / 32;
+  const int lane = threadIdx.x % 32;
+  const int head = blockIdx.y * kQkvWarps + threadIdx.x / 32;
+  const int total_heads = a.n_heads + 2 * a.n_kv_heads;
+  if (head >= total_heads) return;
+  const int t = blockIdx.x;
+  float* row = a.qkv + static_cast<size_t>(t) * a.ld + static_cast<size_t>(head) * HD;
+  const int first = lane * kPerLane;
+  float v[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) v[j] = row[first + j];
+  if (a.bias)
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) v[j] += a.bias[static_cast<size_t>(head) * HD + first + j];
+  const int kind = head < a.n_heads ? 0 : head < a.n_heads + a.n_kv_heads ? 1 : 2;  // q, k, v
+  const int pos = batch.positions[t];
+  if (kind < 2) {
+    const float* norm = kind == 0 ? a.q_norm : a.k_norm;
+    if (norm) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) sum += v[j] * v[j];
+      const float scale = rsqrtf(warp_sum(sum) / static_cast<float>(HD) + a.norm_eps);
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) v[j] = v[j] * scale * norm[first + j];
+    }
+    // The angle of frequency i at position p is p * base^(-2i / head_dim), in double as the
+    // CPU path computes its table.
+    auto angle = [&](int i) { return static_cast<double>(pos) * pow(static_cast<double>(a.rope_base), -2.0 * i / HD); };
+    if (a.neox_rope) {  // pairs (i, i + HD/2): the partner's values sit 16 lanes away
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        const float partner = __shfl_xor_sync(0xFFFFFFFFu, v[j], 16);
+        const int i = (first + j) % (HD / 2);
+        double s, c;
+        sincos(angle(i), &s, &c);
+        const float cf = static_cast<float>(c), sf = static_cast<float>(s);
+        v[j] = lane < 16 ? v[j] * cf - partner * sf : partner * sf + v[j] * cf;
+      }
+    } else {  // adjacent pairs (2i, 2i + 1), inside one lane
+#pragma unroll
+      for (int j = 0; j < kPerLane; j += 2) {
+        double s, c;
+        sincos(angle((first + j) / 2), &s, &c);
+        const float cf = static_cast<float>(c), sf = static_cast<float>(s);
+        const float x0 = v[j], x1 = v[j + 1];
+        v[j] = x0 * cf - x1 * sf;
+        v[j + 1] = x0 * sf + x1 * cf;
+      }
+    }
+  }
+  if (kind == 0) {
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) row[first + j] = v[j];
+    return;
+  }
+  const int kv_head = head - a.n_heads - (kind == 2 ? a.n_kv_heads : 0);
+  const int block = batch.block_tables[batch.table_offsets[t] + pos / kKvBlockTokens];
+  const int slot = pos % kKvBlockTokens;
+  const size_t index = kv_index(pool, a.layer, block, kind - 1, kv_head, slot) + first;
+  using Element = typename KvElementOf<E>::type;
+  auto* data = reinterpret_cast<Element*>(pool.data);
+  if constexpr (E == KvElement::I8) {  // symmetric int8 per (position, kv head)
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) amax = fmaxf(amax, fabsf(v[j]));
+    amax = warp_max(amax);
+    const float scale = amax / 127.0f, inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) data[index + j] = static_cast<int8_t>(__float2int_rn(v[j] * inverse));
+    if (lane == 0) pool.scales[kv_scale_index(pool, a.layer, block, kind - 1, kv_head, slot)] = scale;
+  } else if constexpr (E == KvElement::F16) {
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) data[index + j] = __float2half_rn(v[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) data[index + j] = v[j];
+  }
+}
+
+}  // namespace
+
+void rms_norm(const float* x, const float* weight, float* out, int n, int d, float eps, Stream& stream) {
+  if (n == 0) return;
+  rms_norm_kernel<<<n, kNormThreads, 0, raw(stream)>>>(x, weight, out, d, eps);
+}
+
+void silu_mul(const float* gate_up, float* out, int n, int ffn, Stream& stream) {
+  const size_t elements = static_cast<size_t>(n) * ffn;
+  if (elements == 0) return;
+  silu_mul_kernel<<<static_cast<unsigned>((elements + 255) / 256), 256, 0, raw(stream)>>>(gate_up, out, n, ffn);
+}
+
+void embed(const DeviceWeight& table, const int32_t* ids, int n, float* x, Stream& stream) {
+  if (n == 0) return;
+  dispatch_weight_type(table.type, [&]<GgmlType T>() {
+    const int parts = table.cols / Block<T>::kElements * Block<T>::kParts;
+    const dim3 grid(n, (parts + 127) / 128);
+    embed_kernel<T><<<grid, 128, 0, raw(stream)>>>(table.data, table.row_bytes(), table.cols, ids, x);
+  });
+}
+
+void gather_rows(const float* x, const int32_t* rows, int n, int d, float* out, Stream& stream) {
+  if (n == 0) return;
+  gather_rows_kernel<<<n, 256, 0, raw(stream)>>>(x, rows, d, out);
+}
+
+size_t KvPool::half_block_elements() const {
+  return static_cast<size_t>(n_kv_heads) * kKvBlockTokens * head_dim;
+}
+size_t KvPool::bytes() const { return static_cast<size_t>(n_layers) * blocks * block_elements() * element_bytes(); }
+size_t KvPool::scale_bytes() const {
+  return element == KvElement::I8 ? static_cast<size_t>(n_layers) * blocks * 2 * n_kv_heads * kKvBlockTokens * sizeof(float)
+                                  : 0;
+}
+
+size_t kv_pool_bytes_per_block(KvElement element, int n_layers, int n_kv_heads, int head_dim) {
+  KvPool pool;
+  pool.element = element;
+  pool.blocks = 1, pool.n_layers = n_layers, pool.n_kv_heads = n_kv_heads, pool.head_dim = head_dim;
+  return pool.bytes() + pool.scale_bytes();
+}
+
+void copy_kv_block(const KvPool& pool, int from, int to, Stream& stream) {
+  // One layer's block (keys then values, every kv head) is contiguous in the pool.
+  const size_t block_bytes = pool.block_elements() * pool.element_bytes();
+  const size_t scale_floats = 2 * static_cast<size_t>(pool.n_kv_heads) * kKvBlockTokens;
+  for (int layer = 0; layer < pool.n_layers; ++layer) {
+    const size_t base = static_cast<size_t>(layer) * pool.blocks;
+    stream.copy_on_device(pool.data + (base + to) * block_bytes, pool.data + (base + from) * block_bytes, block_bytes);
+    if (pool.element == KvElement::I8)
+      stream.copy_on_device(pool.scales + (base + to) * scale_floats, pool.scales + (base + from) * scale_floats,
+                            scale_floats * sizeof(float));
+  }
+}
+
+void qkv_post(const QkvPostArgs& args, const BatchLayout& batch, const KvPool& pool, Stream& stream) {
+  if (batch.n_tokens == 0) return;
+  if (args.ld % 4 != 0) cuda_fail("qkv_post: rows must be 16-byte aligned");
+  const int total_heads = args.n_heads + 2 * args.n_kv_heads;
+  const dim3 grid(batch.n_tokens, (total_heads + kQkvWarps - 1) / kQkvWarps);
+  cudaStream_t s = raw(stream);
+  dispatch_kv_element(pool.element, [&]<KvElement E>() {
+    switch (args.head_dim) {
+      case 64: return qkv_post_kernel<64, E><<<grid, kQkvWarps * 32, 0, s>>>(args, batch, pool);
+      case 128: return qkv_post_kernel<128, E><<<grid, kQkvWarps * 32, 0, s>>>(args, batch, pool);
+      case 256: return qkv_post_kernel<256, E><<<grid, kQkvWarps * 32, 0, s>>>(args, batch, pool);
+      default: cuda_fail("qkv_post: head size " + std::to_string(args.head_dim) + " has no CUDA kernel (64, 128, 256)");
+    }
+  });
+}
+
+}  // namespace splash::kernels::cuda

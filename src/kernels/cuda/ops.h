@@ -1,0 +1,110 @@
+#pragma once
+// The CUDA kernels a transformer layer is built from, as host functions over device
+// pointers. Each queues its work on the stream and returns; errors of a launch surface at
+// the next Stream::synchronize. Activations are float32 rows; weights stay in their GGUF
+// block formats on the GPU (exact values, dequantized inside the kernels).
+#include <cstddef>
+#include <cstdint>
+
+#include "formats/ggml_types.h"
+#include "kernels/cuda/device.h"
+
+namespace splash::kernels::cuda {
+
+// The weight types the CUDA kernels read (the same set as the CPU path).
+bool is_supported_weight_type(GgmlType type);
+
+// A row-major matrix [rows][cols] in its GGUF type, on the device.
+struct DeviceWeight {
+  GgmlType type = GgmlType::F32;
+  const uint8_t* data = nullptr;
+  int rows = 0, cols = 0;
+  size_t row_bytes() const;
+  size_t bytes() const { return row_bytes() * rows; }
+};
+size_t weight_row_bytes(GgmlType type, int cols);
+
+// Scratch a matmul may need: an f16 copy of one matrix and of its activations, for the
+// tensor-core path of many-token batches (cuBLAS).
+struct MatmulScratch {
+  DeviceBuffer weight_f16, activations_f16;
+};
+
+// y[t][r] (+)= sum_c w[r][c] * x[t][c] for t < n. Few rows (decode, verify blocks) stream the
+// quantized weights once per 8 rows (GEMV); many rows dequantize the matrix to f16 and run
+// one cuBLAS GEMM with float accumulation. `always_gemv` keeps a huge matrix (the output
+// head) off the f16 copy.
+void matmul(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
+            MatmulScratch& scratch, Stream& stream, bool always_gemv = false);
+// The GEMV alone, for tests and the tuner.
+void gemv(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate, Stream& stream);
+// w as f16 [rows][cols] (the tensor-core path's first half; tests check it exactly).
+void dequantize_to_f16(const DeviceWeight& w, void* out_f16, Stream& stream);
+
+// out[t] = x[t] * weight / sqrt(mean(x[t]^2) + eps), rows of width d.
+void rms_norm(const float* x, const float* weight, float* out, int n, int d, float eps, Stream& stream);
+// out[t][i] = silu(gate_up[t][i]) * gate_up[t][ffn + i].
+void silu_mul(const float* gate_up, float* out, int n, int ffn, Stream& stream);
+// x[t] = row ids[t] of the table, dequantized.
+void embed(const DeviceWeight& table, const int32_t* ids, int n, float* x, Stream& stream);
+// out[i] = x[rows[i]] (d floats each), for i < n.
+void gather_rows(const float* x, const int32_t* rows, int n, int d, float* out, Stream& stream);
+
+// The paged KV pool on the GPU: per layer, per block, keys then values, each
+// [kv head][kKvBlockTokens positions][head_dim] elements; for 8-bit pools one float scale per
+// (position, kv head) in a separate array of the same order.
+enum class KvElement : uint8_t { I8, F16, F32 };
+struct KvPool {
+  KvElement element = KvElement::I8;
+  uint8_t* data = nullptr;
+  float* scales = nullptr;  // I8 only
+  int blocks = 0, n_layers = 0, n_kv_heads = 0, head_dim = 0;
+  size_t element_bytes() const { return element == KvElement::I8 ? 1 : element == KvElement::F16 ? 2 : 4; }
+  // One layer's keys or values of one block: n_kv_heads * kKvBlockTokens * head_dim elements.
+  size_t half_block_elements() const;
+  size_t block_elements() const { return 2 * half_block_elements(); }  // keys + values
+  size_t bytes() const;         // data
+  size_t scale_bytes() const;   // scales
+};
+size_t kv_pool_bytes_per_block(KvElement element, int n_layers, int n_kv_heads, int head_dim);
+// Copies the first `tokens` positions of a block of every layer to another block.
+void copy_kv_block(const KvPool& pool, int from, int to, Stream& stream);
+
+// The batch as the attention kernels see it, in device memory: per token its absolute
+// position and the offset of its sequence's block table in `block_tables`.
+struct BatchLayout {
+  const int32_t* positions = nullptr;
+  const int32_t* table_offsets = nullptr;
+  const int32_t* block_tables = nullptr;
+  int n_tokens = 0;
+  int max_context = 0;  // the longest sequence in the batch (first_position + tokens)
+};
+
+// After the QKV projection, in place on qkv rows [q heads | k heads | v heads]: adds the
+// biases (Qwen2), normalises each q and k head (Qwen3), rotates q and k (adjacent pairs, or
+// NEOX halves), and stores k and v into the pool at each token's position.
+struct QkvPostArgs {
+  float* qkv = nullptr;
+  int ld = 0;
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  const float* bias = nullptr;      // [q | k | v] widths, or null
+  const float* q_norm = nullptr;    // [head_dim], or null
+  const float* k_norm = nullptr;
+  float norm_eps = 1e-6f;
+  bool neox_rope = false;
+  float rope_base = 10000.0f;
+  int layer = 0;
+};
+void qkv_post(const QkvPostArgs& args, const BatchLayout& batch, const KvPool& pool, Stream& stream);
+
+// Causal attention of every token's q heads over its sequence's cached positions 0..pos
+// (grouped-query: query head h reads kv head h / (n_heads / n_kv_heads)), split along the
+// context for long sequences and merged by log-sum-exp. out: [n_tokens][n_heads * head_dim].
+struct AttentionScratch {
+  DeviceBuffer partials;
+};
+size_t attention_scratch_bytes(int n_heads, int head_dim);
+void attention(const float* qkv, int ld, float* out, int n_heads, const BatchLayout& batch, const KvPool& pool,
+               int layer, AttentionScratch& scratch, Stream& stream);
+
+}  // namespace splash::kernels::cuda

@@ -1,0 +1,68 @@
+#include "model/llama/llama_hparams.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstring>
+
+#include "common/error.h"
+
+namespace splash::model::llama {
+
+Hyperparameters read_hyperparameters(const gguf::File& file) {
+  const std::string arch = file.get_string("general.architecture");
+  auto key = [&](const char* suffix) { return arch + "." + suffix; };
+  Hyperparameters h;
+  h.architecture = arch;
+  h.neox_rope = arch == "qwen2" || arch == "qwen3";
+  h.qkv_bias = arch == "qwen2";
+  h.qk_norm = arch == "qwen3";
+  h.shapes.n_layers = static_cast<int>(file.get_uint(key("block_count")));
+  h.shapes.d_model = static_cast<int>(file.get_uint(key("embedding_length")));
+  h.shapes.ffn = static_cast<int>(file.get_uint(key("feed_forward_length")));
+  h.shapes.n_heads = static_cast<int>(file.get_uint(key("attention.head_count")));
+  h.shapes.n_kv_heads = static_cast<int>(file.opt_uint(key("attention.head_count_kv")).value_or(h.shapes.n_heads));
+  h.native_context = static_cast<int>(file.get_uint(key("context_length")));
+  h.rope_base = file.opt_float(key("rope.freq_base")).value_or(10000.0f);
+  h.rms_eps = file.opt_float(key("attention.layer_norm_rms_epsilon")).value_or(1e-5f);
+  const auto& embedding = file.tensor("token_embd.weight");
+  if (embedding.dims.size() != 2) fail("{}: token_embd.weight must be 2-dimensional", file.path());
+  h.shapes.vocab = static_cast<int>(embedding.dims[1]);
+  auto& s = h.shapes;
+  if (s.n_layers <= 0 || s.n_layers > 512 || s.d_model <= 0 || s.d_model > 65536 || s.ffn <= 0 || s.ffn > 262144 ||
+      s.n_heads <= 0 || s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0 || s.vocab <= 0 || h.native_context <= 0)
+    fail("{}: inconsistent model hyperparameters", file.path());
+  // Qwen3 states its head size; it need not be d_model / n_heads.
+  const auto key_length = file.opt_uint(key("attention.key_length"));
+  const auto value_length = file.opt_uint(key("attention.value_length"));
+  if (key_length && value_length && *key_length != *value_length)
+    fail("{}: different key and value head sizes are not supported", file.path());
+  if (!key_length && s.d_model % s.n_heads != 0) fail("{}: d_model is not a multiple of the head count", file.path());
+  s.head_dim = key_length ? static_cast<int>(*key_length) : s.d_model / s.n_heads;
+  if (auto rope_dims = file.opt_uint(key("rope.dimension_count")); rope_dims && static_cast<int>(*rope_dims) != s.head_dim)
+    fail("{}: partial rotary embeddings ({} of {} dims) are not supported", file.path(), *rope_dims, s.head_dim);
+  if (s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256)
+    fail("{}: head size {} is not supported (64, 128, 256)", file.path(), s.head_dim);
+  if (s.d_model % 32 != 0 || s.ffn % 32 != 0) fail("{}: widths must be multiples of 32", file.path());
+  return h;
+}
+
+const gguf::TensorInfo& matrix_tensor(const gguf::File& file, const std::string& name, int rows, int cols) {
+  const auto& t = file.tensor(name);
+  if (t.dims.size() != 2 || static_cast<int>(t.dims[0]) != cols || static_cast<int>(t.dims[1]) != rows)
+    fail("{}: tensor '{}' has shape [{}], expected [{}, {}]", file.path(), name, fmt::join(t.dims, ", "), cols, rows);
+  return t;
+}
+
+std::vector<float> vector_weight(const gguf::File& file, const std::string& name, int n) {
+  const auto& t = file.tensor(name);
+  if (t.n_elements != static_cast<uint64_t>(n) || t.type != GgmlType::F32)
+    fail("{}: tensor '{}' must be F32 with {} elements", file.path(), name, n);
+  std::vector<float> out(n);
+  std::memcpy(out.data(), t.data, sizeof(float) * n);
+  return out;
+}
+
+std::string layer_prefix(int layer) { return fmt::format("blk.{}.", layer); }
+
+}  // namespace splash::model::llama

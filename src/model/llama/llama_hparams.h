@@ -1,0 +1,39 @@
+#pragma once
+// What the llama family's backends share: the hyperparameters read from a GGUF (with the
+// variants qwen2 and qwen3) and the checked lookup of its tensors. The CPU model
+// (llama_model.cpp) and the CUDA model (llama_model_cuda.cpp) both build on this.
+#include <string>
+#include <vector>
+
+#include "formats/gguf.h"
+#include "model/llama/smollm2_shapes.h"
+
+namespace splash::model::llama {
+
+struct Hyperparameters {
+  std::string architecture;
+  RuntimeShapes shapes;
+  int native_context = 0;
+  float rope_base = 10000.0f;
+  float rms_eps = 1e-5f;
+  // The family's variants: Qwen2 adds q/k/v biases, Qwen3 normalises q and k per head; both
+  // rotate the two halves of a head (NEOX RoPE) where llama GGUFs rotate adjacent pairs.
+  bool neox_rope = false;
+  bool qkv_bias = false;
+  bool qk_norm = false;
+};
+
+// Reads and checks them; throws splash::Error naming what is inconsistent or unsupported.
+Hyperparameters read_hyperparameters(const gguf::File& file);
+
+// A matrix tensor of the file, checked against the shape [rows][cols] the architecture
+// expects (any type; each backend checks the types its kernels read).
+const gguf::TensorInfo& matrix_tensor(const gguf::File& file, const std::string& name, int rows, int cols);
+
+// An F32 vector of n elements (norm weights, biases), copied out.
+std::vector<float> vector_weight(const gguf::File& file, const std::string& name, int n);
+
+// The names of layer l's tensors ("blk.<l>.").
+std::string layer_prefix(int layer);
+
+}  // namespace splash::model::llama

@@ -1,0 +1,447 @@
+// The llama family (llama, qwen2, qwen3) on the GPU. The same forward pass as
+// llama_model.cpp, over kernels/cuda: weights uploaded once in their GGUF block types (exact
+// values; the matrices of one type stacked as the CPU path stacks them), the paged KV pool in
+// device memory, activations float32 on the device, and one copy of the logits back per pass.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/ops.h"
+#include "model/llama/llama_hparams.h"
+#include "model/llama/llama_model.h"
+
+namespace splash::model::llama {
+namespace {
+
+namespace cu = kernels::cuda;
+
+constexpr size_t kAlignment = 256;  // of every array in the weight arena
+size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
+cu::KvElement kv_element(KvType type) {
+  switch (type) {
+    case KvType::Q8: return cu::KvElement::I8;
+    case KvType::F16: return cu::KvElement::F16;
+    case KvType::F32: return cu::KvElement::F32;
+  }
+  return cu::KvElement::I8;
+}
+
+// The tensors of one layer, as the file names them.
+struct LayerTensors {
+  const gguf::TensorInfo *q, *k, *v, *o, *gate, *up, *down;
+};
+
+LayerTensors layer_tensors(const gguf::File& file, const Hyperparameters& h, int layer) {
+  const auto& s = h.shapes;
+  const int q = s.n_heads * s.head_dim, kv = s.n_kv_heads * s.head_dim;
+  const std::string p = layer_prefix(layer);
+  LayerTensors t{&matrix_tensor(file, p + "attn_q.weight", q, s.d_model),
+                 &matrix_tensor(file, p + "attn_k.weight", kv, s.d_model),
+                 &matrix_tensor(file, p + "attn_v.weight", kv, s.d_model),
+                 &matrix_tensor(file, p + "attn_output.weight", s.d_model, q),
+                 &matrix_tensor(file, p + "ffn_gate.weight", s.ffn, s.d_model),
+                 &matrix_tensor(file, p + "ffn_up.weight", s.ffn, s.d_model),
+                 &matrix_tensor(file, p + "ffn_down.weight", s.d_model, s.ffn)};
+  for (const auto* tensor : {t.q, t.k, t.v, t.o, t.gate, t.up, t.down})
+    if (!cu::is_supported_weight_type(tensor->type))
+      fail("{}: tensor '{}' has type {}, which has no CUDA kernel (supported: F32, F16, BF16, Q8_0, Q5_0, Q5_1, Q4_0, "
+           "Q4_1, Q4_K, Q6_K)",
+           file.path(), tensor->name, type_name(tensor->type));
+  return t;
+}
+
+const gguf::TensorInfo& output_tensor(const gguf::File& file, const Hyperparameters& h) {
+  const bool tied = file.find_tensor("output.weight") == nullptr;
+  const auto& t = matrix_tensor(file, tied ? "token_embd.weight" : "output.weight", h.shapes.vocab, h.shapes.d_model);
+  if (!cu::is_supported_weight_type(t.type))
+    fail("{}: tensor '{}' has type {}, which has no CUDA kernel", file.path(), t.name, type_name(t.type));
+  return t;
+}
+
+// The device scratch of one forward pass, for kMaxBatchTokens tokens; the memory plan counts
+// exactly these bytes.
+struct ScratchSizes {
+  size_t activations = 0;  // float rows: x, normed, qkv, attn, gate_up, hidden, last rows, logits
+  size_t weight_f16 = 0;       // the tensor-core path's f16 copy of the largest (stacked) matrix
+  size_t activations_f16 = 0;  // and of its widest activations
+  size_t attention = 0;    // split partials
+  size_t inputs = 0;       // token ids, positions, block tables
+  size_t total() const { return activations + weight_f16 + activations_f16 + attention + inputs; }
+};
+
+ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
+  const auto& s = h.shapes;
+  const size_t q = static_cast<size_t>(s.n_heads) * s.head_dim, kv = static_cast<size_t>(s.n_kv_heads) * s.head_dim;
+  const size_t per_token = 2 * s.d_model + (q + 2 * kv) + q + 2 * s.ffn + s.ffn;
+  ScratchSizes sizes;
+  sizes.activations = sizeof(float) * (kMaxBatchTokens * per_token + kMaxBatchSequences * (2 * s.d_model + s.vocab));
+  const size_t largest = std::max({(q + 2 * kv) * s.d_model, s.d_model * q, 2 * static_cast<size_t>(s.ffn) * s.d_model,
+                                   static_cast<size_t>(s.d_model) * s.ffn});
+  sizes.weight_f16 = largest * 2;
+  sizes.activations_f16 = static_cast<size_t>(kMaxBatchTokens) * std::max<size_t>({size_t(s.d_model), size_t(s.ffn), q}) * 2;
+  sizes.attention = cu::attention_scratch_bytes(s.n_heads, s.head_dim);
+  const size_t table_entries = static_cast<size_t>(kMaxBatchSequences) * ((context + kKvBlockTokens - 1) / kKvBlockTokens);
+  sizes.inputs = sizeof(int32_t) * (4 * kMaxBatchTokens + kMaxBatchSequences + table_entries);
+  return sizes;
+}
+
+struct CudaLayer {
+  const float *attn_norm = nullptr, *ffn_norm = nullptr, *qkv_bias = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+  std::vector<cu::DeviceWeight> qkv;  // one stacked [q; k; v] matrix, or three
+  cu::DeviceWeight attn_output;
+  std::vector<cu::DeviceWeight> gate_up;  // one stacked [gate; up] matrix, or two
+  cu::DeviceWeight down;
+};
+
+class LlamaCudaModel final : public Model {
+ public:
+  LlamaCudaModel(const gguf::File& file, const Hyperparameters& h, const LoadOptions& options,
+                 const DeviceChoice& device)
+      : file_(file), h_(h) {
+    const auto& s = h.shapes;
+    info_.architecture = h.architecture;
+    info_.name = file.opt_string("general.name").value_or("unnamed");
+    info_.n_layers = s.n_layers;
+    info_.d_model = s.d_model;
+    info_.n_heads = s.n_heads;
+    info_.n_kv_heads = s.n_kv_heads;
+    info_.head_dim = s.head_dim;
+    info_.ffn = s.ffn;
+    info_.vocab = s.vocab;
+    info_.native_context = h.native_context;
+    info_.context = options.max_context > 0 ? options.max_context : h.native_context;
+    info_.isa = "cuda";
+    info_.device = device.summary;
+    info_.kernel_shapes = "run-time shapes (CUDA kernels for any GGUF of the family)";
+    load_weights();
+    allocate(options);
+  }
+
+  const ModelInfo& info() const override { return info_; }
+
+  std::span<const float> forward(std::span<const SequenceSlice> batch) override {
+    const auto [total, wanted] = check_batch(batch, info_);
+    run(batch, total, wanted);
+    return {logits_host_.as<float>(), static_cast<size_t>(wanted) * h_.shapes.vocab};
+  }
+
+  void copy_kv_block(int from, int to, int tokens) override {
+    if (from < 0 || from >= pool_.blocks || to < 0 || to >= pool_.blocks || tokens < 0 || tokens > kKvBlockTokens)
+      fail("copy_kv_block({}, {}, {}) outside the pool of {} blocks", from, to, tokens, pool_.blocks);
+    cu::copy_kv_block(pool_, from, to, stream_);  // ordered before the next pass on the stream
+  }
+
+ private:
+  int q_width() const { return h_.shapes.n_heads * h_.shapes.head_dim; }
+  int kv_width() const { return h_.shapes.n_kv_heads * h_.shapes.head_dim; }
+  int qkv_width() const { return q_width() + 2 * kv_width(); }
+
+  // Weights: every array's place in one device arena is planned first, then the arena is
+  // allocated once and filled from the file mapping.
+  struct Upload {
+    size_t offset;
+    const void* from;
+    size_t bytes;
+  };
+
+  void load_weights() {
+    const auto& s = h_.shapes;
+    std::vector<Upload> uploads;
+    size_t arena = 0;
+    auto place = [&](const void* from, size_t bytes) {
+      const size_t offset = arena;
+      uploads.push_back({offset, from, bytes});
+      arena += aligned(bytes);
+      return offset;
+    };
+    // Matrices of one type stacked row-wise into one (as the CPU path packs them), else apart.
+    struct Planned {
+      GgmlType type;
+      size_t offset;
+      int rows, cols;
+    };
+    auto place_group = [&](std::initializer_list<const gguf::TensorInfo*> tensors) {
+      std::vector<Planned> group;
+      const auto* first = *tensors.begin();
+      const bool same_type = std::all_of(tensors.begin(), tensors.end(), [&](auto* t) { return t->type == first->type; });
+      if (same_type) {
+        const size_t offset = arena;
+        int rows = 0;
+        size_t bytes = 0;
+        for (const auto* t : tensors) {
+          uploads.push_back({offset + bytes, t->data, t->n_bytes});
+          bytes += t->n_bytes;
+          rows += static_cast<int>(t->dims[1]);
+        }
+        arena += aligned(bytes);
+        group.push_back({first->type, offset, rows, static_cast<int>(first->dims[0])});
+      } else {
+        for (const auto* t : tensors)
+          group.push_back({t->type, place(t->data, t->n_bytes), static_cast<int>(t->dims[1]), static_cast<int>(t->dims[0])});
+      }
+      return group;
+    };
+
+    struct PlannedLayer {
+      size_t attn_norm, ffn_norm, bias = 0, q_norm = 0, k_norm = 0;
+      std::vector<Planned> qkv, gate_up;
+      Planned o, down;
+    };
+    std::vector<PlannedLayer> planned(s.n_layers);
+    std::vector<std::vector<float>> vectors;  // norms and biases, kept alive until uploaded
+    auto place_vector = [&](std::vector<float> v) {
+      vectors.push_back(std::move(v));
+      return place(vectors.back().data(), vectors.back().size() * sizeof(float));
+    };
+    vectors.reserve(static_cast<size_t>(s.n_layers) * 5 + 1);
+    for (int l = 0; l < s.n_layers; ++l) {
+      const std::string p = layer_prefix(l);
+      const LayerTensors t = layer_tensors(file_, h_, l);
+      auto& pl = planned[l];
+      pl.attn_norm = place_vector(vector_weight(file_, p + "attn_norm.weight", s.d_model));
+      pl.ffn_norm = place_vector(vector_weight(file_, p + "ffn_norm.weight", s.d_model));
+      if (h_.qkv_bias) {
+        std::vector<float> bias;
+        for (const auto& [name, width] : {std::pair{"attn_q.bias", q_width()}, std::pair{"attn_k.bias", kv_width()},
+                                          std::pair{"attn_v.bias", kv_width()}}) {
+          const auto part = vector_weight(file_, p + name, width);
+          bias.insert(bias.end(), part.begin(), part.end());
+        }
+        pl.bias = place_vector(std::move(bias));
+      }
+      if (h_.qk_norm) {
+        pl.q_norm = place_vector(vector_weight(file_, p + "attn_q_norm.weight", s.head_dim));
+        pl.k_norm = place_vector(vector_weight(file_, p + "attn_k_norm.weight", s.head_dim));
+      }
+      pl.qkv = place_group({t.q, t.k, t.v});
+      pl.o = place_group({t.o})[0];
+      pl.gate_up = place_group({t.gate, t.up});
+      pl.down = place_group({t.down})[0];
+    }
+    const size_t output_norm = place_vector(vector_weight(file_, "output_norm.weight", s.d_model));
+    const auto& embedding = file_.tensor("token_embd.weight");
+    if (!cu::is_supported_weight_type(embedding.type))
+      fail("{}: token_embd.weight has type {}, which has no CUDA kernel", file_.path(), type_name(embedding.type));
+    matrix_tensor(file_, "token_embd.weight", s.vocab, s.d_model);
+    const size_t embedding_offset = place(embedding.data, embedding.n_bytes);
+    const auto& output = output_tensor(file_, h_);
+    const bool tied = &output == &embedding;
+    const size_t output_offset = tied ? embedding_offset : place(output.data, output.n_bytes);
+
+    weights_.resize(arena);
+    for (const auto& u : uploads) stream_.copy_to_device(weights_.as<uint8_t>() + u.offset, u.from, u.bytes);
+    stream_.synchronize("uploading the weights");
+
+    auto* base = weights_.as<uint8_t>();
+    auto vec = [&](size_t offset) { return reinterpret_cast<const float*>(base + offset); };
+    auto mat = [&](const Planned& p) { return cu::DeviceWeight{p.type, base + p.offset, p.rows, p.cols}; };
+    layers_.resize(s.n_layers);
+    for (int l = 0; l < s.n_layers; ++l) {
+      const auto& pl = planned[l];
+      auto& layer = layers_[l];
+      layer.attn_norm = vec(pl.attn_norm);
+      layer.ffn_norm = vec(pl.ffn_norm);
+      if (h_.qkv_bias) layer.qkv_bias = vec(pl.bias);
+      if (h_.qk_norm) layer.q_norm = vec(pl.q_norm), layer.k_norm = vec(pl.k_norm);
+      for (const auto& m : pl.qkv) layer.qkv.push_back(mat(m));
+      layer.attn_output = mat(pl.o);
+      for (const auto& m : pl.gate_up) layer.gate_up.push_back(mat(m));
+      layer.down = mat(pl.down);
+      for (const auto& w : layer.qkv) info_.decode_read_bytes += w.bytes();
+      for (const auto& w : layer.gate_up) info_.decode_read_bytes += w.bytes();
+      info_.decode_read_bytes += layer.attn_output.bytes() + layer.down.bytes();
+    }
+    output_norm_ = vec(output_norm);
+    embedding_ = {embedding.type, base + embedding_offset, s.vocab, s.d_model};
+    output_ = {output.type, base + output_offset, s.vocab, s.d_model};
+    info_.decode_read_bytes += output_.bytes();
+    info_.packed_weight_bytes = arena;
+
+    std::map<std::string, int> type_counts;
+    for (const auto& t : file_.tensors()) ++type_counts[std::string(type_name(t.type))];
+    std::vector<std::string> parts;
+    for (const auto& [name, count] : type_counts) parts.push_back(fmt::format("{} ({})", name, count));
+    info_.weight_types = fmt::format("{}", fmt::join(parts, ", "));
+  }
+
+  void allocate(const LoadOptions& options) {
+    const auto& s = h_.shapes;
+    pool_.element = kv_element(options.kv_type);
+    pool_.blocks = options.kv_blocks > 0 ? options.kv_blocks : (info_.context + kKvBlockTokens - 1) / kKvBlockTokens;
+    pool_.n_layers = s.n_layers;
+    pool_.n_kv_heads = s.n_kv_heads;
+    pool_.head_dim = s.head_dim;
+    kv_data_.resize(pool_.bytes());
+    pool_.data = kv_data_.as<uint8_t>();
+    if (pool_.element == cu::KvElement::I8) {
+      kv_scales_.resize(pool_.scale_bytes());
+      pool_.scales = kv_scales_.as<float>();
+    }
+    info_.kv_cache_bytes = pool_.bytes() + pool_.scale_bytes();
+    info_.kv_blocks = pool_.blocks;
+    info_.kv_type = kernels::kv_type_name(options.kv_type);
+
+    // Scratch for the largest pass, allocated now so a pass never allocates (and the plan's
+    // numbers are what is held).
+    const size_t n = kMaxBatchTokens;
+    auto floats = [](cu::DeviceBuffer& b, size_t count) { b.resize(count * sizeof(float)); };
+    floats(x_, n * s.d_model);
+    floats(normed_, n * s.d_model);
+    floats(qkv_, n * qkv_width());
+    floats(attn_, n * q_width());
+    floats(gate_up_, n * 2 * s.ffn);
+    floats(hidden_, n * s.ffn);
+    floats(last_, static_cast<size_t>(kMaxBatchSequences) * s.d_model);
+    floats(last_normed_, static_cast<size_t>(kMaxBatchSequences) * s.d_model);
+    floats(logits_, static_cast<size_t>(kMaxBatchSequences) * s.vocab);
+    const ScratchSizes sizes = scratch_sizes(h_, info_.context);
+    inputs_.resize(sizes.inputs);
+    inputs_host_.resize(sizes.inputs);
+    logits_host_.resize(static_cast<size_t>(kMaxBatchSequences) * s.vocab * sizeof(float));
+    matmul_scratch_.weight_f16.resize(sizes.weight_f16);
+    matmul_scratch_.activations_f16.resize(sizes.activations_f16);
+    attention_scratch_.partials.resize(sizes.attention);
+    stream_.synchronize("allocating the KV cache and scratch");
+  }
+
+  void matmul_group(const std::vector<cu::DeviceWeight>& group, const float* x, int ldx, int n, float* y, int ldy) {
+    int column = 0;
+    for (const auto& w : group) {
+      cu::matmul(w, x, ldx, n, y + column, ldy, false, matmul_scratch_, stream_);
+      column += w.rows;
+    }
+  }
+
+  // Lays the batch's integers out in one staging buffer and sends them in one copy:
+  // [ids | positions | table offsets | logits rows | block tables].
+  cu::BatchLayout upload_batch(std::span<const SequenceSlice> batch, int n, int wanted) {
+    int32_t* host = inputs_host_.as<int32_t>();
+    int32_t *ids = host, *positions = host + n, *offsets = host + 2 * n, *rows = host + 3 * n;
+    int32_t* tables = rows + wanted;
+    int row = 0, out = 0, max_context = 0;
+    size_t table_size = 0;
+    for (const auto& slice : batch) {
+      const int count = static_cast<int>(slice.tokens.size());
+      const size_t used_blocks = (slice.first_position + count + kKvBlockTokens - 1) / kKvBlockTokens;
+      if ((tables - host) + table_size + used_blocks > inputs_host_.size() / sizeof(int32_t))
+        fail("forward: the batch's block tables exceed the {}-token context", info_.context);
+      std::memcpy(tables + table_size, slice.block_table.data(), used_blocks * sizeof(int32_t));
+      for (int t = 0; t < count; ++t, ++row) {
+        ids[row] = slice.tokens[t];
+        positions[row] = slice.first_position + t;
+        offsets[row] = static_cast<int32_t>(table_size);
+      }
+      if (slice.want_logits) rows[out++] = row - 1;
+      table_size += used_blocks;
+      max_context = std::max(max_context, slice.first_position + count);
+    }
+    const size_t bytes = ((tables - host) + table_size) * sizeof(int32_t);
+    stream_.copy_to_device(inputs_.data(), host, bytes);
+    const int32_t* device = inputs_.as<int32_t>();
+    rows_ = device + 3 * n;
+    return {device + n, device + 2 * n, device + 3 * n + wanted, n, max_context};
+  }
+
+  void run(std::span<const SequenceSlice> batch, int n, int wanted) {
+    const auto& s = h_.shapes;
+    const cu::BatchLayout layout = upload_batch(batch, n, wanted);
+    float* x = x_.as<float>();
+    cu::embed(embedding_, inputs_.as<int32_t>(), n, x, stream_);
+    int row = 0;
+    for (const auto& slice : batch)  // image features replace their tokens' embeddings
+      for (size_t t = 0; t < slice.tokens.size(); ++t, ++row)
+        if (!slice.embeddings.empty() && slice.embeddings[t])
+          stream_.copy_to_device(x + static_cast<size_t>(row) * s.d_model, slice.embeddings[t], sizeof(float) * s.d_model);
+
+    float *normed = normed_.as<float>(), *qkv = qkv_.as<float>(), *attn = attn_.as<float>();
+    for (int l = 0; l < s.n_layers; ++l) {
+      const auto& layer = layers_[l];
+      cu::rms_norm(x, layer.attn_norm, normed, n, s.d_model, h_.rms_eps, stream_);
+      matmul_group(layer.qkv, normed, s.d_model, n, qkv, qkv_width());
+      cu::QkvPostArgs post;
+      post.qkv = qkv;
+      post.ld = qkv_width();
+      post.n_heads = s.n_heads;
+      post.n_kv_heads = s.n_kv_heads;
+      post.head_dim = s.head_dim;
+      post.bias = layer.qkv_bias;
+      post.q_norm = layer.q_norm;
+      post.k_norm = layer.k_norm;
+      post.norm_eps = h_.rms_eps;
+      post.neox_rope = h_.neox_rope;
+      post.rope_base = h_.rope_base;
+      post.layer = l;
+      cu::qkv_post(post, layout, pool_, stream_);
+      cu::attention(qkv, qkv_width(), attn, s.n_heads, layout, pool_, l, attention_scratch_, stream_);
+      cu::matmul(layer.attn_output, attn, q_width(), n, x, s.d_model, true, matmul_scratch_, stream_);
+      cu::rms_norm(x, layer.ffn_norm, normed, n, s.d_model, h_.rms_eps, stream_);
+      matmul_group(layer.gate_up, normed, s.d_model, n, gate_up_.as<float>(), 2 * s.ffn);
+      cu::silu_mul(gate_up_.as<float>(), hidden_.as<float>(), n, s.ffn, stream_);
+      cu::matmul(layer.down, hidden_.as<float>(), s.ffn, n, x, s.d_model, true, matmul_scratch_, stream_);
+    }
+    if (wanted > 0) {
+      // Only each wanting slice's last position needs logits.
+      cu::gather_rows(x, rows_, wanted, s.d_model, last_.as<float>(), stream_);
+      cu::rms_norm(last_.as<float>(), output_norm_, last_normed_.as<float>(), wanted, s.d_model, h_.rms_eps, stream_);
+      cu::matmul(output_, last_normed_.as<float>(), s.d_model, wanted, logits_.as<float>(), s.vocab, false,
+                 matmul_scratch_, stream_, /*always_gemv=*/true);
+      stream_.copy_to_host(logits_host_.data(), logits_.data(), static_cast<size_t>(wanted) * s.vocab * sizeof(float));
+    }
+    stream_.synchronize("the forward pass on the GPU");
+  }
+
+  const gguf::File& file_;
+  Hyperparameters h_;
+  ModelInfo info_;
+  cu::Stream stream_;
+  cu::DeviceBuffer weights_;
+  std::vector<CudaLayer> layers_;
+  const float* output_norm_ = nullptr;
+  cu::DeviceWeight embedding_, output_;
+  cu::KvPool pool_;
+  cu::DeviceBuffer kv_data_, kv_scales_;
+  cu::DeviceBuffer x_, normed_, qkv_, attn_, gate_up_, hidden_, last_, last_normed_, logits_, inputs_;
+  cu::PinnedBuffer inputs_host_, logits_host_;
+  const int32_t* rows_ = nullptr;
+  cu::MatmulScratch matmul_scratch_;
+  cu::AttentionScratch attention_scratch_;
+};
+
+}  // namespace
+
+MemoryNeeds estimate_llama_memory_cuda(const gguf::File& file, KvType kv_type) {
+  const Hyperparameters h = read_hyperparameters(file);
+  const auto& s = h.shapes;
+  MemoryNeeds needs;
+  for (int l = 0; l < s.n_layers; ++l) {
+    const LayerTensors t = layer_tensors(file, h, l);
+    for (const auto* tensor : {t.q, t.k, t.v, t.o, t.gate, t.up, t.down}) needs.weight_bytes += aligned(tensor->n_bytes);
+    needs.weight_bytes += (2 * s.d_model + (h.qkv_bias ? s.n_heads + 2 * s.n_kv_heads : 0) * s.head_dim +
+                           (h.qk_norm ? 2 * s.head_dim : 0)) * sizeof(float) + 5 * kAlignment;
+  }
+  const auto& embedding = file.tensor("token_embd.weight");
+  const auto& output = output_tensor(file, h);
+  needs.weight_bytes += aligned(embedding.n_bytes) + (&output == &embedding ? 0 : aligned(output.n_bytes)) +
+                        aligned(s.d_model * sizeof(float));
+  needs.mapped_bytes = 0;  // nothing is read from the file after loading
+  needs.kv_bytes_per_block = cu::kv_pool_bytes_per_block(kv_element(kv_type), s.n_layers, s.n_kv_heads, s.head_dim);
+  // The block tables' share of the inputs grows with the context; the native window bounds it
+  // well enough (a few hundred KiB at 128K).
+  needs.activation_bytes = scratch_sizes(h, h.native_context).total();
+  needs.native_context = h.native_context;
+  return needs;
+}
+
+std::unique_ptr<Model> load_llama_cuda(const gguf::File& file, const LoadOptions& options) {
+  const DeviceChoice device = resolve_device(Device::Cuda);
+  const Hyperparameters h = read_hyperparameters(file);
+  return std::make_unique<LlamaCudaModel>(file, h, options, device);
+}
+
+}  // namespace splash::model::llama

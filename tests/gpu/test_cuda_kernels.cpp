@@ -1,0 +1,293 @@
+// The CUDA kernels against float64 references on fresh random inputs, outputs poisoned
+// (NaN) before each run so an unwritten element fails: the GEMV family and the tensor-core
+// path for every GGUF weight type (references from the CPU dequantizer, itself checked
+// against gguf-py's goldens), and the QKV epilogue + paged attention for every KV element
+// type, decode and causal prefill, across context splits.
+#include <algorithm>
+#include <numeric>
+
+#include "gpu_fixture.h"
+#include "kernels/cpu/half.h"
+#include "kernels/cpu/kv_layout.h"
+#include "kernels/cpu/quant_formats.h"
+#include "kernels/cuda/ops.h"
+
+namespace splash::testing {
+namespace {
+
+// Random blocks of a type whose scale fields are set so weights have a deviation near 0.05
+// (random bits there would give infinities); every other byte is random.
+std::vector<uint8_t> random_matrix(GgmlType type, int rows, int cols, std::mt19937_64& rng) {
+  const auto traits = *type_traits(static_cast<uint32_t>(type));
+  const size_t blocks = static_cast<size_t>(rows) * cols / traits.block_elements;
+  std::vector<uint8_t> bytes(blocks * traits.block_bytes);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> scale(0.004f, 0.012f), offset(-0.05f, 0.05f);
+  auto put_half = [&](uint8_t* p, float v) {
+    const uint16_t h = kernels::fp32_to_fp16(v);
+    std::memcpy(p, &h, 2);
+  };
+  if (type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16) {
+    const auto values = random_floats(rng, static_cast<size_t>(rows) * cols, 0.05f);
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (type == GgmlType::F32) std::memcpy(bytes.data() + 4 * i, &values[i], 4);
+      else if (type == GgmlType::F16) put_half(bytes.data() + 2 * i, values[i]);
+      else {
+        const uint16_t b = static_cast<uint16_t>(std::bit_cast<uint32_t>(values[i]) >> 16);
+        std::memcpy(bytes.data() + 2 * i, &b, 2);
+      }
+    }
+    return bytes;
+  }
+  for (size_t b = 0; b < blocks; ++b) {
+    uint8_t* block = bytes.data() + b * traits.block_bytes;
+    switch (type) {
+      case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0:
+        put_half(block, type == GgmlType::Q8_0 ? scale(rng) / 8 : scale(rng));
+        break;
+      case GgmlType::Q4_1: case GgmlType::Q5_1:
+        put_half(block, scale(rng)), put_half(block + 2, offset(rng) - 0.05f);
+        break;
+      case GgmlType::Q4_K:
+        put_half(block, scale(rng) / 32), put_half(block + 2, scale(rng) / 32);
+        break;
+      case GgmlType::Q6_K:
+        put_half(block + 208, scale(rng) / 64);
+        break;
+      default:
+        break;
+    }
+  }
+  return bytes;
+}
+
+std::vector<double> dequantized(GgmlType type, const std::vector<uint8_t>& bytes, int rows, int cols) {
+  std::vector<float> row(cols);
+  std::vector<double> out(static_cast<size_t>(rows) * cols);
+  const size_t row_bytes = cu::weight_row_bytes(type, cols);
+  for (int r = 0; r < rows; ++r) {
+    kernels::dequantize_row(type, bytes.data() + r * row_bytes, row.data(), cols);
+    std::copy(row.begin(), row.end(), out.begin() + static_cast<size_t>(r) * cols);
+  }
+  return out;
+}
+
+constexpr GgmlType kWeightTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+                                     GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F32,  GgmlType::F16,  GgmlType::BF16};
+
+class CudaMatmulTest : public GpuTest {};
+
+// y = W x (+ y0) for every type, at decode widths (GEMV, 1-11 rows: one pass, a padded pass,
+// two passes) and prompt widths (40 and 77 rows: f16 copies + cuBLAS). Tolerances: float
+// accumulation against float64, 1e-5; f16 operands, 3e-3.
+TEST_F(CudaMatmulTest, EveryTypeAgainstFloat64) {
+  const int rows = 100, cols = 768;  // rows not a multiple of the 8 rows of a thread block
+  cu::Stream stream;
+  cu::MatmulScratch scratch;
+  for (const GgmlType type : kWeightTypes) {
+    const auto bytes = random_matrix(type, rows, cols, rng_);
+    const auto w = dequantized(type, bytes, rows, cols);
+    const auto device_bytes = to_device(bytes);
+    const cu::DeviceWeight weight{type, device_bytes.as<uint8_t>(), rows, cols};
+    for (const int n : {1, 2, 3, 8, 11, 40, 77}) {
+      for (const bool accumulate : {false, true}) {
+        const auto x = random_floats(rng_, static_cast<size_t>(n) * cols);
+        std::vector<float> y0 = accumulate ? random_floats(rng_, static_cast<size_t>(n) * rows)
+                                           : std::vector<float>(static_cast<size_t>(n) * rows, NAN);
+        std::vector<double> ref(static_cast<size_t>(n) * rows);
+        for (int t = 0; t < n; ++t)
+          for (int r = 0; r < rows; ++r) {
+            double sum = accumulate ? y0[static_cast<size_t>(t) * rows + r] : 0.0;
+            for (int c = 0; c < cols; ++c) sum += w[static_cast<size_t>(r) * cols + c] * x[static_cast<size_t>(t) * cols + c];
+            ref[static_cast<size_t>(t) * rows + r] = sum;
+          }
+        const auto dx = to_device(x);
+        auto dy = to_device(y0);
+        cu::matmul(weight, dx.as<float>(), cols, n, dy.as<float>(), rows, accumulate, scratch, stream);
+        stream.synchronize("matmul");
+        const double error = relative_error(to_host<float>(dy, ref.size()), ref);
+        const double tolerance = n > 32 ? 3e-3 : 1e-5;
+        EXPECT_LT(error, tolerance) << type_name(type) << " n=" << n << " accumulate=" << accumulate;
+      }
+    }
+  }
+}
+
+// The tensor-core path's f16 copy holds each weight's value rounded to f16.
+TEST_F(CudaMatmulTest, DequantizeToF16IsTheCpuValueRounded) {
+  const int rows = 16, cols = 512;
+  cu::Stream stream;
+  for (const GgmlType type : kWeightTypes) {
+    const auto bytes = random_matrix(type, rows, cols, rng_);
+    const auto w = dequantized(type, bytes, rows, cols);
+    const auto device_bytes = to_device(bytes);
+    cu::DeviceBuffer out(static_cast<size_t>(rows) * cols * 2);
+    stream.fill(out.data(), 0xFF, out.size());
+    cu::dequantize_to_f16({type, device_bytes.as<uint8_t>(), rows, cols}, out.data(), stream);
+    stream.synchronize("dequantize");
+    const auto halves = to_host<uint16_t>(out, static_cast<size_t>(rows) * cols);
+    for (size_t i = 0; i < halves.size(); ++i)
+      ASSERT_EQ(halves[i], kernels::fp32_to_fp16(static_cast<float>(w[i]))) << type_name(type) << " element " << i;
+  }
+}
+
+// --- QKV epilogue and attention -------------------------------------------------------------
+
+struct AttentionCase {
+  cu::KvElement element;
+  int head_dim;
+  bool neox;
+  double tolerance;  // of the attention output against float64
+};
+
+void rope_reference(std::vector<double>& v, int head_dim, int pos, bool neox, double base) {
+  std::vector<double> out(v);
+  for (int i = 0; i < head_dim / 2; ++i) {
+    const double angle = pos * std::pow(base, -2.0 * i / head_dim);
+    const int a = neox ? i : 2 * i, b = neox ? i + head_dim / 2 : 2 * i + 1;
+    out[a] = v[a] * std::cos(angle) - v[b] * std::sin(angle);
+    out[b] = v[a] * std::sin(angle) + v[b] * std::cos(angle);
+  }
+  v = out;
+}
+
+class CudaAttentionTest : public GpuTest, public ::testing::WithParamInterface<AttentionCase> {};
+
+// Three sequences (1, 300 and 3000 positions) on shuffled blocks of one pool, group 4
+// (8 query heads over 2 kv heads): every position's q/k/v goes through qkv_post (RoPE, KV
+// append), then attention runs as one causal prefill over all positions (context splits
+// across 3301 tokens) and as a decode of each sequence's last token (up to 12 splits).
+TEST_P(CudaAttentionTest, PrefillAndDecodeAgainstFloat64) {
+  const auto param = GetParam();
+  const int hd = param.head_dim, n_heads = 8, n_kv = 2, layers = 2, layer = 1;
+  const int qkv_w = (n_heads + 2 * n_kv) * hd;
+  const std::vector<int> lengths{1, 300, 3000};
+  const int blocks = 256;
+  std::vector<int32_t> shuffled(blocks);
+  std::iota(shuffled.begin(), shuffled.end(), 0);
+  std::shuffle(shuffled.begin(), shuffled.end(), rng_);
+  std::vector<int32_t> tables, positions, offsets;
+  std::vector<int> first_token;
+  int used = 0;
+  for (const int length : lengths) {
+    const int n_blocks = (length + kernels::kKvBlockTokens - 1) / kernels::kKvBlockTokens;
+    first_token.push_back(static_cast<int>(positions.size()));
+    for (int p = 0; p < length; ++p) positions.push_back(p), offsets.push_back(static_cast<int32_t>(tables.size()));
+    tables.insert(tables.end(), shuffled.begin() + used, shuffled.begin() + used + n_blocks);
+    used += n_blocks;
+  }
+  const int n = static_cast<int>(positions.size());
+  auto qkv = random_floats(rng_, static_cast<size_t>(n) * qkv_w);
+
+  cu::Stream stream;
+  cu::KvPool pool;
+  pool.element = param.element;
+  pool.blocks = blocks, pool.n_layers = layers, pool.n_kv_heads = n_kv, pool.head_dim = hd;
+  cu::DeviceBuffer data(pool.bytes()), scales(std::max<size_t>(pool.scale_bytes(), 4));
+  pool.data = data.as<uint8_t>();
+  pool.scales = pool.element == cu::KvElement::I8 ? scales.as<float>() : nullptr;
+  auto d_qkv = to_device(qkv);
+  const auto d_positions = to_device(positions), d_offsets = to_device(offsets), d_tables = to_device(tables);
+  cu::BatchLayout all{d_positions.as<int32_t>(), d_offsets.as<int32_t>(), d_tables.as<int32_t>(), n, lengths.back()};
+  cu::QkvPostArgs post;
+  post.qkv = d_qkv.as<float>();
+  post.ld = qkv_w;
+  post.n_heads = n_heads, post.n_kv_heads = n_kv, post.head_dim = hd;
+  post.neox_rope = param.neox;
+  post.rope_base = 10000.0f;
+  post.layer = layer;
+  cu::qkv_post(post, all, pool, stream);
+
+  // Float64 reference: rotated q and k per position, then causal softmax attention.
+  auto head_of = [&](int t, int h) {
+    std::vector<double> v(hd);
+    for (int i = 0; i < hd; ++i) v[i] = qkv[static_cast<size_t>(t) * qkv_w + h * hd + i];
+    return v;
+  };
+  std::vector<std::vector<double>> q(static_cast<size_t>(n) * n_heads), k(static_cast<size_t>(n) * n_kv),
+      v(static_cast<size_t>(n) * n_kv);
+  for (int t = 0; t < n; ++t) {
+    for (int h = 0; h < n_heads; ++h) {
+      q[t * n_heads + h] = head_of(t, h);
+      rope_reference(q[t * n_heads + h], hd, positions[t], param.neox, 10000.0);
+    }
+    for (int h = 0; h < n_kv; ++h) {
+      k[t * n_kv + h] = head_of(t, n_heads + h);
+      rope_reference(k[t * n_kv + h], hd, positions[t], param.neox, 10000.0);
+      v[t * n_kv + h] = head_of(t, n_heads + n_kv + h);
+    }
+  }
+  auto reference = [&](int t) {  // token t attends to its sequence's tokens up to itself
+    const int start = t - positions[t];
+    std::vector<double> out(static_cast<size_t>(n_heads) * hd, 0.0);
+    for (int h = 0; h < n_heads; ++h) {
+      const int g = h / (n_heads / n_kv);
+      std::vector<double> scores;
+      double best = -INFINITY;
+      for (int u = start; u <= t; ++u) {
+        double s = 0;
+        for (int i = 0; i < hd; ++i) s += q[t * n_heads + h][i] * k[u * n_kv + g][i];
+        scores.push_back(s / std::sqrt(static_cast<double>(hd)));
+        best = std::max(best, scores.back());
+      }
+      double total = 0;
+      for (auto& s : scores) total += (s = std::exp(s - best));
+      for (int u = start; u <= t; ++u)
+        for (int i = 0; i < hd; ++i) out[h * hd + i] += scores[u - start] / total * v[u * n_kv + g][i];
+    }
+    return out;
+  };
+
+  cu::AttentionScratch scratch;
+  // Prefill: every token at once.
+  cu::DeviceBuffer out(static_cast<size_t>(n) * n_heads * hd * sizeof(float));
+  stream.fill(out.data(), 0xFF, out.size());
+  cu::attention(d_qkv.as<float>(), qkv_w, out.as<float>(), n_heads, all, pool, layer, scratch, stream);
+  stream.synchronize("attention (prefill)");
+  const auto prefill = to_host<float>(out, static_cast<size_t>(n) * n_heads * hd);
+  std::vector<float> checked;
+  std::vector<double> expected;
+  for (int t = 0; t < n; t += 97) {  // a sample of tokens of every sequence
+    const auto ref = reference(t);
+    expected.insert(expected.end(), ref.begin(), ref.end());
+    checked.insert(checked.end(), prefill.begin() + static_cast<size_t>(t) * n_heads * hd,
+                   prefill.begin() + static_cast<size_t>(t + 1) * n_heads * hd);
+  }
+  EXPECT_LT(relative_error(checked, expected), param.tolerance) << "prefill";
+
+  // Decode: each sequence's last token alone (its q rows gathered into a batch of three).
+  std::vector<int32_t> d_pos, d_off;
+  checked.clear(), expected.clear();
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    const int t = first_token[s] + lengths[s] - 1;
+    d_pos.push_back(positions[t]);
+    d_off.push_back(offsets[t]);
+    const auto ref = reference(t);
+    expected.insert(expected.end(), ref.begin(), ref.end());
+  }
+  // The rotated q rows of those tokens, as qkv_post left them on the device.
+  const auto rotated = to_host<float>(d_qkv, static_cast<size_t>(n) * qkv_w);
+  std::vector<float> decode_qkv;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    const int t = first_token[s] + lengths[s] - 1;
+    decode_qkv.insert(decode_qkv.end(), rotated.begin() + static_cast<size_t>(t) * qkv_w,
+                      rotated.begin() + static_cast<size_t>(t + 1) * qkv_w);
+  }
+  const auto dq = to_device(decode_qkv), dp = to_device(d_pos), doff = to_device(d_off);
+  cu::BatchLayout decode{dp.as<int32_t>(), doff.as<int32_t>(), d_tables.as<int32_t>(), 3, lengths.back()};
+  cu::DeviceBuffer decode_out(3 * n_heads * hd * sizeof(float));
+  stream.fill(decode_out.data(), 0xFF, decode_out.size());
+  cu::attention(dq.as<float>(), qkv_w, decode_out.as<float>(), n_heads, decode, pool, layer, scratch, stream);
+  stream.synchronize("attention (decode)");
+  EXPECT_LT(relative_error(to_host<float>(decode_out, 3 * n_heads * hd), expected), param.tolerance) << "decode";
+}
+
+INSTANTIATE_TEST_SUITE_P(KvTypes, CudaAttentionTest,
+                         ::testing::Values(AttentionCase{cu::KvElement::F32, 128, true, 1e-5},
+                                           AttentionCase{cu::KvElement::F32, 64, false, 1e-5},
+                                           AttentionCase{cu::KvElement::F16, 128, true, 2e-3},
+                                           AttentionCase{cu::KvElement::I8, 128, true, 2e-2},
+                                           AttentionCase{cu::KvElement::I8, 256, false, 2e-2}));
+
+}  // namespace
+}  // namespace splash::testing

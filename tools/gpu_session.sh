@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# The whole GPU test and benchmark set, run on the GPU machine in one call per phase, over
+# what tools/gpu_carry.sh laid out in .gpu/ (nothing is built there). Writes a table
+# (summary.md) and JSON (summary.json) plus logs under $OUT.
+#
+#   tools/gpu_session.sh tests     GPU unit tests (kernels vs float64, random models vs the CPU
+#                                  path), compute-sanitizer memcheck + racecheck, serving
+#                                  through HTTP on the GPU, the Qwen3-8B-shape benchmark
+#   tools/gpu_session.sh part N    keeps .gpu/parts/<model>.partN (carried in this call) for later
+#   tools/gpu_session.sh real      joins the parts, checks the sha256, greedy identity on the
+#                                  real model against the CPU path
+#
+# Phases that need files a cold machine lost (parts, binaries) say so and skip.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/splash-gpu-out}
+mkdir -p "$OUT"
+KEEP=/tmp/splash-gpu      # survives between calls while the machine stays warm
+mkdir -p "$KEEP/parts" "$KEEP/fixtures"
+export LD_LIBRARY_PATH="$PWD/.gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# cuBLAS: the toolkit's, else the one PyTorch's wheels bring.
+if ! ldconfig -p | grep -q libcublas.so.13 && [ ! -e /usr/local/cuda/lib64/libcublas.so.13 ]; then
+  torch_libs=$(python3 -c 'import nvidia.cu13, os; print(os.path.join(nvidia.cu13.__path__[0], "lib"))' 2>/dev/null ||
+               python3 -c 'import nvidia.cublas, os; print(os.path.join(nvidia.cublas.__path__[0], "lib"))' 2>/dev/null)
+  export LD_LIBRARY_PATH="$torch_libs:$LD_LIBRARY_PATH"
+fi
+SUMMARY="$OUT/summary.md"
+JSON="$OUT/summary.json"
+[ -f "$JSON" ] || echo '{}' > "$JSON"
+record() {  # record KEY VALUE-JSON
+  python3 - "$JSON" "$1" "$2" <<'PY'
+import json, sys
+path, key, value = sys.argv[1:]
+data = json.load(open(path))
+data[key] = json.loads(value)
+json.dump(data, open(path, "w"), indent=1)
+PY
+}
+row() { echo "| $1 | $2 |" >> "$SUMMARY"; }
+[ -f "$SUMMARY" ] || printf '| check | result |\n|---|---|\n' > "$SUMMARY"
+
+gtest() {  # gtest NAME FILTER [env...]: runs the GPU tests, records pass/fail counts
+  local name=$1 filter=$2
+  shift 2
+  env "$@" .gpu/bin/splash_gpu_tests --gtest_filter="$filter" --gtest_output="json:$OUT/$name.json" \
+    > "$OUT/$name.log" 2>&1
+  local rc=$?
+  tail -n 30 "$OUT/$name.log"
+  local counts
+  counts=$(python3 -c "import json; d=json.load(open('$OUT/$name.json')); print(d['tests'], d['failures'], d.get('disabled',0))" 2>/dev/null || echo "0 1 0")
+  row "$name" "rc=$rc; tests/failures/disabled: $counts"
+  record "$name" "{\"rc\": $rc, \"counts\": \"$counts\"}"
+}
+
+phase_tests() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/whl/*.whl && export PYTHONPATH=/tmp/site
+  # Random-weight models of every family and weight type, made here (small, seconds).
+  local tok=.gpu/tokenizer-smollm2.gguf
+  python3 tools/make_random_llama.py --tokenizer-from $tok --out "$KEEP/fixtures/random-llama-a.gguf" 2>/dev/null
+  python3 tools/make_random_llama.py --tokenizer-from $tok --mix b --out "$KEEP/fixtures/random-llama-b.gguf" 2>/dev/null
+  python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen2 --mix qwen --out "$KEEP/fixtures/random-qwen2.gguf" 2>/dev/null
+  python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen3 --mix qwen --out "$KEEP/fixtures/random-qwen3.gguf" 2>/dev/null
+  ls -la "$KEEP/fixtures"
+  gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"
+  # The memory checker over every kernel (small shapes: it runs each launch ~100x slower).
+  timeout 240 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 .gpu/bin/splash_gpu_tests \
+    --gtest_filter='CudaMatmulTest.*:KvTypes/CudaAttentionTest.PrefillAndDecodeAgainstFloat64/3:CudaModelTest.BatchOfTwo*' \
+    > "$OUT/memcheck.log" 2>&1
+  local rc=$?
+  tail -n 5 "$OUT/memcheck.log"
+  row memcheck "rc=$rc ($(grep -c 'Invalid\|uninitialized' "$OUT/memcheck.log") error lines)"
+  record memcheck "{\"rc\": $rc}"
+  SPLASH_GPU_FIXTURES="$KEEP/fixtures" timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    .gpu/bin/splash_gpu_tests --gtest_filter='CudaModelTest.BatchOfTwo*:KvTypes/CudaAttentionTest.PrefillAndDecodeAgainstFloat64/1' \
+    > "$OUT/racecheck.log" 2>&1
+  rc=$?
+  tail -n 5 "$OUT/racecheck.log"
+  row racecheck "rc=$rc"
+  record racecheck "{\"rc\": $rc}"
+  phase_serve
+  phase_bench
+}
+
+# splash serve --device cuda on a random qwen2 model: one chat completion through HTTP, then
+# /status names the GPU.
+phase_serve() {
+  [ -x .gpu/bin/splash ] || { row serve "skipped: no splash binary carried"; return; }
+  .gpu/bin/splash serve --device cuda -m "$KEEP/fixtures/random-qwen2.gguf" --port 8123 > "$OUT/serve.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 60); do curl -sf http://127.0.0.1:8123/health > /dev/null && break; sleep 0.5; done
+  local reply status
+  reply=$(curl -s http://127.0.0.1:8123/v1/chat/completions -H 'Content-Type: application/json' \
+    -d '{"messages":[{"role":"user","content":"Say hi"}],"max_tokens":16,"temperature":0}')
+  status=$(curl -s http://127.0.0.1:8123/status)
+  kill -INT $pid; wait $pid
+  echo "$reply" > "$OUT/serve_reply.json"
+  echo "$status" > "$OUT/serve_status.json"
+  local ok
+  ok=$(python3 -c "import json,sys; r=json.loads(sys.argv[1]); s=json.loads(sys.argv[2]); print(r['usage']['completion_tokens'] > 0 and 'H200' in json.dumps(s))" "$reply" "$status" 2>&1)
+  row serve "$ok (a chat completion on the GPU through HTTP; /status names the device)"
+  record serve "\"$ok\""
+}
+
+# The issue's benchmark shape: Qwen3-8B (36 layers, d_model 4096, 32/8 heads of 128, ffn 12288,
+# vocab 151936, untied head) with random weights in a Q4_K_M-like mix (Q4_K; Q6_K for the
+# output head and for attn_v/ffn_down of every other layer).
+phase_bench() {
+  [ -x .gpu/bin/splash ] || { row bench "skipped: no splash binary carried"; return; }
+  local model=$KEEP/qwen3-8b-q4km.gguf
+  if [ ! -f "$model" ]; then
+    local sets=(--set output=Q6_K)
+    for l in $(seq 0 2 35); do sets+=(--set "blk.$l.attn_v=Q6_K" --set "blk.$l.ffn_down=Q6_K"); done
+    python3 tools/make_random_llama.py --tokenizer-from .gpu/tokenizer-qwen2.gguf --arch qwen3 --d-model 4096 \
+      --heads 32 --kv-heads 8 --head-dim 128 --ffn 12288 --layers 36 --context 40960 --all Q4_K "${sets[@]}" \
+      --out "$model" 2> "$OUT/make_8b.log" || { row bench "failed to make the model"; return; }
+  fi
+  ls -la "$model"
+  .gpu/bin/splash bench --device cuda -m "$model" --prompt-sizes 512,4096 --decode-tokens 128 --repetitions 3 --json \
+    > "$OUT/bench_8b.txt" 2> "$OUT/bench_8b.err"
+  local rc=$?
+  cat "$OUT/bench_8b.txt"
+  tail -n 3 "$OUT/bench_8b.err"
+  row "bench Qwen3-8B shape Q4_K_M-like" "rc=$rc; $(grep -E 'prefill|decode|ceiling' "$OUT/bench_8b.txt" | tr '\n' ';')"
+  record bench_8b "$(tail -n 1 "$OUT/bench_8b.txt" | grep '^{' || echo '{}')"
+}
+
+phase_part() {
+  local n=$1
+  for f in .gpu/parts/*.part"$n"; do [ -f "$f" ] && cp "$f" "$KEEP/parts/" && echo "kept $f"; done
+  ls -la "$KEEP/parts"
+}
+
+phase_real() {
+  for f in .gpu/parts/*.part*; do [ -f "$f" ] && cp "$f" "$KEEP/parts/"; done
+  local model=$KEEP/real.gguf
+  cat "$KEEP"/parts/*.part* > "$model" 2>/dev/null
+  local sum
+  sum=$(sha256sum "$model" | cut -d' ' -f1)
+  if [ "$sum" != "$(cat .gpu/parts/sha256 2>/dev/null)" ]; then
+    row real-model "skipped: parts missing (machine went cold?) - sha256 $sum"
+    return
+  fi
+  gtest real_model 'CudaModelTest.RealModel*' SPLASH_TEST_MODEL="$model"
+  grep "greedy tokens" "$OUT/real_model.log" | tee -a "$SUMMARY"
+}
+
+case "${1:-tests}" in
+  tests) phase_tests ;;
+  part) phase_part "$2" ;;
+  real) phase_real ;;
+  bench) phase_bench ;;
+  *) echo "usage: $0 tests|part N|real|bench" >&2; exit 2 ;;
+esac
+echo
+cat "$SUMMARY"
