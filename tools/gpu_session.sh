@@ -17,13 +17,17 @@ OUT=${OUT:-/tmp/splash-gpu-out}
 mkdir -p "$OUT"
 KEEP=/tmp/splash-gpu      # survives between calls while the machine stays warm
 mkdir -p "$KEEP/parts" "$KEEP/fixtures"
-export LD_LIBRARY_PATH="$PWD/.gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# The carried libraries are for splash's binaries only (the machine's own curl, python
+# and friends keep theirs).
+SPLASH_LIBS="$PWD/.gpu/lib:/usr/local/cuda/lib64"
 # cuBLAS: the toolkit's, else the one PyTorch's wheels bring.
 if ! ldconfig -p | grep -q libcublas.so.13 && [ ! -e /usr/local/cuda/lib64/libcublas.so.13 ]; then
   torch_libs=$(python3 -c 'import nvidia.cu13, os; print(os.path.join(nvidia.cu13.__path__[0], "lib"))' 2>/dev/null ||
                python3 -c 'import nvidia.cublas, os; print(os.path.join(nvidia.cublas.__path__[0], "lib"))' 2>/dev/null)
-  export LD_LIBRARY_PATH="$torch_libs:$LD_LIBRARY_PATH"
+  SPLASH_LIBS="$SPLASH_LIBS:$torch_libs"
 fi
+splash() { LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/bin/splash "$@"; }
+gpu_tests() { LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/bin/splash_gpu_tests "$@"; }
 SUMMARY="$OUT/summary.md"
 JSON="$OUT/summary.json"
 [ -f "$JSON" ] || echo '{}' > "$JSON"
@@ -42,8 +46,8 @@ row() { echo "| $1 | $2 |" >> "$SUMMARY"; }
 gtest() {  # gtest NAME FILTER [env...]: runs the GPU tests, records pass/fail counts
   local name=$1 filter=$2
   shift 2
-  env "$@" .gpu/bin/splash_gpu_tests --gtest_filter="$filter" --gtest_output="json:$OUT/$name.json" \
-    > "$OUT/$name.log" 2>&1
+  env "$@" LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/bin/splash_gpu_tests --gtest_filter="$filter" \
+    --gtest_output="json:$OUT/$name.json" > "$OUT/$name.log" 2>&1
   local rc=$?
   tail -n 30 "$OUT/$name.log"
   local counts
@@ -64,14 +68,14 @@ phase_tests() {
   ls -la "$KEEP/fixtures"
   gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"
   # The memory checker over every kernel (small shapes: it runs each launch ~100x slower).
-  timeout 240 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 .gpu/bin/splash_gpu_tests \
+  LD_LIBRARY_PATH="$SPLASH_LIBS" timeout 240 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 .gpu/bin/splash_gpu_tests \
     --gtest_filter='CudaMatmulTest.*:KvTypes/CudaAttentionTest.PrefillAndDecodeAgainstFloat64/3:CudaModelTest.BatchOfTwo*' \
     > "$OUT/memcheck.log" 2>&1
   local rc=$?
   tail -n 5 "$OUT/memcheck.log"
   row memcheck "rc=$rc ($(grep -c 'Invalid\|uninitialized' "$OUT/memcheck.log") error lines)"
   record memcheck "{\"rc\": $rc}"
-  SPLASH_GPU_FIXTURES="$KEEP/fixtures" timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 \
+  LD_LIBRARY_PATH="$SPLASH_LIBS" SPLASH_GPU_FIXTURES="$KEEP/fixtures" timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 \
     .gpu/bin/splash_gpu_tests --gtest_filter='CudaModelTest.BatchOfTwo*:KvTypes/CudaAttentionTest.PrefillAndDecodeAgainstFloat64/1' \
     > "$OUT/racecheck.log" 2>&1
   rc=$?
@@ -79,14 +83,22 @@ phase_tests() {
   row racecheck "rc=$rc"
   record racecheck "{\"rc\": $rc}"
   phase_serve
+  phase_kernels
   phase_bench
+}
+
+# Kernel timings at the 8B shapes (printed by the disabled benchmark tests).
+phase_kernels() {
+  gpu_tests --gtest_also_run_disabled_tests --gtest_filter='CudaKernelBench.*' > "$OUT/kernels.log" 2>&1
+  grep '\[ bench \]' "$OUT/kernels.log"
+  row kernels "$(grep -c '\[ bench \]' "$OUT/kernels.log") timings in kernels.log"
 }
 
 # splash serve --device cuda on a random qwen2 model: one chat completion through HTTP, then
 # /status names the GPU.
 phase_serve() {
   [ -x .gpu/bin/splash ] || { row serve "skipped: no splash binary carried"; return; }
-  .gpu/bin/splash serve --device cuda -m "$KEEP/fixtures/random-qwen2.gguf" --port 8123 > "$OUT/serve.log" 2>&1 &
+  splash serve --device cuda -m "$KEEP/fixtures/random-qwen2.gguf" --port 8123 > "$OUT/serve.log" 2>&1 &
   local pid=$!
   for _ in $(seq 1 60); do curl -sf http://127.0.0.1:8123/health > /dev/null && break; sleep 0.5; done
   local reply status
@@ -116,7 +128,7 @@ phase_bench() {
       --out "$model" 2> "$OUT/make_8b.log" || { row bench "failed to make the model"; return; }
   fi
   ls -la "$model"
-  .gpu/bin/splash bench --device cuda -m "$model" --prompt-sizes 512,4096 --decode-tokens 128 --repetitions 3 --json \
+  splash bench --device cuda -m "$model" --prompt-sizes 512,4096 --decode-tokens 128 --repetitions 3 --json \
     > "$OUT/bench_8b.txt" 2> "$OUT/bench_8b.err"
   local rc=$?
   cat "$OUT/bench_8b.txt"
@@ -149,7 +161,7 @@ case "${1:-tests}" in
   tests) phase_tests ;;
   part) phase_part "$2" ;;
   real) phase_real ;;
-  bench) phase_bench ;;
+  bench) phase_kernels; phase_bench ;;
   *) echo "usage: $0 tests|part N|real|bench" >&2; exit 2 ;;
 esac
 echo

@@ -51,18 +51,20 @@ __global__ void silu_mul_kernel(const float* __restrict__ gate_up, float* __rest
 }
 
 template <GgmlType T>
-__global__ void embed_kernel(const uint8_t* __restrict__ table, size_t row_bytes, int cols, const int32_t* ids,
-                             float* __restrict__ x) {
+__global__ void embed_kernel(const uint8_t* __restrict__ table, int cols, const int32_t* ids, float* __restrict__ x) {
   using B = Block<T>;
   const int parts = cols / B::kElements * B::kParts;
   const int part = blockIdx.y * blockDim.x + threadIdx.x;
   if (part >= parts) return;
-  const int block = part / B::kParts;
-  Part p;
-  B::decode(table + row_bytes * ids[blockIdx.x] + static_cast<size_t>(block) * B::kBytes, part % B::kParts, p);
+  const int block = part / B::kParts, p = part % B::kParts;
+  const uint8_t* row = table + RowLayout<T>::row_bytes(cols) * ids[blockIdx.x];
+  int pa, pb;
+  B::columns(p, pa, pb);
+  Run a, b;
+  B::decode(row + block * B::kQuantBytes, row + RowLayout<T>::quant_bytes(cols) + block * B::kHeaderBytes, p, a, b);
   float* o = x + static_cast<size_t>(blockIdx.x) * cols + block * B::kElements;
 #pragma unroll
-  for (int j = 0; j < 16; ++j) o[p.pa + j] = p.a[j], o[p.pb + j] = p.b[j];
+  for (int j = 0; j < 16; ++j) o[pa + j] = fmaf(a.d, a.q[j], a.m), o[pb + j] = fmaf(b.d, b.q[j], b.m);
 }
 
 __global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* rows, int d, float* __restrict__ out) {
@@ -175,7 +177,7 @@ void embed(const DeviceWeight& table, const int32_t* ids, int n, float* x, Strea
   dispatch_weight_type(table.type, [&]<GgmlType T>() {
     const int parts = table.cols / Block<T>::kElements * Block<T>::kParts;
     const dim3 grid(n, (parts + 127) / 128);
-    embed_kernel<T><<<grid, 128, 0, raw(stream)>>>(table.data, table.row_bytes(), table.cols, ids, x);
+    embed_kernel<T><<<grid, 128, 0, raw(stream)>>>(table.data, table.cols, ids, x);
   });
 }
 

@@ -1,5 +1,6 @@
-// Weight matmuls: a GEMV family over the GGUF block formats for decode-sized batches, and
-// dequantize-to-f16 + cuBLAS (tensor cores, float accumulation) for prompt-sized batches.
+// Weight matmuls over the GPU weight layout (quant_blocks.cuh): the load-time repacking, a
+// GEMV family for decode-sized batches, and dequantize-to-f16 + cuBLAS (tensor cores, float
+// accumulation) for prompt-sized batches.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -13,48 +14,126 @@
 namespace splash::kernels::cuda {
 namespace {
 
-constexpr int kGemvWarps = 8;           // rows per thread block: one warp a row
-constexpr int kGemvMaxTokens = 8;       // activations one weight pass serves
-constexpr int kGemvLargestBatch = 32;   // above this, the f16 + cuBLAS path
+constexpr int kRowsWarps = 4;         // gemv_rows: warps per thread block
+constexpr int kRowsPerWarp = 2;       // gemv_rows: rows one warp computes, sharing its x loads
+constexpr int kTokensWarps = 8;       // gemv_tokens: warps (rows) per thread block
+constexpr int kGemvMaxTokens = 8;     // activations one weight pass serves
+constexpr int kGemvLargestBatch = 32; // above this, the f16 + cuBLAS path
 
-__device__ __forceinline__ float dot16(const float (&w)[16], const float* x) {
+template <GgmlType T>
+struct Rows {
+  using B = Block<T>;
+  const uint8_t* data;
+  size_t row_bytes, quant_bytes;
+  __device__ const uint8_t* quants(int row, int block) const {
+    return data + row_bytes * row + static_cast<size_t>(block) * B::kQuantBytes;
+  }
+  __device__ const uint8_t* header(int row, int block) const {
+    return data + row_bytes * row + quant_bytes + static_cast<size_t>(block) * B::kHeaderBytes;
+  }
+};
+
+template <GgmlType T>
+Rows<T> rows_of(const DeviceWeight& w) {
+  return {w.data, RowLayout<T>::row_bytes(w.cols), RowLayout<T>::quant_bytes(w.cols)};
+}
+
+__device__ __forceinline__ void load16(const float* x, float (&v)[16]) {
   const auto* x4 = reinterpret_cast<const float4*>(x);
-  float s = 0.0f;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const float4 v = __ldg(x4 + j);
-    s = fmaf(w[4 * j], v.x, s);
-    s = fmaf(w[4 * j + 1], v.y, s);
-    s = fmaf(w[4 * j + 2], v.z, s);
-    s = fmaf(w[4 * j + 3], v.w, s);
+    const float4 f = __ldg(x4 + j);
+    v[4 * j] = f.x, v[4 * j + 1] = f.y, v[4 * j + 2] = f.z, v[4 * j + 3] = f.w;
   }
+}
+
+__device__ __forceinline__ float sum16(const float (&v)[16]) {
+  float s = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) s += v[j];
   return s;
 }
 
-// One warp per output row: lanes walk the row's parts, each part's 32 weights decoded once
-// and applied to up to M activation rows; a warp reduction gives the dot products.
-template <GgmlType T, int M>
-__global__ void __launch_bounds__(kGemvWarps * 32)
-    gemv_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols, const float* __restrict__ x,
-                int ldx, int n, float* __restrict__ y, int ldy, int accumulate) {
+// sum_j (d q_j + m) x_j = d * sum(q x) + m * sum(x).
+template <typename B>
+__device__ __forceinline__ float run_dot(const Run& r, const float (&x)[16], float sum_x) {
+  float s = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) s = fmaf(r.q[j], x[j], s);
+  if constexpr (B::kScaled) s *= r.d;
+  if constexpr (B::kHasMin) s = fmaf(r.m, sum_x, s);
+  return s;
+}
+
+// One activation row (decode at batch 1): a warp computes kRowsPerWarp rows, each lane
+// walking the row's parts; a part's 32 activations are loaded once and serve every row.
+template <GgmlType T>
+__global__ void __launch_bounds__(kRowsWarps * 32)
+    gemv_rows_kernel(Rows<T> w, int rows, int cols, const float* __restrict__ x, float* __restrict__ y, int accumulate) {
   using B = Block<T>;
-  const int row = blockIdx.x * kGemvWarps + threadIdx.x / 32;
+  const int row0 = (blockIdx.x * kRowsWarps + threadIdx.x / 32) * kRowsPerWarp;
+  const int lane = threadIdx.x % 32;
+  if (row0 >= rows) return;
+  const int parts = cols / B::kElements * B::kParts;
+  float acc[kRowsPerWarp] = {};
+  for (int part = lane; part < parts; part += 32) {
+    const int block = part / B::kParts, p = part % B::kParts;
+    int pa, pb;
+    B::columns(p, pa, pb);
+    const float* xb = x + block * B::kElements;
+    float xa[16], xv[16];
+    load16(xb + pa, xa);
+    load16(xb + pb, xv);
+    const float sa = B::kHasMin ? sum16(xa) : 0.0f, sb = B::kHasMin ? sum16(xv) : 0.0f;
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int row = min(row0 + r, rows - 1);
+      Run a, b;
+      B::decode(w.quants(row, block), w.header(row, block), p, a, b);
+      acc[r] += run_dot<B>(a, xa, sa) + run_dot<B>(b, xv, sb);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) acc[r] += __shfl_xor_sync(0xFFFFFFFFu, acc[r], offset);
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r)
+      if (row0 + r < rows) {
+        float* out = y + row0 + r;
+        *out = accumulate ? *out + acc[r] : acc[r];
+      }
+}
+
+// Up to M activation rows (batched decode, verify blocks): a warp per output row; each part
+// is decoded once and applied to every activation row.
+template <GgmlType T, int M>
+__global__ void __launch_bounds__(kTokensWarps * 32)
+    gemv_tokens_kernel(Rows<T> w, int rows, int cols, const float* __restrict__ x, int ldx, int n,
+                       float* __restrict__ y, int ldy, int accumulate) {
+  using B = Block<T>;
+  const int row = blockIdx.x * kTokensWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
-  const uint8_t* w_row = w + row_bytes * row;
   const int parts = cols / B::kElements * B::kParts;
   float acc[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = 0.0f;
   for (int part = lane; part < parts; part += 32) {
-    const int block = part / B::kParts;
-    Part p;
-    B::decode(w_row + static_cast<size_t>(block) * B::kBytes, part % B::kParts, p);
-    const int column = block * B::kElements;
+    const int block = part / B::kParts, p = part % B::kParts;
+    int pa, pb;
+    B::columns(p, pa, pb);
+    Run a, b;
+    B::decode(w.quants(row, block), w.header(row, block), p, a, b);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      const float* xm = x + static_cast<size_t>(m < n ? m : 0) * ldx + column;
-      acc[m] += dot16(p.a, xm + p.pa) + dot16(p.b, xm + p.pb);
+      const float* xm = x + static_cast<size_t>(m < n ? m : 0) * ldx + block * B::kElements;
+      float xa[16], xv[16];
+      load16(xm + pa, xa);
+      load16(xm + pb, xv);
+      const float sa = B::kHasMin ? sum16(xa) : 0.0f, sb = B::kHasMin ? sum16(xv) : 0.0f;
+      acc[m] += run_dot<B>(a, xa, sa) + run_dot<B>(b, xv, sb);
     }
   }
 #pragma unroll
@@ -70,23 +149,40 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
       }
 }
 
+// One thread per GGUF block: its bytes into the quant and header streams of its row.
+template <GgmlType T>
+__global__ void pack_kernel(const uint8_t* __restrict__ gguf, int rows, int cols, uint8_t* __restrict__ packed) {
+  using B = Block<T>;
+  const int blocks = cols / B::kElements;
+  const size_t index = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index >= static_cast<size_t>(blocks) * rows) return;
+  const int row = static_cast<int>(index / blocks), block = static_cast<int>(index % blocks);
+  const size_t row_bytes = RowLayout<T>::row_bytes(cols), quant_bytes = RowLayout<T>::quant_bytes(cols);
+  uint8_t* base = packed + row_bytes * row;
+  B::repack(gguf + (static_cast<size_t>(row) * blocks + block) * B::kGgufBytes, base + block * B::kQuantBytes,
+            base + quant_bytes + block * B::kHeaderBytes);
+}
+
 // Each thread decodes one part and writes its 32 weights as f16.
 template <GgmlType T>
-__global__ void dequantize_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols,
-                                  __half* __restrict__ out) {
+__global__ void dequantize_kernel(Rows<T> w, int rows, int cols, __half* __restrict__ out) {
   using B = Block<T>;
   const int parts = cols / B::kElements * B::kParts;
   const size_t index = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (index >= static_cast<size_t>(parts) * rows) return;
   const int row = static_cast<int>(index / parts), part = static_cast<int>(index % parts);
-  const int block = part / B::kParts;
-  Part p;
-  B::decode(w + row_bytes * row + static_cast<size_t>(block) * B::kBytes, part % B::kParts, p);
+  const int block = part / B::kParts, p = part % B::kParts;
+  int pa, pb;
+  B::columns(p, pa, pb);
+  Run a, b;
+  B::decode(w.quants(row, block), w.header(row, block), p, a, b);
   __half* o = out + static_cast<size_t>(row) * cols + block * B::kElements;
 #pragma unroll
   for (int j = 0; j < 16; j += 2) {
-    *reinterpret_cast<__half2*>(o + p.pa + j) = __floats2half2_rn(p.a[j], p.a[j + 1]);
-    *reinterpret_cast<__half2*>(o + p.pb + j) = __floats2half2_rn(p.b[j], p.b[j + 1]);
+    *reinterpret_cast<__half2*>(o + pa + j) =
+        __floats2half2_rn(fmaf(a.d, a.q[j], a.m), fmaf(a.d, a.q[j + 1], a.m));
+    *reinterpret_cast<__half2*>(o + pb + j) =
+        __floats2half2_rn(fmaf(b.d, b.q[j], b.m), fmaf(b.d, b.q[j + 1], b.m));
   }
 }
 
@@ -100,12 +196,12 @@ __global__ void to_f16_kernel(const float* __restrict__ x, int ldx, int n, int c
 cudaStream_t raw(Stream& stream) { return static_cast<cudaStream_t>(stream.handle()); }
 
 template <int M>
-void launch_gemv(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
-                 Stream& stream) {
+void launch_gemv_tokens(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
+                        Stream& stream) {
   dispatch_weight_type(w.type, [&]<GgmlType T>() {
-    const dim3 grid((w.rows + kGemvWarps - 1) / kGemvWarps);
-    gemv_kernel<T, M><<<grid, kGemvWarps * 32, 0, raw(stream)>>>(w.data, w.row_bytes(), w.rows, w.cols, x, ldx, n, y,
-                                                                  ldy, accumulate ? 1 : 0);
+    const dim3 grid((w.rows + kTokensWarps - 1) / kTokensWarps);
+    gemv_tokens_kernel<T, M><<<grid, kTokensWarps * 32, 0, raw(stream)>>>(rows_of<T>(w), w.rows, w.cols, x, ldx, n, y,
+                                                                          ldy, accumulate ? 1 : 0);
   });
 }
 
@@ -121,25 +217,54 @@ bool is_supported_weight_type(GgmlType type) {
   }
 }
 
-size_t weight_row_bytes(GgmlType type, int cols) {
+size_t gguf_row_bytes(GgmlType type, int cols) {
   const auto traits = type_traits(static_cast<uint32_t>(type));
   if (!traits || cols % traits->block_elements != 0)
     cuda_fail("a " + std::string(type_name(type)) + " row of " + std::to_string(cols) + " columns is not whole blocks");
   return static_cast<size_t>(cols) / traits->block_elements * traits->block_bytes;
 }
 
+size_t weight_row_bytes(GgmlType type, int cols) {
+  gguf_row_bytes(type, cols);  // whole blocks
+  size_t bytes = 0;
+  dispatch_weight_type(type, [&]<GgmlType T>() { bytes = RowLayout<T>::row_bytes(cols); });
+  return bytes;
+}
+
 size_t DeviceWeight::row_bytes() const { return weight_row_bytes(type, cols); }
+
+void pack_weight(GgmlType type, int rows, int cols, const void* gguf, void* packed, Stream& stream) {
+  const size_t bytes = weight_row_bytes(type, cols) * rows;
+  dispatch_weight_type(type, [&]<GgmlType T>() {
+    if constexpr (!Block<T>::kPacked) {
+      stream.copy_on_device(packed, gguf, bytes);
+    } else {
+      stream.fill(packed, 0, bytes);  // the padding
+      const size_t blocks = static_cast<size_t>(rows) * (cols / Block<T>::kElements);
+      pack_kernel<T><<<static_cast<unsigned>((blocks + 255) / 256), 256, 0, raw(stream)>>>(
+          static_cast<const uint8_t*>(gguf), rows, cols, static_cast<uint8_t*>(packed));
+    }
+  });
+}
 
 void gemv(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate, Stream& stream) {
   if (ldx % 4 != 0) cuda_fail("gemv: activation rows must be 16-byte aligned");
+  if (n == 1) {
+    dispatch_weight_type(w.type, [&]<GgmlType T>() {
+      const int per_block = kRowsWarps * kRowsPerWarp;
+      gemv_rows_kernel<T><<<(w.rows + per_block - 1) / per_block, kRowsWarps * 32, 0, raw(stream)>>>(
+          rows_of<T>(w), w.rows, w.cols, x, y, accumulate ? 1 : 0);
+    });
+    return;
+  }
   for (int start = 0; start < n; start += kGemvMaxTokens) {
     const int count = std::min(kGemvMaxTokens, n - start);
     const float* xs = x + static_cast<size_t>(start) * ldx;
     float* ys = y + static_cast<size_t>(start) * ldy;
-    if (count == 1) launch_gemv<1>(w, xs, ldx, count, ys, ldy, accumulate, stream);
-    else if (count == 2) launch_gemv<2>(w, xs, ldx, count, ys, ldy, accumulate, stream);
-    else if (count <= 4) launch_gemv<4>(w, xs, ldx, count, ys, ldy, accumulate, stream);
-    else launch_gemv<8>(w, xs, ldx, count, ys, ldy, accumulate, stream);
+    if (count == 1) gemv(w, xs, ldx, 1, ys, ldy, accumulate, stream);
+    else if (count == 2) launch_gemv_tokens<2>(w, xs, ldx, count, ys, ldy, accumulate, stream);
+    else if (count <= 4) launch_gemv_tokens<4>(w, xs, ldx, count, ys, ldy, accumulate, stream);
+    else launch_gemv_tokens<8>(w, xs, ldx, count, ys, ldy, accumulate, stream);
   }
 }
 
@@ -148,7 +273,7 @@ void dequantize_to_f16(const DeviceWeight& w, void* out_f16, Stream& stream) {
     const size_t threads = static_cast<size_t>(w.cols) / Block<T>::kElements * Block<T>::kParts * w.rows;
     const int per_block = 256;
     dequantize_kernel<T><<<static_cast<unsigned>((threads + per_block - 1) / per_block), per_block, 0, raw(stream)>>>(
-        w.data, w.row_bytes(), w.rows, w.cols, static_cast<__half*>(out_f16));
+        rows_of<T>(w), w.rows, w.cols, static_cast<__half*>(out_f16));
   });
 }
 

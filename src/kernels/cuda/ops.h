@@ -14,7 +14,9 @@ namespace splash::kernels::cuda {
 // The weight types the CUDA kernels read (the same set as the CPU path).
 bool is_supported_weight_type(GgmlType type);
 
-// A row-major matrix [rows][cols] in its GGUF type, on the device.
+// A row-major matrix [rows][cols] of a GGUF type on the device, in the GPU layout
+// (quant_blocks.cuh: each row's blocks split into an aligned quant stream and a header
+// stream, the bytes and values GGUF's own; float types as they come).
 struct DeviceWeight {
   GgmlType type = GgmlType::F32;
   const uint8_t* data = nullptr;
@@ -22,7 +24,11 @@ struct DeviceWeight {
   size_t row_bytes() const;
   size_t bytes() const { return row_bytes() * rows; }
 };
-size_t weight_row_bytes(GgmlType type, int cols);
+size_t weight_row_bytes(GgmlType type, int cols);  // of the GPU layout
+size_t gguf_row_bytes(GgmlType type, int cols);    // of the file
+// Repacks a [rows][cols] matrix copied to the device as the file holds it (gguf) into the
+// GPU layout (packed, weight_row_bytes * rows bytes; the two must not overlap).
+void pack_weight(GgmlType type, int rows, int cols, const void* gguf, void* packed, Stream& stream);
 
 // Scratch a matmul may need: an f16 copy of one matrix and of its activations, for the
 // tensor-core path of many-token batches (cuBLAS).

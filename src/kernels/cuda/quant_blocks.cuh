@@ -1,219 +1,254 @@
 #pragma once
-// Device-side decoders of the GGUF block formats. Every type is read in "parts" of 32
-// weights that lie in two runs of 16 consecutive columns (a at column pa, b at pb, relative
-// to the block's first column), each run under one scale, so one GEMV, dequantize and
-// embedding kernel serves them all:
+// The GGUF weight types as the CUDA kernels read them. At load every integer-quantized
+// matrix is repacked on the GPU (pack_kernel) into an aligned form that keeps each block's
+// exact bytes and values, split per row into two streams so that every load is a 16-, 8- or
+// 4-byte vector load:
+//   [quants of block 0, 1, ... (kQuantBytes each)] [pad to 16] [headers (kHeaderBytes each)]
+// The header holds a block's scales (and Q5's fifth bits). Float types are read as they come.
+//
+// A block is read in "parts" of 32 weights lying in two runs of 16 consecutive columns
+// (a at column pa, b at pb, relative to the block), each run under one scale d and offset m:
+// w = d * q + m with integer codes q (float types: q is the value, d = 1, m = 0). So a dot
+// product over a run is d * sum(q x) + m * sum(x), and one GEMV, dequantize and embedding
+// kernel serves every type:
 //   Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/F32/F16/BF16: a block of 32 is one part (columns 0-15, 16-31);
-//   Q4_K: 8 parts of a 256 super-block: bytes qs[32c + 16h ..] hold columns 64c + 16h + i
-//         (low nibbles, sub-block 2c) and 64c + 32 + 16h + i (high nibbles, sub-block 2c+1);
+//   Q4_K: 8 parts of a 256 super-block: quant bytes [32c + 16h, +16) hold columns
+//         64c + 16h + i (low nibbles, sub-block 2c) and 64c + 32 + 16h + i (high nibbles);
 //   Q6_K: 8 parts: half n, l0 in {0, 16}, and which of ql's two 32-byte rows; columns
-//         128n + l0 + i (+64), or 128n + 32 + l0 + i (+64) for the second row.
-// The arithmetic is GGUF's own (w = d * q + m in float), so values match the CPU path.
+//         128n + 32row + l0 + i, and the same + 64.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
-
 #include <string>
 
-#include "kernels/cuda/cuda_error.h"
 #include "formats/ggml_types.h"
+#include "kernels/cuda/cuda_error.h"
 
 namespace splash::kernels::cuda {
 
-__device__ __forceinline__ float half_at(const uint8_t* p) {
-  const uint16_t bits = static_cast<uint16_t>(p[0] | (p[1] << 8));
-  return __half2float(__ushort_as_half(bits));
-}
-__device__ __forceinline__ uint32_t u32_at(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
-         static_cast<uint32_t>(p[3]) << 24;
+__device__ __forceinline__ float half_bits(uint32_t bits) { return __half2float(__ushort_as_half(static_cast<uint16_t>(bits))); }
+__device__ __forceinline__ float half_at(const uint8_t* p) {  // any alignment
+  return half_bits(static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8);
 }
 
-struct Part {
-  float a[16], b[16];
-  int pa, pb;
+// One run of 16 weights: w[j] = d * q[j] + m.
+struct Run {
+  float q[16];
+  float d, m;
 };
+
+__device__ __forceinline__ void nibbles(const uint4 raw, Run& lo, Run& hi) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const uint32_t byte = words[j / 4] >> (8 * (j % 4));
+    lo.q[j] = static_cast<float>(byte & 0x0F);
+    hi.q[j] = static_cast<float>((byte >> 4) & 0x0F);
+  }
+}
 
 template <GgmlType T>
 struct Block;
 
-template <>
-struct Block<GgmlType::Q4_0> {
-  static constexpr int kElements = 32, kBytes = 18, kParts = 1;
-  __device__ static void decode(const uint8_t* block, int, Part& p) {
-    const float d = half_at(block);
+// Types stored as they come: no repacking, no scales.
+template <GgmlType T>
+struct FloatBlock {
+  static constexpr bool kPacked = false, kHasMin = false, kScaled = false;
+  static constexpr int kElements = 32, kParts = 1, kQuantBytes = T == GgmlType::F32 ? 128 : 64, kHeaderBytes = 0;
+  __device__ static void columns(int, int& pa, int& pb) { pa = 0, pb = 16; }
+  __device__ static void decode(const uint8_t* quants, const uint8_t*, int, Run& a, Run& b) {
+    a.d = b.d = 1.0f, a.m = b.m = 0.0f;
+    if constexpr (T == GgmlType::F32) {
+      const auto* v = reinterpret_cast<const float4*>(quants);
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const uint8_t q = block[2 + j];
-      p.a[j] = d * static_cast<float>((q & 0x0F) - 8);
-      p.b[j] = d * static_cast<float>((q >> 4) - 8);
-    }
-    p.pa = 0, p.pb = 16;
-  }
-};
-
-template <>
-struct Block<GgmlType::Q4_1> {
-  static constexpr int kElements = 32, kBytes = 20, kParts = 1;
-  __device__ static void decode(const uint8_t* block, int, Part& p) {
-    const float d = half_at(block), m = half_at(block + 2);
+      for (int j = 0; j < 4; ++j) {
+        const float4 x = v[j], y = v[j + 4];
+        a.q[4 * j] = x.x, a.q[4 * j + 1] = x.y, a.q[4 * j + 2] = x.z, a.q[4 * j + 3] = x.w;
+        b.q[4 * j] = y.x, b.q[4 * j + 1] = y.y, b.q[4 * j + 2] = y.z, b.q[4 * j + 3] = y.w;
+      }
+    } else {
+      const auto* v = reinterpret_cast<const uint4*>(quants);
+      const uint4 r0 = v[0], r1 = v[1], r2 = v[2], r3 = v[3];
+      const uint32_t w[16] = {r0.x, r0.y, r0.z, r0.w, r1.x, r1.y, r1.z, r1.w,
+                              r2.x, r2.y, r2.z, r2.w, r3.x, r3.y, r3.z, r3.w};
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const uint8_t q = block[4 + j];
-      p.a[j] = d * static_cast<float>(q & 0x0F) + m;
-      p.b[j] = d * static_cast<float>(q >> 4) + m;
-    }
-    p.pa = 0, p.pb = 16;
-  }
-};
-
-template <bool kWithMin>
-struct Q5Block {
-  static constexpr int kElements = 32, kBytes = kWithMin ? 24 : 22, kParts = 1;
-  __device__ static void decode(const uint8_t* block, int, Part& p) {
-    const float d = half_at(block);
-    const float m = kWithMin ? half_at(block + 2) : -16.0f * d;
-    const uint8_t* qh_bytes = block + (kWithMin ? 4 : 2);
-    const uint32_t qh = u32_at(qh_bytes);
-    const uint8_t* qs = qh_bytes + 4;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const int lo = (qs[j] & 0x0F) | (((qh >> j) & 1u) << 4);
-      const int hi = (qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4);
-      if (kWithMin) {
-        p.a[j] = d * static_cast<float>(lo) + m;
-        p.b[j] = d * static_cast<float>(hi) + m;
-      } else {  // w = d (q - 16), as GGUF computes it
-        p.a[j] = d * static_cast<float>(lo - 16);
-        p.b[j] = d * static_cast<float>(hi - 16);
+      for (int j = 0; j < 8; ++j) {
+        const uint32_t x = w[j], y = w[j + 8];
+        if constexpr (T == GgmlType::F16) {
+          a.q[2 * j] = half_bits(x & 0xFFFF), a.q[2 * j + 1] = half_bits(x >> 16);
+          b.q[2 * j] = half_bits(y & 0xFFFF), b.q[2 * j + 1] = half_bits(y >> 16);
+        } else {
+          a.q[2 * j] = __uint_as_float(x << 16), a.q[2 * j + 1] = __uint_as_float(x & 0xFFFF0000u);
+          b.q[2 * j] = __uint_as_float(y << 16), b.q[2 * j + 1] = __uint_as_float(y & 0xFFFF0000u);
+        }
       }
     }
-    p.pa = 0, p.pb = 16;
   }
 };
 template <>
-struct Block<GgmlType::Q5_0> : Q5Block<false> {};
+struct Block<GgmlType::F32> : FloatBlock<GgmlType::F32> {};
 template <>
-struct Block<GgmlType::Q5_1> : Q5Block<true> {};
+struct Block<GgmlType::F16> : FloatBlock<GgmlType::F16> {};
+template <>
+struct Block<GgmlType::BF16> : FloatBlock<GgmlType::BF16> {};
 
-template <>
-struct Block<GgmlType::Q8_0> {
-  static constexpr int kElements = 32, kBytes = 34, kParts = 1;
-  __device__ static void decode(const uint8_t* block, int, Part& p) {
-    const float d = half_at(block);
-    const auto* qs = reinterpret_cast<const int8_t*>(block + 2);
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      p.a[j] = d * static_cast<float>(qs[j]);
-      p.b[j] = d * static_cast<float>(qs[j + 16]);
+// The 32-weight block types. GGUF blocks: Q4_0 {d, qs[16]}, Q4_1 {d, m, qs[16]},
+// Q5_0 {d, qh[4], qs[16]}, Q5_1 {d, m, qh[4], qs[16]}, Q8_0 {d, qs[32]}; weight j and j + 16
+// share byte qs[j] (low, high nibble), their fifth bits are bits j and j + 16 of qh.
+// Headers: Q4_0/Q8_0 {d}, Q4_1 {d, m}, Q5_0 {d, 0, qh}, Q5_1 {d, m, qh}.
+template <GgmlType T>
+struct SmallBlock {
+  static constexpr bool kPacked = true, kScaled = true;
+  static constexpr bool kHasMin = T != GgmlType::Q8_0;  // (Q4_0 and Q5_0: m = -8d, -16d)
+  static constexpr int kElements = 32, kParts = 1;
+  static constexpr int kGgufBytes = T == GgmlType::Q4_0 ? 18 : T == GgmlType::Q4_1 ? 20 : T == GgmlType::Q5_0 ? 22
+                                    : T == GgmlType::Q5_1 ? 24 : 34;
+  static constexpr int kQuantBytes = T == GgmlType::Q8_0 ? 32 : 16;
+  static constexpr int kHeaderBytes = T == GgmlType::Q4_0 || T == GgmlType::Q8_0 ? 2 : T == GgmlType::Q4_1 ? 4 : 8;
+  static constexpr bool kFifthBit = T == GgmlType::Q5_0 || T == GgmlType::Q5_1;
+  static constexpr bool kOwnMin = T == GgmlType::Q4_1 || T == GgmlType::Q5_1;
+
+  __host__ __device__ static void repack(const uint8_t* gguf, uint8_t* quants, uint8_t* header) {
+    const int scale_bytes = kOwnMin ? 4 : 2;
+    const int qh_bytes = kFifthBit ? 4 : 0;
+    for (int i = 0; i < kQuantBytes; ++i) quants[i] = gguf[scale_bytes + qh_bytes + i];
+    for (int i = 0; i < kHeaderBytes; ++i) header[i] = 0;
+    for (int i = 0; i < scale_bytes; ++i) header[i] = gguf[i];
+    for (int i = 0; i < qh_bytes; ++i) header[4 + i] = gguf[scale_bytes + i];
+  }
+  __device__ static void columns(int, int& pa, int& pb) { pa = 0, pb = 16; }
+  __device__ static void decode(const uint8_t* quants, const uint8_t* header, int, Run& a, Run& b) {
+    float d, m = 0.0f;
+    uint32_t qh = 0;
+    if constexpr (kHeaderBytes == 8) {
+      const uint2 h = *reinterpret_cast<const uint2*>(header);
+      d = half_bits(h.x & 0xFFFF);
+      m = kOwnMin ? half_bits(h.x >> 16) : -16.0f * d;
+      qh = h.y;
+    } else if constexpr (kHeaderBytes == 4) {
+      const uint32_t h = *reinterpret_cast<const uint32_t*>(header);
+      d = half_bits(h & 0xFFFF), m = half_bits(h >> 16);
+    } else {
+      d = half_bits(*reinterpret_cast<const uint16_t*>(header));
+      m = T == GgmlType::Q4_0 ? -8.0f * d : 0.0f;
     }
-    p.pa = 0, p.pb = 16;
+    a.d = b.d = d, a.m = b.m = m;
+    if constexpr (T == GgmlType::Q8_0) {
+      const auto* v = reinterpret_cast<const uint4*>(quants);
+      const uint4 lo = v[0], hi = v[1];
+      const uint32_t wl[4] = {lo.x, lo.y, lo.z, lo.w}, wh[4] = {hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        a.q[j] = static_cast<float>(static_cast<int8_t>(wl[j / 4] >> (8 * (j % 4))));
+        b.q[j] = static_cast<float>(static_cast<int8_t>(wh[j / 4] >> (8 * (j % 4))));
+      }
+    } else {
+      nibbles(*reinterpret_cast<const uint4*>(quants), a, b);
+      if constexpr (kFifthBit) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          a.q[j] += static_cast<float>(((qh >> j) & 1u) << 4);
+          b.q[j] += static_cast<float>(((qh >> (j + 16)) & 1u) << 4);
+        }
+      }
+    }
   }
 };
+template <>
+struct Block<GgmlType::Q4_0> : SmallBlock<GgmlType::Q4_0> {};
+template <>
+struct Block<GgmlType::Q4_1> : SmallBlock<GgmlType::Q4_1> {};
+template <>
+struct Block<GgmlType::Q5_0> : SmallBlock<GgmlType::Q5_0> {};
+template <>
+struct Block<GgmlType::Q5_1> : SmallBlock<GgmlType::Q5_1> {};
+template <>
+struct Block<GgmlType::Q8_0> : SmallBlock<GgmlType::Q8_0> {};
 
-// Q4_K's 6-bit scale and min of sub-block j from its 12 packed bytes.
-__device__ __forceinline__ void q4k_scale_min(int j, const uint8_t* s, int& scale, int& min) {
+// Q4_K's 6-bit scale and min of sub-block j from its 12 packed bytes (as three words).
+__device__ __forceinline__ void q4k_scale_min(int j, const uint32_t (&s)[3], int& scale, int& min) {
+  auto byte = [&](int i) { return static_cast<int>((s[i / 4] >> (8 * (i % 4))) & 0xFF); };
   if (j < 4) {
-    scale = s[j] & 63;
-    min = s[j + 4] & 63;
+    scale = byte(j) & 63;
+    min = byte(j + 4) & 63;
   } else {
-    scale = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
-    min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    scale = (byte(j + 4) & 0x0F) | ((byte(j - 4) >> 6) << 4);
+    min = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
   }
 }
 
+// Q4_K: GGUF {d, dmin, scales[12], qs[128]} (144 bytes); quants qs, header the first 16.
 template <>
 struct Block<GgmlType::Q4_K> {
-  static constexpr int kElements = 256, kBytes = 144, kParts = 8;
-  __device__ static void decode(const uint8_t* block, int part, Part& p) {
-    const float dall = half_at(block), dmin = half_at(block + 2);
-    const int chunk = part >> 1, half = part & 1;
+  static constexpr bool kPacked = true, kHasMin = true, kScaled = true;
+  static constexpr int kElements = 256, kParts = 8, kGgufBytes = 144, kQuantBytes = 128, kHeaderBytes = 16;
+  __host__ __device__ static void repack(const uint8_t* gguf, uint8_t* quants, uint8_t* header) {
+    for (int i = 0; i < 16; ++i) header[i] = gguf[i];
+    for (int i = 0; i < 128; ++i) quants[i] = gguf[16 + i];
+  }
+  __device__ static void columns(int part, int& pa, int& pb) {
+    pa = 64 * (part >> 1) + 16 * (part & 1);
+    pb = pa + 32;
+  }
+  __device__ static void decode(const uint8_t* quants, const uint8_t* header, int part, Run& a, Run& b) {
+    const uint4 h = *reinterpret_cast<const uint4*>(header);
+    const float dall = half_bits(h.x & 0xFFFF), dmin = half_bits(h.x >> 16);
+    const uint32_t scales[3] = {h.y, h.z, h.w};
+    const int chunk = part >> 1;
     int sc0, mn0, sc1, mn1;
-    q4k_scale_min(2 * chunk, block + 4, sc0, mn0);
-    q4k_scale_min(2 * chunk + 1, block + 4, sc1, mn1);
-    const float d0 = dall * static_cast<float>(sc0), m0 = -dmin * static_cast<float>(mn0);
-    const float d1 = dall * static_cast<float>(sc1), m1 = -dmin * static_cast<float>(mn1);
-    // 16 bytes at a 16-byte boundary of the block (blocks are 144 bytes, rows 16-aligned).
-    const uint4 raw = *reinterpret_cast<const uint4*>(block + 16 + 32 * chunk + 16 * half);
-    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const uint32_t q = (words[j / 4] >> (8 * (j % 4))) & 0xFF;
-      p.a[j] = d0 * static_cast<float>(q & 0x0F) + m0;
-      p.b[j] = d1 * static_cast<float>(q >> 4) + m1;
-    }
-    p.pa = 64 * chunk + 16 * half;
-    p.pb = p.pa + 32;
+    q4k_scale_min(2 * chunk, scales, sc0, mn0);
+    q4k_scale_min(2 * chunk + 1, scales, sc1, mn1);
+    a.d = dall * static_cast<float>(sc0), a.m = -dmin * static_cast<float>(mn0);
+    b.d = dall * static_cast<float>(sc1), b.m = -dmin * static_cast<float>(mn1);
+    nibbles(*reinterpret_cast<const uint4*>(quants + 16 * part), a, b);
   }
 };
 
+// Q6_K: GGUF {ql[128], qh[64], scales[16] (int8), d} (210 bytes); quants ql and qh (192),
+// header the scales and d (20, two of them padding).
 template <>
 struct Block<GgmlType::Q6_K> {
-  static constexpr int kElements = 256, kBytes = 210, kParts = 8;
-  __device__ static void decode(const uint8_t* block, int part, Part& p) {
+  static constexpr bool kPacked = true, kHasMin = true, kScaled = true;
+  static constexpr int kElements = 256, kParts = 8, kGgufBytes = 210, kQuantBytes = 192, kHeaderBytes = 20;
+  __host__ __device__ static void repack(const uint8_t* gguf, uint8_t* quants, uint8_t* header) {
+    for (int i = 0; i < 192; ++i) quants[i] = gguf[i];
+    for (int i = 0; i < 18; ++i) header[i] = gguf[192 + i];
+    header[18] = header[19] = 0;
+  }
+  __device__ static void columns(int part, int& pa, int& pb) {
     const int n = part >> 2, l0 = ((part >> 1) & 1) * 16, row = part & 1;
-    const uint8_t* ql = block + 64 * n + 32 * row + l0;
-    const uint8_t* qh = block + 128 + 32 * n + l0;
-    const auto* scales = reinterpret_cast<const int8_t*>(block + 192);
-    const float dall = half_at(block + 208);
+    pa = 128 * n + 32 * row + l0;
+    pb = pa + 64;
+  }
+  __device__ static void decode(const uint8_t* quants, const uint8_t* header, int part, Run& a, Run& b) {
+    const int n = part >> 2, l0 = ((part >> 1) & 1) * 16, row = part & 1;
+    const uint4 ql = *reinterpret_cast<const uint4*>(quants + 64 * n + 32 * row + l0);
+    const uint4 qh = *reinterpret_cast<const uint4*>(quants + 128 + 32 * n + l0);
+    const auto* h = reinterpret_cast<const uint32_t*>(header);
+    const float dall = half_bits(h[4] & 0xFFFF);
     const int col_a = 128 * n + 32 * row + l0, col_b = col_a + 64;
-    const float da = dall * static_cast<float>(scales[col_a / 16]);
-    const float db = dall * static_cast<float>(scales[col_b / 16]);
-    const int shift = 2 * row;  // bits of qh: 0-1 and 4-5 for row 0, 2-3 and 6-7 for row 1
+    const auto scale = [&](int index) { return static_cast<float>(static_cast<int8_t>(h[index / 4] >> (8 * (index % 4)))); };
+    a.d = dall * scale(col_a / 16), b.d = dall * scale(col_b / 16);
+    a.m = -32.0f * a.d, b.m = -32.0f * b.d;
+    const uint32_t lw[4] = {ql.x, ql.y, ql.z, ql.w}, hw[4] = {qh.x, qh.y, qh.z, qh.w};
+    const int shift = 2 * row;  // qh bits 0-1 and 4-5 for row 0, 2-3 and 6-7 for row 1
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-      const int lo = (ql[j] & 0x0F) | (((qh[j] >> shift) & 3) << 4);
-      const int hi = (ql[j] >> 4) | (((qh[j] >> (shift + 4)) & 3) << 4);
-      p.a[j] = da * static_cast<float>(lo - 32);
-      p.b[j] = db * static_cast<float>(hi - 32);
+      const uint32_t l = lw[j / 4] >> (8 * (j % 4)), hb = hw[j / 4] >> (8 * (j % 4));
+      a.q[j] = static_cast<float>((l & 0x0F) | (((hb >> shift) & 3) << 4));
+      b.q[j] = static_cast<float>(((l >> 4) & 0x0F) | (((hb >> (shift + 4)) & 3) << 4));
     }
-    p.pa = col_a, p.pb = col_b;
   }
 };
 
-template <>
-struct Block<GgmlType::F32> {
-  static constexpr int kElements = 32, kBytes = 128, kParts = 1;
-  __device__ static void decode(const uint8_t* block, int, Part& p) {
-    const auto* v = reinterpret_cast<const float4*>(block);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float4 x = v[j], y = v[j + 4];
-      p.a[4 * j] = x.x, p.a[4 * j + 1] = x.y, p.a[4 * j + 2] = x.z, p.a[4 * j + 3] = x.w;
-      p.b[4 * j] = y.x, p.b[4 * j + 1] = y.y, p.b[4 * j + 2] = y.z, p.b[4 * j + 3] = y.w;
-    }
-    p.pa = 0, p.pb = 16;
-  }
-};
-
-template <>
-struct Block<GgmlType::F16> {
-  static constexpr int kElements = 32, kBytes = 64, kParts = 1;
-  __device__ static void decode(const uint8_t* block, int, Part& p) {
-    const auto* v = reinterpret_cast<const __half2*>(block);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float2 x = __half22float2(v[j]), y = __half22float2(v[j + 8]);
-      p.a[2 * j] = x.x, p.a[2 * j + 1] = x.y;
-      p.b[2 * j] = y.x, p.b[2 * j + 1] = y.y;
-    }
-    p.pa = 0, p.pb = 16;
-  }
-};
-
-template <>
-struct Block<GgmlType::BF16> {
-  static constexpr int kElements = 32, kBytes = 64, kParts = 1;
-  __device__ static void decode(const uint8_t* block, int, Part& p) {
-    const auto* v = reinterpret_cast<const uint32_t*>(block);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const uint32_t x = v[j], y = v[j + 8];
-      p.a[2 * j] = __uint_as_float(x << 16), p.a[2 * j + 1] = __uint_as_float(x & 0xFFFF0000u);
-      p.b[2 * j] = __uint_as_float(y << 16), p.b[2 * j + 1] = __uint_as_float(y & 0xFFFF0000u);
-    }
-    p.pa = 0, p.pb = 16;
+// Where a row's streams lie in the GPU layout.
+template <GgmlType T>
+struct RowLayout {
+  using B = Block<T>;
+  __host__ __device__ static size_t quant_bytes(int cols) { return (static_cast<size_t>(cols) / B::kElements * B::kQuantBytes + 15) / 16 * 16; }
+  __host__ __device__ static size_t row_bytes(int cols) {
+    return (quant_bytes(cols) + static_cast<size_t>(cols) / B::kElements * B::kHeaderBytes + 15) / 16 * 16;
   }
 };
 

@@ -1,7 +1,8 @@
 // The llama family (llama, qwen2, qwen3) on the GPU. The same forward pass as
-// llama_model.cpp, over kernels/cuda: weights uploaded once in their GGUF block types (exact
-// values; the matrices of one type stacked as the CPU path stacks them), the paged KV pool in
-// device memory, activations float32 on the device, and one copy of the logits back per pass.
+// llama_model.cpp, over kernels/cuda: weights uploaded once and repacked on the GPU into the
+// kernels' layout (GGUF's exact values; the matrices of one type stacked as the CPU path
+// stacks them), the paged KV pool in device memory, activations float32 on the device, and
+// one copy of the logits back per pass.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -62,6 +63,11 @@ const gguf::TensorInfo& output_tensor(const gguf::File& file, const Hyperparamet
   if (!cu::is_supported_weight_type(t.type))
     fail("{}: tensor '{}' has type {}, which has no CUDA kernel", file.path(), t.name, type_name(t.type));
   return t;
+}
+
+// A matrix's bytes in the GPU layout, with the arena's alignment.
+size_t gpu_bytes(const gguf::TensorInfo& t) {
+  return aligned(cu::weight_row_bytes(t.type, static_cast<int>(t.dims[0])) * t.dims[1]);
 }
 
 // The device scratch of one forward pass, for kMaxBatchTokens tokens; the memory plan counts
@@ -143,11 +149,13 @@ class LlamaCudaModel final : public Model {
   int qkv_width() const { return q_width() + 2 * kv_width(); }
 
   // Weights: every array's place in one device arena is planned first, then the arena is
-  // allocated once and filled from the file mapping.
+  // allocated once and filled from the file mapping; a matrix goes through a staging buffer
+  // and is repacked from there into its place.
   struct Upload {
     size_t offset;
     const void* from;
-    size_t bytes;
+    size_t bytes;                // in the file
+    const gguf::TensorInfo* matrix = nullptr;  // null: a float vector, copied as it is
   };
 
   void load_weights() {
@@ -166,24 +174,33 @@ class LlamaCudaModel final : public Model {
       size_t offset;
       int rows, cols;
     };
+    size_t staging = 0;  // the largest matrix as the file holds it
+    auto place_matrix = [&](const gguf::TensorInfo* t) {
+      const size_t offset = arena;
+      const size_t bytes = cu::weight_row_bytes(t->type, static_cast<int>(t->dims[0])) * t->dims[1];
+      uploads.push_back({offset, t->data, t->n_bytes, t});
+      staging = std::max<size_t>(staging, t->n_bytes);
+      arena += bytes;  // a whole number of 16-byte rows
+      return offset;
+    };
     auto place_group = [&](std::initializer_list<const gguf::TensorInfo*> tensors) {
       std::vector<Planned> group;
       const auto* first = *tensors.begin();
       const bool same_type = std::all_of(tensors.begin(), tensors.end(), [&](auto* t) { return t->type == first->type; });
-      if (same_type) {
+      if (same_type) {  // rows of one layout, one after another
         const size_t offset = arena;
         int rows = 0;
-        size_t bytes = 0;
         for (const auto* t : tensors) {
-          uploads.push_back({offset + bytes, t->data, t->n_bytes});
-          bytes += t->n_bytes;
+          place_matrix(t);
           rows += static_cast<int>(t->dims[1]);
         }
-        arena += aligned(bytes);
+        arena = offset + aligned(arena - offset);
         group.push_back({first->type, offset, rows, static_cast<int>(first->dims[0])});
       } else {
-        for (const auto* t : tensors)
-          group.push_back({t->type, place(t->data, t->n_bytes), static_cast<int>(t->dims[1]), static_cast<int>(t->dims[0])});
+        for (const auto* t : tensors) {
+          group.push_back({t->type, place_matrix(t), static_cast<int>(t->dims[1]), static_cast<int>(t->dims[0])});
+          arena = aligned(arena);
+        }
       }
       return group;
     };
@@ -229,14 +246,27 @@ class LlamaCudaModel final : public Model {
     if (!cu::is_supported_weight_type(embedding.type))
       fail("{}: token_embd.weight has type {}, which has no CUDA kernel", file_.path(), type_name(embedding.type));
     matrix_tensor(file_, "token_embd.weight", s.vocab, s.d_model);
-    const size_t embedding_offset = place(embedding.data, embedding.n_bytes);
+    const size_t embedding_offset = place_matrix(&embedding);
+    arena = aligned(arena);
     const auto& output = output_tensor(file_, h_);
     const bool tied = &output == &embedding;
-    const size_t output_offset = tied ? embedding_offset : place(output.data, output.n_bytes);
+    const size_t output_offset = tied ? embedding_offset : place_matrix(&output);
+    arena = aligned(arena);
 
     weights_.resize(arena);
-    for (const auto& u : uploads) stream_.copy_to_device(weights_.as<uint8_t>() + u.offset, u.from, u.bytes);
-    stream_.synchronize("uploading the weights");
+    {
+      cu::DeviceBuffer stage(staging);
+      for (const auto& u : uploads) {
+        if (!u.matrix) {
+          stream_.copy_to_device(weights_.as<uint8_t>() + u.offset, u.from, u.bytes);
+          continue;
+        }
+        stream_.copy_to_device(stage.data(), u.from, u.bytes);
+        cu::pack_weight(u.matrix->type, static_cast<int>(u.matrix->dims[1]), static_cast<int>(u.matrix->dims[0]),
+                        stage.data(), weights_.as<uint8_t>() + u.offset, stream_);
+      }
+      stream_.synchronize("uploading the weights");
+    }
 
     auto* base = weights_.as<uint8_t>();
     auto vec = [&](size_t offset) { return reinterpret_cast<const float*>(base + offset); };
@@ -421,14 +451,16 @@ MemoryNeeds estimate_llama_memory_cuda(const gguf::File& file, KvType kv_type) {
   MemoryNeeds needs;
   for (int l = 0; l < s.n_layers; ++l) {
     const LayerTensors t = layer_tensors(file, h, l);
-    for (const auto* tensor : {t.q, t.k, t.v, t.o, t.gate, t.up, t.down}) needs.weight_bytes += aligned(tensor->n_bytes);
+    for (const auto* tensor : {t.q, t.k, t.v, t.o, t.gate, t.up, t.down}) needs.weight_bytes += gpu_bytes(*tensor);
     needs.weight_bytes += (2 * s.d_model + (h.qkv_bias ? s.n_heads + 2 * s.n_kv_heads : 0) * s.head_dim +
                            (h.qk_norm ? 2 * s.head_dim : 0)) * sizeof(float) + 5 * kAlignment;
   }
   const auto& embedding = file.tensor("token_embd.weight");
   const auto& output = output_tensor(file, h);
-  needs.weight_bytes += aligned(embedding.n_bytes) + (&output == &embedding ? 0 : aligned(output.n_bytes)) +
+  needs.weight_bytes += gpu_bytes(embedding) + (&output == &embedding ? 0 : gpu_bytes(output)) +
                         aligned(s.d_model * sizeof(float));
+  // The staging buffer of the upload (the largest matrix as the file holds it) is freed
+  // before serving; while loading it takes room the KV pool gets later.
   needs.mapped_bytes = 0;  // nothing is read from the file after loading
   needs.kv_bytes_per_block = cu::kv_pool_bytes_per_block(kv_element(kv_type), s.n_layers, s.n_kv_heads, s.head_dim);
   // The block tables' share of the inputs grows with the context; the native window bounds it
