@@ -56,27 +56,33 @@ gtest() {  # gtest NAME FILTER [env...]: runs the GPU tests, records pass/fail c
   record "$name" "{\"rc\": $rc, \"counts\": \"$counts\"}"
 }
 
-phase_tests() {
+# Random-weight models of every family and weight type, made here (small, seconds).
+phase_fixtures() {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/whl/*.whl && export PYTHONPATH=/tmp/site
-  # Random-weight models of every family and weight type, made here (small, seconds).
   local tok=.gpu/tokenizer-smollm2.gguf
   python3 tools/make_random_llama.py --tokenizer-from $tok --out "$KEEP/fixtures/random-llama-a.gguf" 2>/dev/null
   python3 tools/make_random_llama.py --tokenizer-from $tok --mix b --out "$KEEP/fixtures/random-llama-b.gguf" 2>/dev/null
   python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen2 --mix qwen --out "$KEEP/fixtures/random-qwen2.gguf" 2>/dev/null
   python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen3 --mix qwen --out "$KEEP/fixtures/random-qwen3.gguf" 2>/dev/null
   ls -la "$KEEP/fixtures"
+}
+
+phase_tests() {
+  phase_fixtures
   gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"
   # The memory checker over every kernel (small shapes: it runs each launch ~100x slower).
-  LD_LIBRARY_PATH="$SPLASH_LIBS" timeout 240 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 .gpu/bin/splash_gpu_tests \
+  LD_LIBRARY_PATH="$SPLASH_LIBS" timeout 240 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 \
+    .gpu/bin/splash_gpu_tests \
     --gtest_filter='CudaMatmulTest.*:KvTypes/CudaAttentionTest.PrefillAndDecodeAgainstFloat64/3:CudaModelTest.BatchOfTwo*' \
     > "$OUT/memcheck.log" 2>&1
   local rc=$?
   tail -n 5 "$OUT/memcheck.log"
   row memcheck "rc=$rc ($(grep -c 'Invalid\|uninitialized' "$OUT/memcheck.log") error lines)"
   record memcheck "{\"rc\": $rc}"
-  LD_LIBRARY_PATH="$SPLASH_LIBS" SPLASH_GPU_FIXTURES="$KEEP/fixtures" timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 \
-    .gpu/bin/splash_gpu_tests --gtest_filter='CudaModelTest.BatchOfTwo*:KvTypes/CudaAttentionTest.PrefillAndDecodeAgainstFloat64/1' \
+  LD_LIBRARY_PATH="$SPLASH_LIBS" SPLASH_GPU_FIXTURES="$KEEP/fixtures" timeout 240 compute-sanitizer --tool racecheck \
+    --error-exitcode 9 .gpu/bin/splash_gpu_tests \
+    --gtest_filter='CudaModelTest.BatchOfTwo*:KvTypes/CudaAttentionTest.PrefillAndDecodeAgainstFloat64/1' \
     > "$OUT/racecheck.log" 2>&1
   rc=$?
   tail -n 5 "$OUT/racecheck.log"
@@ -87,31 +93,47 @@ phase_tests() {
   phase_bench
 }
 
+# splash run and splash serve --device cuda on a random qwen2 model: a CLI generation, then
+# chat completions through HTTP (plain and streamed), and /status naming the GPU. Every step
+# has a deadline; a server that stops answering gets its threads' stacks dumped (cuda-gdb).
+phase_serve() {
+  [ -x .gpu/bin/splash ] || { row serve "skipped: no splash binary carried"; return; }
+  local model=$KEEP/fixtures/random-qwen2.gguf
+  timeout 60 env LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/bin/splash run --device cuda -m "$model" -n 16 --temperature 0 \
+    "Say hi" > "$OUT/run.log" 2>&1
+  row "splash run --device cuda" "rc=$? $(tail -n 1 "$OUT/run.log" | cut -c1-120)"
+  LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/bin/splash serve --device cuda -m "$model" --port 8123 > "$OUT/serve.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 60); do curl -sf --max-time 2 http://127.0.0.1:8123/health > /dev/null && break; sleep 0.5; done
+  curl -s --max-time 30 http://127.0.0.1:8123/v1/chat/completions -H 'Content-Type: application/json' \
+    -d '{"messages":[{"role":"user","content":"Say hi"}],"max_tokens":16,"temperature":0}' > "$OUT/serve_reply.json"
+  local chat_rc=$?
+  curl -s --max-time 30 -N http://127.0.0.1:8123/v1/chat/completions -H 'Content-Type: application/json' \
+    -d '{"messages":[{"role":"user","content":"Count to five"}],"max_tokens":24,"stream":true}' > "$OUT/serve_stream.txt"
+  local stream_rc=$?
+  curl -s --max-time 10 http://127.0.0.1:8123/status > "$OUT/serve_status.json"
+  if [ $chat_rc -ne 0 ] || [ $stream_rc -ne 0 ]; then  # stuck: where?
+    timeout 60 cuda-gdb -batch -p $pid -ex 'info threads' -ex 'thread apply all bt 12' > "$OUT/serve_stacks.txt" 2>&1
+  fi
+  kill -INT $pid
+  for _ in $(seq 1 20); do kill -0 $pid 2>/dev/null || break; sleep 0.5; done
+  kill -0 $pid 2>/dev/null && { echo "serve did not exit on SIGINT"; kill -9 $pid; }
+  local ok
+  ok=$(python3 -c "
+import json, sys
+r = json.load(open('$OUT/serve_reply.json'))
+s = json.load(open('$OUT/serve_status.json'))
+chunks = [l for l in open('$OUT/serve_stream.txt') if l.startswith('data: ')]
+print(r['usage']['completion_tokens'] > 0 and 'H200' in json.dumps(s) and chunks[-1].strip() == 'data: [DONE]')" 2>&1 | tail -n 1)
+  row serve "chat rc=$chat_rc, stream rc=$stream_rc: $ok (completions on the GPU through HTTP; /status names the device)"
+  record serve "\"$ok\""
+}
+
 # Kernel timings at the 8B shapes (printed by the disabled benchmark tests).
 phase_kernels() {
   gpu_tests --gtest_also_run_disabled_tests --gtest_filter='CudaKernelBench.*' > "$OUT/kernels.log" 2>&1
   grep '\[ bench \]' "$OUT/kernels.log"
   row kernels "$(grep -c '\[ bench \]' "$OUT/kernels.log") timings in kernels.log"
-}
-
-# splash serve --device cuda on a random qwen2 model: one chat completion through HTTP, then
-# /status names the GPU.
-phase_serve() {
-  [ -x .gpu/bin/splash ] || { row serve "skipped: no splash binary carried"; return; }
-  splash serve --device cuda -m "$KEEP/fixtures/random-qwen2.gguf" --port 8123 > "$OUT/serve.log" 2>&1 &
-  local pid=$!
-  for _ in $(seq 1 60); do curl -sf http://127.0.0.1:8123/health > /dev/null && break; sleep 0.5; done
-  local reply status
-  reply=$(curl -s http://127.0.0.1:8123/v1/chat/completions -H 'Content-Type: application/json' \
-    -d '{"messages":[{"role":"user","content":"Say hi"}],"max_tokens":16,"temperature":0}')
-  status=$(curl -s http://127.0.0.1:8123/status)
-  kill -INT $pid; wait $pid
-  echo "$reply" > "$OUT/serve_reply.json"
-  echo "$status" > "$OUT/serve_status.json"
-  local ok
-  ok=$(python3 -c "import json,sys; r=json.loads(sys.argv[1]); s=json.loads(sys.argv[2]); print(r['usage']['completion_tokens'] > 0 and 'H200' in json.dumps(s))" "$reply" "$status" 2>&1)
-  row serve "$ok (a chat completion on the GPU through HTTP; /status names the device)"
-  record serve "\"$ok\""
 }
 
 # The issue's benchmark shape: Qwen3-8B (36 layers, d_model 4096, 32/8 heads of 128, ffn 12288,
@@ -159,6 +181,7 @@ phase_real() {
 
 case "${1:-tests}" in
   tests) phase_tests ;;
+  serve) phase_fixtures; phase_serve ;;
   part) phase_part "$2" ;;
   real) phase_real ;;
   bench) phase_kernels; phase_bench ;;
