@@ -85,17 +85,17 @@ TEST_F(CudaKernelBench, DISABLED_Attention) {
     pool.data = data.as<uint8_t>(), pool.scales = scales.as<float>();
     std::vector<int32_t> table(blocks);
     for (int i = 0; i < blocks; ++i) table[i] = i;
-    const auto d_table = to_device(table);
     cu::AttentionScratch scratch;
     const int qkv_w = (n_heads + 2 * n_kv) * hd;
     for (const int tokens : {1, 512}) {
       std::vector<int32_t> positions(tokens), offsets(tokens, 0);
       for (int t = 0; t < tokens; ++t) positions[t] = context - tokens + t;
-      const auto dp = to_device(positions), doff = to_device(offsets);
+      const std::vector<cu::SliceSpan> slices{{0, tokens, context - tokens}};
+      const DeviceBatch batch(positions, offsets, table, slices, n_heads, n_kv, hd);
       const auto q = random_floats(rng_, static_cast<size_t>(tokens) * qkv_w);
       const auto dq = to_device(q);
       cu::DeviceBuffer out(static_cast<size_t>(tokens) * n_heads * hd * sizeof(float));
-      const cu::BatchLayout layout{dp.as<int32_t>(), doff.as<int32_t>(), d_table.as<int32_t>(), tokens, context};
+      const cu::BatchLayout& layout = batch.layout;
       const double us = time_us(stream, [&] {
         cu::attention(dq.as<float>(), qkv_w, out.as<float>(), n_heads, layout, pool, 0, scratch, stream);
       }, 10);

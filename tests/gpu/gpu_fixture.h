@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/ops.h"
 
 namespace splash::testing {
 
@@ -53,6 +54,29 @@ inline double relative_error(const std::vector<float>& out, const std::vector<do
   }
   return std::sqrt(diff / std::max(norm, 1e-300));
 }
+
+// A batch layout with attention's work lists, over device copies the holder keeps alive.
+struct DeviceBatch {
+  cu::DeviceBuffer positions, offsets, tables, decode, tiles;
+  cu::BatchLayout layout;
+  DeviceBatch(const std::vector<int32_t>& pos, const std::vector<int32_t>& table_offsets,
+              const std::vector<int32_t>& block_tables, const std::vector<cu::SliceSpan>& slices, int n_heads,
+              int n_kv_heads, int head_dim)
+      : positions(to_device(pos)), offsets(to_device(table_offsets)), tables(to_device(block_tables)) {
+    const auto work = cu::attention_work(slices, n_heads, n_kv_heads, head_dim);
+    decode = to_device(work.decode.empty() ? std::vector<int32_t>{0} : work.decode);
+    tiles = to_device(work.tiles.empty() ? std::vector<int32_t>{0, 0} : work.tiles);
+    layout.positions = positions.as<int32_t>();
+    layout.table_offsets = offsets.as<int32_t>();
+    layout.block_tables = tables.as<int32_t>();
+    layout.n_tokens = static_cast<int>(pos.size());
+    layout.decode_tokens = decode.as<int32_t>();
+    layout.n_decode = static_cast<int>(work.decode.size());
+    layout.decode_context = work.decode_context;
+    layout.tiles = tiles.as<int32_t>();
+    layout.n_tiles = static_cast<int>(work.tiles.size() / 2);
+  }
+};
 
 inline std::vector<float> random_floats(std::mt19937_64& rng, size_t n, float deviation = 1.0f) {
   std::normal_distribution<float> normal(0.0f, deviation);

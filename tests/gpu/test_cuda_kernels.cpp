@@ -181,10 +181,12 @@ TEST_P(CudaAttentionTest, PrefillAndDecodeAgainstFloat64) {
   std::shuffle(shuffled.begin(), shuffled.end(), rng_);
   std::vector<int32_t> tables, positions, offsets;
   std::vector<int> first_token;
+  std::vector<cu::SliceSpan> slices;
   int used = 0;
   for (const int length : lengths) {
     const int n_blocks = (length + kernels::kKvBlockTokens - 1) / kernels::kKvBlockTokens;
     first_token.push_back(static_cast<int>(positions.size()));
+    slices.push_back({first_token.back(), length, 0});
     for (int p = 0; p < length; ++p) positions.push_back(p), offsets.push_back(static_cast<int32_t>(tables.size()));
     tables.insert(tables.end(), shuffled.begin() + used, shuffled.begin() + used + n_blocks);
     used += n_blocks;
@@ -200,8 +202,8 @@ TEST_P(CudaAttentionTest, PrefillAndDecodeAgainstFloat64) {
   pool.data = data.as<uint8_t>();
   pool.scales = pool.element == cu::KvElement::I8 ? scales.as<float>() : nullptr;
   auto d_qkv = to_device(qkv);
-  const auto d_positions = to_device(positions), d_offsets = to_device(offsets), d_tables = to_device(tables);
-  cu::BatchLayout all{d_positions.as<int32_t>(), d_offsets.as<int32_t>(), d_tables.as<int32_t>(), n, lengths.back()};
+  const DeviceBatch prompt(positions, offsets, tables, slices, n_heads, n_kv, hd);
+  const cu::BatchLayout& all = prompt.layout;
   cu::QkvPostArgs post;
   post.qkv = d_qkv.as<float>();
   post.ld = qkv_w;
@@ -252,7 +254,7 @@ TEST_P(CudaAttentionTest, PrefillAndDecodeAgainstFloat64) {
   };
 
   cu::AttentionScratch scratch;
-  // Prefill: every token at once.
+  // Prefill: every token at once (the 1-token sequence as a decode, the others in tiles).
   cu::DeviceBuffer out(static_cast<size_t>(n) * n_heads * hd * sizeof(float));
   stream.fill(out.data(), 0xFF, out.size());
   cu::attention(d_qkv.as<float>(), qkv_w, out.as<float>(), n_heads, all, pool, layer, scratch, stream);
@@ -270,9 +272,11 @@ TEST_P(CudaAttentionTest, PrefillAndDecodeAgainstFloat64) {
 
   // Decode: each sequence's last token alone (its q rows gathered into a batch of three).
   std::vector<int32_t> d_pos, d_off;
+  std::vector<cu::SliceSpan> singles;
   checked.clear(), expected.clear();
   for (size_t s = 0; s < lengths.size(); ++s) {
     const int t = first_token[s] + lengths[s] - 1;
+    singles.push_back({static_cast<int>(s), 1, positions[t]});
     d_pos.push_back(positions[t]);
     d_off.push_back(offsets[t]);
     const auto ref = reference(t);
@@ -286,8 +290,9 @@ TEST_P(CudaAttentionTest, PrefillAndDecodeAgainstFloat64) {
     decode_qkv.insert(decode_qkv.end(), rotated.begin() + static_cast<size_t>(t) * qkv_w,
                       rotated.begin() + static_cast<size_t>(t + 1) * qkv_w);
   }
-  const auto dq = to_device(decode_qkv), dp = to_device(d_pos), doff = to_device(d_off);
-  cu::BatchLayout decode{dp.as<int32_t>(), doff.as<int32_t>(), d_tables.as<int32_t>(), 3, lengths.back()};
+  const auto dq = to_device(decode_qkv);
+  const DeviceBatch decode_batch(d_pos, d_off, tables, singles, n_heads, n_kv, hd);
+  const cu::BatchLayout& decode = decode_batch.layout;
   cu::DeviceBuffer decode_out(3 * n_heads * hd * sizeof(float));
   stream.fill(decode_out.data(), 0xFF, decode_out.size());
   cu::attention(dq.as<float>(), qkv_w, decode_out.as<float>(), n_heads, decode, pool, layer, scratch, stream);

@@ -76,6 +76,8 @@ __global__ void __launch_bounds__(kRowsWarps * 32)
   if (row0 >= rows) return;
   const int parts = cols / B::kElements * B::kParts;
   float acc[kRowsPerWarp] = {};
+  // Unrolled so that the next part's loads are issued before this part's arithmetic.
+#pragma unroll 2
   for (int part = lane; part < parts; part += 32) {
     const int block = part / B::kParts, p = part % B::kParts;
     int pa, pb;

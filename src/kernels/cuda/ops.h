@@ -5,6 +5,8 @@
 // block formats on the GPU (exact values, dequantized inside the kernels).
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "formats/ggml_types.h"
 #include "kernels/cuda/device.h"
@@ -77,14 +79,32 @@ size_t kv_pool_bytes_per_block(KvElement element, int n_layers, int n_kv_heads, 
 void copy_kv_block(const KvPool& pool, int from, int to, Stream& stream);
 
 // The batch as the attention kernels see it, in device memory: per token its absolute
-// position and the offset of its sequence's block table in `block_tables`.
+// position and the offset of its sequence's block table in `block_tables`; and how attention
+// walks it (attention_work below): the tokens of single-token slices (decode) one by one,
+// split along their context; the tokens of longer slices (prompt chunks, verify blocks) in
+// tiles of consecutive tokens of one sequence that share every K/V block they read.
 struct BatchLayout {
   const int32_t* positions = nullptr;
   const int32_t* table_offsets = nullptr;
   const int32_t* block_tables = nullptr;
   int n_tokens = 0;
-  int max_context = 0;  // the longest sequence in the batch (first_position + tokens)
+  const int32_t* decode_tokens = nullptr;  // token indices
+  int n_decode = 0;
+  int decode_context = 0;                  // the longest context among them (first_position + 1)
+  const int32_t* tiles = nullptr;          // pairs {first token, token count}
+  int n_tiles = 0;
 };
+
+// The index lists of BatchLayout, built on the host from the batch's slices (first token
+// index, token count, first position): `decode` token indices, `tiles` pairs.
+struct SliceSpan {
+  int first_token, count, first_position;
+};
+struct AttentionWork {
+  std::vector<int32_t> decode, tiles;
+  int decode_context = 0;
+};
+AttentionWork attention_work(std::span<const SliceSpan> slices, int n_heads, int n_kv_heads, int head_dim);
 
 // After the QKV projection, in place on qkv rows [q heads | k heads | v heads]: adds the
 // biases (Qwen2), normalises each q and k head (Qwen3), rotates q and k (adjacent pairs, or

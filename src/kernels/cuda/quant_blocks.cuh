@@ -38,13 +38,17 @@ struct Run {
   float d, m;
 };
 
+// A small unsigned integer (below 2^23) as a float without the quarter-rate I2F unit: its
+// bits under 2^23's exponent, less 2^23 (exact).
+__device__ __forceinline__ float small_uint_to_float(uint32_t v) { return __uint_as_float(0x4B000000u | v) - 8388608.0f; }
+
 __device__ __forceinline__ void nibbles(const uint4 raw, Run& lo, Run& hi) {
   const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
     const uint32_t byte = words[j / 4] >> (8 * (j % 4));
-    lo.q[j] = static_cast<float>(byte & 0x0F);
-    hi.q[j] = static_cast<float>((byte >> 4) & 0x0F);
+    lo.q[j] = small_uint_to_float(byte & 0x0F);
+    hi.q[j] = small_uint_to_float((byte >> 4) & 0x0F);
   }
 }
 
@@ -140,16 +144,17 @@ struct SmallBlock {
       const uint32_t wl[4] = {lo.x, lo.y, lo.z, lo.w}, wh[4] = {hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
-        a.q[j] = static_cast<float>(static_cast<int8_t>(wl[j / 4] >> (8 * (j % 4))));
-        b.q[j] = static_cast<float>(static_cast<int8_t>(wh[j / 4] >> (8 * (j % 4))));
+        // signed byte b as (b ^ 0x80) - 128, offset folded into the magic constant
+        a.q[j] = __uint_as_float(0x4B000000u | (((wl[j / 4] >> (8 * (j % 4))) & 0xFF) ^ 0x80)) - 8388736.0f;
+        b.q[j] = __uint_as_float(0x4B000000u | (((wh[j / 4] >> (8 * (j % 4))) & 0xFF) ^ 0x80)) - 8388736.0f;
       }
     } else {
       nibbles(*reinterpret_cast<const uint4*>(quants), a, b);
       if constexpr (kFifthBit) {
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
-          a.q[j] += static_cast<float>(((qh >> j) & 1u) << 4);
-          b.q[j] += static_cast<float>(((qh >> (j + 16)) & 1u) << 4);
+          a.q[j] += ((qh >> j) & 1u) ? 16.0f : 0.0f;
+          b.q[j] += ((qh >> (j + 16)) & 1u) ? 16.0f : 0.0f;
         }
       }
     }
@@ -236,8 +241,8 @@ struct Block<GgmlType::Q6_K> {
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       const uint32_t l = lw[j / 4] >> (8 * (j % 4)), hb = hw[j / 4] >> (8 * (j % 4));
-      a.q[j] = static_cast<float>((l & 0x0F) | (((hb >> shift) & 3) << 4));
-      b.q[j] = static_cast<float>(((l >> 4) & 0x0F) | (((hb >> (shift + 4)) & 3) << 4));
+      a.q[j] = small_uint_to_float((l & 0x0F) | (((hb >> shift) & 3) << 4));
+      b.q[j] = small_uint_to_float(((l >> 4) & 0x0F) | (((hb >> (shift + 4)) & 3) << 4));
     }
   }
 };

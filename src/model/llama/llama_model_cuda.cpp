@@ -93,7 +93,8 @@ ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
   sizes.activations_f16 = static_cast<size_t>(kMaxBatchTokens) * std::max<size_t>({size_t(s.d_model), size_t(s.ffn), q}) * 2;
   sizes.attention = cu::attention_scratch_bytes(s.n_heads, s.head_dim);
   const size_t table_entries = static_cast<size_t>(kMaxBatchSequences) * ((context + kKvBlockTokens - 1) / kKvBlockTokens);
-  sizes.inputs = sizeof(int32_t) * (4 * kMaxBatchTokens + kMaxBatchSequences + table_entries);
+  // ids, positions, table offsets, logits rows, attention's decode list and tiles, tables
+  sizes.inputs = sizeof(int32_t) * (6 * kMaxBatchTokens + kMaxBatchSequences + table_entries);
   return sizes;
 }
 
@@ -349,12 +350,24 @@ class LlamaCudaModel final : public Model {
   }
 
   // Lays the batch's integers out in one staging buffer and sends them in one copy:
-  // [ids | positions | table offsets | logits rows | block tables].
+  // [ids | positions | table offsets | logits rows | decode tokens | tiles | block tables].
   cu::BatchLayout upload_batch(std::span<const SequenceSlice> batch, int n, int wanted) {
+    std::vector<cu::SliceSpan> spans;
+    int first_token = 0;
+    for (const auto& slice : batch) {
+      spans.push_back({first_token, static_cast<int>(slice.tokens.size()), slice.first_position});
+      first_token += static_cast<int>(slice.tokens.size());
+    }
+    const auto& s = h_.shapes;
+    const cu::AttentionWork work = cu::attention_work(spans, s.n_heads, s.n_kv_heads, s.head_dim);
     int32_t* host = inputs_host_.as<int32_t>();
     int32_t *ids = host, *positions = host + n, *offsets = host + 2 * n, *rows = host + 3 * n;
-    int32_t* tables = rows + wanted;
-    int row = 0, out = 0, max_context = 0;
+    int32_t* decode = rows + wanted;
+    int32_t* tiles = decode + work.decode.size();
+    int32_t* tables = tiles + work.tiles.size();
+    std::copy(work.decode.begin(), work.decode.end(), decode);
+    std::copy(work.tiles.begin(), work.tiles.end(), tiles);
+    int row = 0, out = 0;
     size_t table_size = 0;
     for (const auto& slice : batch) {
       const int count = static_cast<int>(slice.tokens.size());
@@ -369,13 +382,22 @@ class LlamaCudaModel final : public Model {
       }
       if (slice.want_logits) rows[out++] = row - 1;
       table_size += used_blocks;
-      max_context = std::max(max_context, slice.first_position + count);
     }
     const size_t bytes = ((tables - host) + table_size) * sizeof(int32_t);
     stream_.copy_to_device(inputs_.data(), host, bytes);
     const int32_t* device = inputs_.as<int32_t>();
     rows_ = device + 3 * n;
-    return {device + n, device + 2 * n, device + 3 * n + wanted, n, max_context};
+    cu::BatchLayout layout;
+    layout.positions = device + n;
+    layout.table_offsets = device + 2 * n;
+    layout.block_tables = device + (tables - host);
+    layout.n_tokens = n;
+    layout.decode_tokens = device + (decode - host);
+    layout.n_decode = static_cast<int>(work.decode.size());
+    layout.decode_context = work.decode_context;
+    layout.tiles = device + (tiles - host);
+    layout.n_tiles = static_cast<int>(work.tiles.size() / 2);
+    return layout;
   }
 
   void run(std::span<const SequenceSlice> batch, int n, int wanted) {
