@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 PROMPT ?= Write a Python function that checks whether a string is a palindrome.
 FUZZ_SECONDS ?= 45
 
-.PHONY: all setup build serve run bench test unit-test asan-test e2e-test fuzz model clean
+.PHONY: all setup build serve run bench test unit-test gpu-test asan-test e2e-test fuzz model clean
 
 all: build
 
@@ -39,10 +39,17 @@ model: build
 test: setup
 	@scripts/setup.sh --python
 	@$(MAKE) --no-print-directory build model
-	@$(MAKE) --no-print-directory unit-test asan-test fuzz e2e-test FUZZ_SECONDS=$(FUZZ_SECONDS)
+	@$(MAKE) --no-print-directory unit-test gpu-test asan-test fuzz e2e-test FUZZ_SECONDS=$(FUZZ_SECONDS)
 
 unit-test: build
 	@SPLASH_TEST_MODEL=$$($(BUILD)/splash pull) $(BUILD)/tests/unit/splash_unit_tests --gtest_brief=1
+
+# The GPU tests (built with the CUDA backend, when nvcc is there): on a machine without a GPU
+# every test skips; on the GPU machine tools/gpu_session.sh runs them with their fixtures.
+gpu-test: build
+	@if [ -x $(BUILD)/tests/gpu/splash_gpu_tests ]; then \
+	  SPLASH_TEST_MODEL=$$($(BUILD)/splash pull) $(BUILD)/tests/gpu/splash_gpu_tests --gtest_brief=1; \
+	else echo "gpu-test: built without the CUDA backend (no nvcc)"; fi
 
 asan-test: setup
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSPLASH_SANITIZE=ON > /dev/null

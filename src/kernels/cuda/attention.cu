@@ -18,7 +18,7 @@ namespace {
 
 // The partial results a launch may keep: (token, head, split) triples.
 constexpr size_t kMaxPartials = size_t{1} << 17;
-constexpr int kMinSplitPositions = 256;
+constexpr int kMinSplitPositions = 64;  // short splits: decode is latency-bound per split
 constexpr int kPositionsPerStep = 8;  // scores computed together (independent loads in flight)
 
 // PerLane consecutive elements at `index` (aligned to their size) as floats.
