@@ -6,6 +6,8 @@
 #   tools/gpu_session.sh tests     GPU unit tests (kernels vs float64, random models vs the CPU
 #                                  path), compute-sanitizer memcheck + racecheck, serving
 #                                  through HTTP on the GPU, the Qwen3-8B-shape benchmark
+#   tools/gpu_session.sh quick     the same less serving and with a short memcheck (a lease
+#                                  nearly spent)
 #   tools/gpu_session.sh part N    keeps .gpu/parts/<model>.partN (carried in this call) for later
 #   tools/gpu_session.sh real      joins the parts, checks the sha256, greedy identity on the
 #                                  real model against the CPU path
@@ -187,6 +189,10 @@ phase_real() {
 
 case "${1:-tests}" in
   tests) phase_tests ;;
+  quick) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_kernels; phase_bench
+         timeout 45 env LD_LIBRARY_PATH="$SPLASH_LIBS" compute-sanitizer --tool memcheck --error-exitcode 9 \
+           .gpu/bin/splash_gpu_tests --gtest_filter='CudaModelTest.BatchOfTwo*' > "$OUT/memcheck.log" 2>&1
+         row "memcheck (model batch test)" "rc=$?" ;;
   serve) phase_fixtures; phase_serve ;;
   part) phase_part "$2" ;;
   real) phase_real ;;

@@ -151,6 +151,141 @@ __global__ void __launch_bounds__(kTokensWarps * 32)
       }
 }
 
+// --- integer types: int8 activations and dp4a ------------------------------------------
+// Activations are quantized per group of 16 (one run of a part) to int8 with a float scale,
+// beside the scale times the group's code sum (for the m * sum(x) term): a run's dot product
+// is then four dp4a instructions, d_w * d_x * sum(q_w q_x) + m_w * d_x * sum(q_x).
+constexpr int kGroup = 16;
+
+struct QuantizedRows {
+  const int8_t* codes;  // [n][cols]
+  const float* scales;  // [n][cols / 16]
+  const float* sums;    // [n][cols / 16]: scale * sum of the group's codes
+  int cols;
+};
+
+__global__ void quantize_kernel(const float* __restrict__ x, int ldx, int n, int cols, int8_t* __restrict__ codes,
+                                float* __restrict__ scales, float* __restrict__ sums) {
+  const int groups = cols / kGroup;
+  const size_t index = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index >= static_cast<size_t>(n) * groups) return;
+  const int row = static_cast<int>(index / groups), g = static_cast<int>(index % groups);
+  float v[16];
+  load16(x + static_cast<size_t>(row) * ldx + g * kGroup, v);
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) amax = fmaxf(amax, fabsf(v[j]));
+  const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+  uint32_t words[4] = {};
+  int sum = 0;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const int q = __float2int_rn(v[j] * inverse);
+    sum += q;
+    words[j / 4] |= (static_cast<uint32_t>(q) & 0xFF) << (8 * (j % 4));
+  }
+  *reinterpret_cast<uint4*>(codes + static_cast<size_t>(row) * cols + g * kGroup) =
+      make_uint4(words[0], words[1], words[2], words[3]);
+  const float scale = amax / 127.0f;
+  scales[static_cast<size_t>(row) * groups + g] = scale;
+  sums[static_cast<size_t>(row) * groups + g] = scale * static_cast<float>(sum);
+}
+
+template <typename B>
+__device__ __forceinline__ float run_dp4a(const CodeRun& r, const uint4 x, float x_scale, float x_sum) {
+  int dot = __dp4a(static_cast<int>(r.q[0]), static_cast<int>(x.x), 0);
+  dot = __dp4a(static_cast<int>(r.q[1]), static_cast<int>(x.y), dot);
+  dot = __dp4a(static_cast<int>(r.q[2]), static_cast<int>(x.z), dot);
+  dot = __dp4a(static_cast<int>(r.q[3]), static_cast<int>(x.w), dot);
+  float s = r.d * x_scale * static_cast<float>(dot);
+  if constexpr (B::kHasMin) s = fmaf(r.m, x_sum, s);
+  return s;
+}
+
+// One activation row, kRowsPerWarp weight rows per warp sharing the activation loads.
+template <GgmlType T>
+__global__ void __launch_bounds__(kRowsWarps * 32)
+    gemv_rows_dp4a_kernel(Rows<T> w, int rows, QuantizedRows x, float* __restrict__ y, int accumulate) {
+  using B = Block<T>;
+  const int row0 = (blockIdx.x * kRowsWarps + threadIdx.x / 32) * kRowsPerWarp;
+  const int lane = threadIdx.x % 32;
+  if (row0 >= rows) return;
+  const int parts = x.cols / B::kElements * B::kParts;
+  float acc[kRowsPerWarp] = {};
+#pragma unroll 2
+  for (int part = lane; part < parts; part += 32) {
+    const int block = part / B::kParts, p = part % B::kParts;
+    int pa, pb;
+    B::columns(p, pa, pb);
+    const int ca = block * B::kElements + pa, cb = block * B::kElements + pb;
+    const uint4 xa = *reinterpret_cast<const uint4*>(x.codes + ca), xb = *reinterpret_cast<const uint4*>(x.codes + cb);
+    const float da = x.scales[ca / kGroup], db = x.scales[cb / kGroup];
+    const float sa = B::kHasMin ? x.sums[ca / kGroup] : 0.0f, sb = B::kHasMin ? x.sums[cb / kGroup] : 0.0f;
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int row = min(row0 + r, rows - 1);
+      CodeRun a, b;
+      B::codes(w.quants(row, block), w.header(row, block), p, a, b);
+      acc[r] += run_dp4a<B>(a, xa, da, sa) + run_dp4a<B>(b, xb, db, sb);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) acc[r] += __shfl_xor_sync(0xFFFFFFFFu, acc[r], offset);
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r)
+      if (row0 + r < rows) {
+        float* out = y + row0 + r;
+        *out = accumulate ? *out + acc[r] : acc[r];
+      }
+}
+
+// Up to M activation rows: a warp per weight row, each part's codes applied to every row.
+template <GgmlType T, int M>
+__global__ void __launch_bounds__(kTokensWarps * 32)
+    gemv_tokens_dp4a_kernel(Rows<T> w, int rows, QuantizedRows x, int n, float* __restrict__ y, int ldy,
+                            int accumulate) {
+  using B = Block<T>;
+  const int row = blockIdx.x * kTokensWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int parts = x.cols / B::kElements * B::kParts, groups = x.cols / kGroup;
+  float acc[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+  for (int part = lane; part < parts; part += 32) {
+    const int block = part / B::kParts, p = part % B::kParts;
+    int pa, pb;
+    B::columns(p, pa, pb);
+    const int ca = block * B::kElements + pa, cb = block * B::kElements + pb;
+    CodeRun a, b;
+    B::codes(w.quants(row, block), w.header(row, block), p, a, b);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const int t = m < n ? m : 0;
+      const int8_t* codes = x.codes + static_cast<size_t>(t) * x.cols;
+      const float* scales = x.scales + static_cast<size_t>(t) * groups;
+      const float* sums = x.sums + static_cast<size_t>(t) * groups;
+      const uint4 xa = *reinterpret_cast<const uint4*>(codes + ca), xb = *reinterpret_cast<const uint4*>(codes + cb);
+      acc[m] += run_dp4a<B>(a, xa, scales[ca / kGroup], B::kHasMin ? sums[ca / kGroup] : 0.0f) +
+                run_dp4a<B>(b, xb, scales[cb / kGroup], B::kHasMin ? sums[cb / kGroup] : 0.0f);
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) acc[m] += __shfl_xor_sync(0xFFFFFFFFu, acc[m], offset);
+  if (lane == 0)
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+      if (m < n) {
+        float* out = y + static_cast<size_t>(m) * ldy + row;
+        *out = accumulate ? *out + acc[m] : acc[m];
+      }
+}
+
 // One thread per GGUF block: its bytes into the quant and header streams of its row.
 template <GgmlType T>
 __global__ void pack_kernel(const uint8_t* __restrict__ gguf, int rows, int cols, uint8_t* __restrict__ packed) {
@@ -197,14 +332,70 @@ __global__ void to_f16_kernel(const float* __restrict__ x, int ldx, int n, int c
 
 cudaStream_t raw(Stream& stream) { return static_cast<cudaStream_t>(stream.handle()); }
 
-template <int M>
-void launch_gemv_tokens(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
-                        Stream& stream) {
-  dispatch_weight_type(w.type, [&]<GgmlType T>() {
-    const dim3 grid((w.rows + kTokensWarps - 1) / kTokensWarps);
-    gemv_tokens_kernel<T, M><<<grid, kTokensWarps * 32, 0, raw(stream)>>>(rows_of<T>(w), w.rows, w.cols, x, ldx, n, y,
-                                                                          ldy, accumulate ? 1 : 0);
-  });
+// The quantized copy of x [n][cols] in the scratch.
+QuantizedRows quantize_activations(const float* x, int ldx, int n, int cols, MatmulScratch& scratch, Stream& stream) {
+  const int groups = cols / kGroup;
+  const size_t code_bytes = (static_cast<size_t>(n) * cols + 15) / 16 * 16;
+  scratch.activations_q8.resize(code_bytes + 2 * sizeof(float) * static_cast<size_t>(n) * groups);
+  auto* codes = scratch.activations_q8.as<int8_t>();
+  auto* scales = reinterpret_cast<float*>(scratch.activations_q8.as<uint8_t>() + code_bytes);
+  float* sums = scales + static_cast<size_t>(n) * groups;
+  const size_t threads = static_cast<size_t>(n) * groups;
+  quantize_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, raw(stream)>>>(x, ldx, n, cols, codes, scales,
+                                                                                         sums);
+  return {codes, scales, sums, cols};
+}
+
+QuantizedRows offset_rows(QuantizedRows q, int first) {
+  const int groups = q.cols / kGroup;
+  return {q.codes + static_cast<size_t>(first) * q.cols, q.scales + static_cast<size_t>(first) * groups,
+          q.sums + static_cast<size_t>(first) * groups, q.cols};
+}
+
+template <GgmlType T>
+void launch_gemv(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
+                 MatmulScratch& scratch, Stream& stream) {
+  const int acc = accumulate ? 1 : 0;
+  if constexpr (Block<T>::kPacked) {  // integer types: int8 activations, dp4a
+    const QuantizedRows q = quantize_activations(x, ldx, n, w.cols, scratch, stream);
+    for (int start = 0; start < n; start += kGemvMaxTokens) {
+      const int count = std::min(kGemvMaxTokens, n - start);
+      const QuantizedRows qs = offset_rows(q, start);
+      float* ys = y + static_cast<size_t>(start) * ldy;
+      if (count == 1) {
+        const int per_block = kRowsWarps * kRowsPerWarp;
+        gemv_rows_dp4a_kernel<T><<<(w.rows + per_block - 1) / per_block, kRowsWarps * 32, 0, raw(stream)>>>(
+            rows_of<T>(w), w.rows, qs, ys, acc);
+        continue;
+      }
+      const dim3 grid((w.rows + kTokensWarps - 1) / kTokensWarps);
+      if (count == 2)
+        gemv_tokens_dp4a_kernel<T, 2><<<grid, kTokensWarps * 32, 0, raw(stream)>>>(rows_of<T>(w), w.rows, qs, count, ys, ldy, acc);
+      else if (count <= 4)
+        gemv_tokens_dp4a_kernel<T, 4><<<grid, kTokensWarps * 32, 0, raw(stream)>>>(rows_of<T>(w), w.rows, qs, count, ys, ldy, acc);
+      else
+        gemv_tokens_dp4a_kernel<T, 8><<<grid, kTokensWarps * 32, 0, raw(stream)>>>(rows_of<T>(w), w.rows, qs, count, ys, ldy, acc);
+    }
+  } else {  // float types: float activations
+    for (int start = 0; start < n; start += kGemvMaxTokens) {
+      const int count = std::min(kGemvMaxTokens, n - start);
+      const float* xs = x + static_cast<size_t>(start) * ldx;
+      float* ys = y + static_cast<size_t>(start) * ldy;
+      if (count == 1) {
+        const int per_block = kRowsWarps * kRowsPerWarp;
+        gemv_rows_kernel<T><<<(w.rows + per_block - 1) / per_block, kRowsWarps * 32, 0, raw(stream)>>>(
+            rows_of<T>(w), w.rows, w.cols, xs, ys, acc);
+        continue;
+      }
+      const dim3 grid((w.rows + kTokensWarps - 1) / kTokensWarps);
+      if (count == 2)
+        gemv_tokens_kernel<T, 2><<<grid, kTokensWarps * 32, 0, raw(stream)>>>(rows_of<T>(w), w.rows, w.cols, xs, ldx, count, ys, ldy, acc);
+      else if (count <= 4)
+        gemv_tokens_kernel<T, 4><<<grid, kTokensWarps * 32, 0, raw(stream)>>>(rows_of<T>(w), w.rows, w.cols, xs, ldx, count, ys, ldy, acc);
+      else
+        gemv_tokens_kernel<T, 8><<<grid, kTokensWarps * 32, 0, raw(stream)>>>(rows_of<T>(w), w.rows, w.cols, xs, ldx, count, ys, ldy, acc);
+    }
+  }
 }
 
 }  // namespace
@@ -249,25 +440,11 @@ void pack_weight(GgmlType type, int rows, int cols, const void* gguf, void* pack
   });
 }
 
-void gemv(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate, Stream& stream) {
+void gemv(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
+          MatmulScratch& scratch, Stream& stream) {
   if (ldx % 4 != 0) cuda_fail("gemv: activation rows must be 16-byte aligned");
-  if (n == 1) {
-    dispatch_weight_type(w.type, [&]<GgmlType T>() {
-      const int per_block = kRowsWarps * kRowsPerWarp;
-      gemv_rows_kernel<T><<<(w.rows + per_block - 1) / per_block, kRowsWarps * 32, 0, raw(stream)>>>(
-          rows_of<T>(w), w.rows, w.cols, x, y, accumulate ? 1 : 0);
-    });
-    return;
-  }
-  for (int start = 0; start < n; start += kGemvMaxTokens) {
-    const int count = std::min(kGemvMaxTokens, n - start);
-    const float* xs = x + static_cast<size_t>(start) * ldx;
-    float* ys = y + static_cast<size_t>(start) * ldy;
-    if (count == 1) gemv(w, xs, ldx, 1, ys, ldy, accumulate, stream);
-    else if (count == 2) launch_gemv_tokens<2>(w, xs, ldx, count, ys, ldy, accumulate, stream);
-    else if (count <= 4) launch_gemv_tokens<4>(w, xs, ldx, count, ys, ldy, accumulate, stream);
-    else launch_gemv_tokens<8>(w, xs, ldx, count, ys, ldy, accumulate, stream);
-  }
+  if (n == 0) return;
+  dispatch_weight_type(w.type, [&]<GgmlType T>() { launch_gemv<T>(w, x, ldx, n, y, ldy, accumulate, scratch, stream); });
 }
 
 void dequantize_to_f16(const DeviceWeight& w, void* out_f16, Stream& stream) {
@@ -281,7 +458,7 @@ void dequantize_to_f16(const DeviceWeight& w, void* out_f16, Stream& stream) {
 
 void matmul(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
             MatmulScratch& scratch, Stream& stream, bool always_gemv) {
-  if (n <= kGemvLargestBatch || always_gemv) return gemv(w, x, ldx, n, y, ldy, accumulate, stream);
+  if (n <= kGemvLargestBatch || always_gemv) return gemv(w, x, ldx, n, y, ldy, accumulate, scratch, stream);
   scratch.weight_f16.resize(static_cast<size_t>(w.rows) * w.cols * sizeof(__half));
   scratch.activations_f16.resize(static_cast<size_t>(n) * w.cols * sizeof(__half));
   dequantize_to_f16(w, scratch.weight_f16.data(), stream);

@@ -33,19 +33,26 @@ size_t gguf_row_bytes(GgmlType type, int cols);    // of the file
 void pack_weight(GgmlType type, int rows, int cols, const void* gguf, void* packed, Stream& stream);
 
 // Scratch a matmul may need: an f16 copy of one matrix and of its activations, for the
-// tensor-core path of many-token batches (cuBLAS).
+// tensor-core path of many-token batches (cuBLAS); the int8 copy of the activations the GEMV
+// of integer weight types reads.
 struct MatmulScratch {
-  DeviceBuffer weight_f16, activations_f16;
+  DeviceBuffer weight_f16, activations_f16, activations_q8;
 };
+// Bytes of activations_q8 for n rows of cols.
+inline size_t quantized_activation_bytes(int n, int cols) {
+  return (static_cast<size_t>(n) * cols + 15) / 16 * 16 + 2 * sizeof(float) * static_cast<size_t>(n) * (cols / 16);
+}
 
 // y[t][r] (+)= sum_c w[r][c] * x[t][c] for t < n. Few rows (decode, verify blocks) stream the
-// quantized weights once per 8 rows (GEMV); many rows dequantize the matrix to f16 and run
+// quantized weights once per 8 rows (GEMV: integer types against int8 activations, a scale
+// per 16, with dp4a; float types in float); many rows dequantize the matrix to f16 and run
 // one cuBLAS GEMM with float accumulation. `always_gemv` keeps a huge matrix (the output
 // head) off the f16 copy.
 void matmul(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
             MatmulScratch& scratch, Stream& stream, bool always_gemv = false);
 // The GEMV alone, for tests and the tuner.
-void gemv(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate, Stream& stream);
+void gemv(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
+          MatmulScratch& scratch, Stream& stream);
 // w as f16 [rows][cols] (the tensor-core path's first half; tests check it exactly).
 void dequantize_to_f16(const DeviceWeight& w, void* out_f16, Stream& stream);
 

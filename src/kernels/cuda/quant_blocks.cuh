@@ -38,22 +38,43 @@ struct Run {
   float d, m;
 };
 
+// The same run with its integer codes as bytes, four to a word (signed for Q8_0, else
+// below 64): the operands of dp4a against int8 activations.
+struct CodeRun {
+  uint32_t q[4];
+  float d, m;
+};
+
 // A small unsigned integer (below 2^23) as a float without the quarter-rate I2F unit: its
 // bits under 2^23's exponent, less 2^23 (exact).
 __device__ __forceinline__ float small_uint_to_float(uint32_t v) { return __uint_as_float(0x4B000000u | v) - 8388608.0f; }
 
-__device__ __forceinline__ void nibbles(const uint4 raw, Run& lo, Run& hi) {
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    const uint32_t byte = words[j / 4] >> (8 * (j % 4));
-    lo.q[j] = small_uint_to_float(byte & 0x0F);
-    hi.q[j] = small_uint_to_float((byte >> 4) & 0x0F);
-  }
-}
-
 template <GgmlType T>
 struct Block;
+
+// The low and high nibbles of 16 bytes, as byte codes: lo holds the low nibbles in order.
+__device__ __forceinline__ void nibble_codes(const uint4 raw, CodeRun& lo, CodeRun& hi) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) lo.q[k] = words[k] & 0x0F0F0F0Fu, hi.q[k] = (words[k] >> 4) & 0x0F0F0F0Fu;
+}
+
+// Bits 0-3 of v as bit 4 of bytes 0-3 (Q5's fifth bits).
+__device__ __forceinline__ uint32_t spread_bits(uint32_t v) {
+  return ((v & 1u) << 4) | ((v & 2u) << 11) | ((v & 4u) << 18) | ((v & 8u) << 25);
+}
+
+// Byte codes as floats (signed bytes for Q8_0).
+template <bool kSigned>
+__device__ __forceinline__ void to_floats(const CodeRun& c, Run& r) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const uint32_t byte = (c.q[j / 4] >> (8 * (j % 4))) & 0xFF;
+    if constexpr (kSigned) r.q[j] = __uint_as_float(0x4B000000u | (byte ^ 0x80)) - 8388736.0f;  // (b ^ 0x80) - 128
+    else r.q[j] = small_uint_to_float(byte);
+  }
+  r.d = c.d, r.m = c.m;
+}
 
 // Types stored as they come: no repacking, no scales.
 template <GgmlType T>
@@ -122,7 +143,7 @@ struct SmallBlock {
     for (int i = 0; i < qh_bytes; ++i) header[4 + i] = gguf[scale_bytes + i];
   }
   __device__ static void columns(int, int& pa, int& pb) { pa = 0, pb = 16; }
-  __device__ static void decode(const uint8_t* quants, const uint8_t* header, int, Run& a, Run& b) {
+  __device__ static void codes(const uint8_t* quants, const uint8_t* header, int, CodeRun& a, CodeRun& b) {
     float d, m = 0.0f;
     uint32_t qh = 0;
     if constexpr (kHeaderBytes == 8) {
@@ -141,23 +162,23 @@ struct SmallBlock {
     if constexpr (T == GgmlType::Q8_0) {
       const auto* v = reinterpret_cast<const uint4*>(quants);
       const uint4 lo = v[0], hi = v[1];
-      const uint32_t wl[4] = {lo.x, lo.y, lo.z, lo.w}, wh[4] = {hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        // signed byte b as (b ^ 0x80) - 128, offset folded into the magic constant
-        a.q[j] = __uint_as_float(0x4B000000u | (((wl[j / 4] >> (8 * (j % 4))) & 0xFF) ^ 0x80)) - 8388736.0f;
-        b.q[j] = __uint_as_float(0x4B000000u | (((wh[j / 4] >> (8 * (j % 4))) & 0xFF) ^ 0x80)) - 8388736.0f;
-      }
+      a.q[0] = lo.x, a.q[1] = lo.y, a.q[2] = lo.z, a.q[3] = lo.w;
+      b.q[0] = hi.x, b.q[1] = hi.y, b.q[2] = hi.z, b.q[3] = hi.w;
     } else {
-      nibbles(*reinterpret_cast<const uint4*>(quants), a, b);
+      nibble_codes(*reinterpret_cast<const uint4*>(quants), a, b);
       if constexpr (kFifthBit) {
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          a.q[j] += ((qh >> j) & 1u) ? 16.0f : 0.0f;
-          b.q[j] += ((qh >> (j + 16)) & 1u) ? 16.0f : 0.0f;
+        for (int k = 0; k < 4; ++k) {
+          a.q[k] |= spread_bits(qh >> (4 * k));
+          b.q[k] |= spread_bits(qh >> (16 + 4 * k));
         }
       }
     }
+  }
+  __device__ static void decode(const uint8_t* quants, const uint8_t* header, int part, Run& a, Run& b) {
+    CodeRun ca, cb;
+    codes(quants, header, part, ca, cb);
+    to_floats<T == GgmlType::Q8_0>(ca, a), to_floats<T == GgmlType::Q8_0>(cb, b);
   }
 };
 template <>
@@ -196,7 +217,7 @@ struct Block<GgmlType::Q4_K> {
     pa = 64 * (part >> 1) + 16 * (part & 1);
     pb = pa + 32;
   }
-  __device__ static void decode(const uint8_t* quants, const uint8_t* header, int part, Run& a, Run& b) {
+  __device__ static void codes(const uint8_t* quants, const uint8_t* header, int part, CodeRun& a, CodeRun& b) {
     const uint4 h = *reinterpret_cast<const uint4*>(header);
     const float dall = half_bits(h.x & 0xFFFF), dmin = half_bits(h.x >> 16);
     const uint32_t scales[3] = {h.y, h.z, h.w};
@@ -206,7 +227,12 @@ struct Block<GgmlType::Q4_K> {
     q4k_scale_min(2 * chunk + 1, scales, sc1, mn1);
     a.d = dall * static_cast<float>(sc0), a.m = -dmin * static_cast<float>(mn0);
     b.d = dall * static_cast<float>(sc1), b.m = -dmin * static_cast<float>(mn1);
-    nibbles(*reinterpret_cast<const uint4*>(quants + 16 * part), a, b);
+    nibble_codes(*reinterpret_cast<const uint4*>(quants + 16 * part), a, b);
+  }
+  __device__ static void decode(const uint8_t* quants, const uint8_t* header, int part, Run& a, Run& b) {
+    CodeRun ca, cb;
+    codes(quants, header, part, ca, cb);
+    to_floats<false>(ca, a), to_floats<false>(cb, b);
   }
 };
 
@@ -226,7 +252,7 @@ struct Block<GgmlType::Q6_K> {
     pa = 128 * n + 32 * row + l0;
     pb = pa + 64;
   }
-  __device__ static void decode(const uint8_t* quants, const uint8_t* header, int part, Run& a, Run& b) {
+  __device__ static void codes(const uint8_t* quants, const uint8_t* header, int part, CodeRun& a, CodeRun& b) {
     const int n = part >> 2, l0 = ((part >> 1) & 1) * 16, row = part & 1;
     const uint4 ql = *reinterpret_cast<const uint4*>(quants + 64 * n + 32 * row + l0);
     const uint4 qh = *reinterpret_cast<const uint4*>(quants + 128 + 32 * n + l0);
@@ -239,11 +265,15 @@ struct Block<GgmlType::Q6_K> {
     const uint32_t lw[4] = {ql.x, ql.y, ql.z, ql.w}, hw[4] = {qh.x, qh.y, qh.z, qh.w};
     const int shift = 2 * row;  // qh bits 0-1 and 4-5 for row 0, 2-3 and 6-7 for row 1
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const uint32_t l = lw[j / 4] >> (8 * (j % 4)), hb = hw[j / 4] >> (8 * (j % 4));
-      a.q[j] = small_uint_to_float((l & 0x0F) | (((hb >> shift) & 3) << 4));
-      b.q[j] = small_uint_to_float(((l >> 4) & 0x0F) | (((hb >> (shift + 4)) & 3) << 4));
+    for (int k = 0; k < 4; ++k) {
+      a.q[k] = (lw[k] & 0x0F0F0F0Fu) | (((hw[k] >> shift) & 0x03030303u) << 4);
+      b.q[k] = ((lw[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> (shift + 4)) & 0x03030303u) << 4);
     }
+  }
+  __device__ static void decode(const uint8_t* quants, const uint8_t* header, int part, Run& a, Run& b) {
+    CodeRun ca, cb;
+    codes(quants, header, part, ca, cb);
+    to_floats<false>(ca, a), to_floats<false>(cb, b);
   }
 };
 

@@ -76,9 +76,10 @@ struct ScratchSizes {
   size_t activations = 0;  // float rows: x, normed, qkv, attn, gate_up, hidden, last rows, logits
   size_t weight_f16 = 0;       // the tensor-core path's f16 copy of the largest (stacked) matrix
   size_t activations_f16 = 0;  // and of its widest activations
+  size_t activations_q8 = 0;   // the GEMV's int8 activations (up to 32 rows of the widest)
   size_t attention = 0;    // split partials
   size_t inputs = 0;       // token ids, positions, block tables
-  size_t total() const { return activations + weight_f16 + activations_f16 + attention + inputs; }
+  size_t total() const { return activations + weight_f16 + activations_f16 + activations_q8 + attention + inputs; }
 };
 
 ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
@@ -90,7 +91,9 @@ ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
   const size_t largest = std::max({(q + 2 * kv) * s.d_model, s.d_model * q, 2 * static_cast<size_t>(s.ffn) * s.d_model,
                                    static_cast<size_t>(s.d_model) * s.ffn});
   sizes.weight_f16 = largest * 2;
-  sizes.activations_f16 = static_cast<size_t>(kMaxBatchTokens) * std::max<size_t>({size_t(s.d_model), size_t(s.ffn), q}) * 2;
+  const int widest = static_cast<int>(std::max<size_t>({size_t(s.d_model), size_t(s.ffn), q}));
+  sizes.activations_f16 = static_cast<size_t>(kMaxBatchTokens) * widest * 2;
+  sizes.activations_q8 = cu::quantized_activation_bytes(kMaxBatchSequences, widest);
   sizes.attention = cu::attention_scratch_bytes(s.n_heads, s.head_dim);
   const size_t table_entries = static_cast<size_t>(kMaxBatchSequences) * ((context + kKvBlockTokens - 1) / kKvBlockTokens);
   // ids, positions, table offsets, logits rows, attention's decode list and tiles, tables
@@ -337,6 +340,7 @@ class LlamaCudaModel final : public Model {
     logits_host_.resize(static_cast<size_t>(kMaxBatchSequences) * s.vocab * sizeof(float));
     matmul_scratch_.weight_f16.resize(sizes.weight_f16);
     matmul_scratch_.activations_f16.resize(sizes.activations_f16);
+    matmul_scratch_.activations_q8.resize(sizes.activations_q8);
     attention_scratch_.partials.resize(sizes.attention);
     stream_.synchronize("allocating the KV cache and scratch");
   }
