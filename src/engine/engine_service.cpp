@@ -370,6 +370,13 @@ void EngineService::finish(Running& sequence, bool keep_blocks) {
 
 void EngineService::on_logits(Running& sequence, std::span<const float> logits) {
   std::optional<int32_t> token;
+  ChatTicket& ticket = *sequence.ticket;
+  const auto now = ChatTicket::Clock::now();
+  if (ticket.last_token_ == ChatTicket::Clock::time_point{})
+    time_to_first_token_.observe(std::chrono::duration<double>(now - ticket.submitted_).count());
+  else
+    inter_token_.observe(std::chrono::duration<double>(now - ticket.last_token_).count());
+  ticket.last_token_ = now;
   try {
     token = sequence.generation->step(logits);
   } catch (const std::exception& e) {

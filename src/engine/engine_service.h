@@ -24,6 +24,7 @@
 #include "engine/chat_request.h"
 #include "engine/image_feature_cache.h"
 #include "engine/image_prompt.h"
+#include "engine/latency_histogram.h"
 #include "engine/prompt_logits_cache.h"
 #include "grammar/token_trie.h"
 #include "vision/image_decode.h"
@@ -42,10 +43,21 @@ class ChatTicket {
 
  private:
   friend class EngineService;
+  using Clock = std::chrono::steady_clock;
   ChatRequest request_;
   ChatEventSink sink_;
   std::vector<EncodedImage> images_;  // the request's images, encoded at submission
   std::atomic<bool> cancelled_{false};
+  // Latency bookkeeping, engine thread only: when the request arrived, when its last token
+  // was sampled (none yet: the epoch).
+  Clock::time_point submitted_ = Clock::now();
+  Clock::time_point last_token_{};
+};
+
+// Token latencies as requests see them: from submission to the first sampled token, and
+// between consecutive sampled tokens of one request.
+struct LatencySnapshots {
+  LatencyHistogram::Snapshot time_to_first_token, inter_token;
 };
 
 struct EngineCounters {
@@ -93,6 +105,7 @@ class EngineService {
                                    std::span<const chat::ToolSpec> tools = {}) const;
 
   EngineCounters counters() const;
+  LatencySnapshots latencies() const { return {time_to_first_token_.snapshot(), inter_token_.snapshot()}; }
   ImageFeatureCacheCounters image_cache_counters() const { return image_features_.counters(); }
   bool accepting() const { return !stopping_.load(); }
 
@@ -122,6 +135,8 @@ class EngineService {
   std::deque<std::shared_ptr<ChatTicket>> queue_;
   std::atomic<bool> stopping_{false};
   EngineCounters counters_;
+  LatencyHistogram time_to_first_token_{{0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}};
+  LatencyHistogram inter_token_{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
   std::shared_ptr<const grammar::TokenTrie> token_trie_;  // for constrained decoding
   // Worker thread only:
   cache::BlockManager blocks_;

@@ -270,6 +270,16 @@ void HttpServer::register_routes() {
     send_json(res, status);
   }));
 
+  // Every answered request is counted (the logger runs after each response, errors too).
+  http.set_logger([counts = request_counts_](const httplib::Request& req, const httplib::Response& res) {
+    counts->add(req.method, req.path, res.status);
+  });
+  http.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {
+    MetricsInput input{engine_.counters(), engine_.latencies(), request_counts_->snapshot(),
+                       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count()};
+    res.set_content(prometheus_text(input), "text/plain; version=0.0.4; charset=utf-8");
+  }));
+
   http.Post("/tokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
     auto body = object_body(req, res);
     if (!body) return;

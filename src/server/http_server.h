@@ -12,6 +12,7 @@
 
 #include "chat/chat_format.h"
 #include "engine/engine_service.h"
+#include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
 
 namespace httplib {
@@ -74,6 +75,7 @@ class HttpServer {
   std::chrono::steady_clock::time_point started_;
   int bound_port_ = 0;
   std::shared_ptr<std::atomic<int>> completions_in_flight_ = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<RequestCounts> request_counts_ = std::make_shared<RequestCounts>();  // for /metrics
 };
 
 }  // namespace splash::server

@@ -68,7 +68,7 @@ bool is_public_route(std::string_view path) {
   if (path == "/health" || path == "/ready") return true;
   // The web page and its static files; every API route lives under these prefixes.
   const bool api = path.starts_with("/v1/") || path == "/v1" || path == "/tokenize" || path == "/detokenize" ||
-                   path == "/apply-template" || path == "/status";
+                   path == "/apply-template" || path == "/status" || path == "/metrics";
   return !api;
 }
 

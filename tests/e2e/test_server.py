@@ -312,6 +312,70 @@ def test_status_counts_tokens(client, server, served_id):
     assert after["generated"] - before["generated"] == result.usage.completion_tokens, (before, after, result.usage)
 
 
+# --- /metrics -----------------------------------------------------------------------------
+
+def metrics(server) -> dict:
+    """GET /metrics parsed by prometheus_client's own parser (an independent reader of the
+    text format): {family name: family}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    resp = get(server, "/metrics", timeout=10)
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4"), resp.headers
+    return {family.name: family for family in text_string_to_metric_families(resp.text)}
+
+
+def sample(families, name, suffix="", **labels):
+    family = families[name]
+    matches = [s.value for s in family.samples if s.name == name + suffix and all(s.labels.get(k) == v for k, v in labels.items())]
+    assert len(matches) == 1, (name, suffix, labels, family.samples)
+    return matches[0]
+
+
+def test_metrics_count_requests_tokens_and_latencies(client, server, served_id):
+    before = metrics(server)
+    result = greedy(client, served_id, QUESTION, max_tokens=8)
+    assert get(server, "/no/such/route").status_code == 404
+    assert get(server, "/v1/responses/resp_unknown").status_code == 404
+    after = metrics(server)
+
+    def delta(name, suffix="", **labels):
+        old = sample(before, name, suffix, **labels) if any(
+            s.name == name + suffix and all(s.labels.get(k) == v for k, v in labels.items())
+            for s in before[name].samples) else 0
+        return sample(after, name, suffix, **labels) - old
+
+    assert delta("splash_http_requests", "_total", method="POST", route="/v1/chat/completions", status="200") == 1
+    assert delta("splash_http_requests", "_total", method="GET", route="other", status="404") == 1
+    assert delta("splash_http_requests", "_total", method="GET", route="/v1/responses/{id}", status="404") == 1
+    assert delta("splash_generated_tokens", "_total") == result.usage.completion_tokens
+    assert 1 <= delta("splash_prompt_tokens", "_total") <= result.usage.prompt_tokens
+    # One first token, then one gap per further token; buckets cumulative up to the count.
+    assert delta("splash_time_to_first_token_seconds", "_count") == 1
+    assert delta("splash_inter_token_seconds", "_count") == result.usage.completion_tokens - 1
+    for name in ("splash_time_to_first_token_seconds", "splash_inter_token_seconds"):
+        buckets = [s for s in after[name].samples if s.name == name + "_bucket"]
+        values = [s.value for s in buckets]
+        assert values == sorted(values) and buckets[-1].labels["le"] == "+Inf"
+        assert values[-1] == sample(after, name, "_count")
+    assert sample(after, "splash_requests_running") == 0 and sample(after, "splash_requests_queued") == 0
+    assert sample(after, "splash_kv_blocks", state="in_use") == 0
+    blocks = [sample(after, "splash_kv_blocks", state=state) for state in ("in_use", "cached", "free")]
+    assert sum(blocks) == sample(after, "splash_kv_blocks_total")
+
+
+def test_metrics_labels_do_not_grow_with_hostile_paths(server):
+    for i in range(20):
+        get(server, f"/x{i}/{'a' * 200}")
+        requests.request("BREW", f"{server}/v1/models/m{i}", timeout=TIMEOUT)
+    routes = {s.labels["route"] for s in metrics(server)["splash_http_requests"].samples}
+    methods = {s.labels["method"] for s in metrics(server)["splash_http_requests"].samples}
+    assert routes <= {"other", "/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
+                      "/v1/responses/{id}", "/v1/models", "/v1/models/{id}", "/tokenize", "/detokenize",
+                      "/apply-template", "/status", "/health", "/ready", "/metrics", "/"}, routes
+    assert methods <= {"GET", "POST", "HEAD", "DELETE", "OPTIONS", "PUT", "other"}, methods
+
+
 # --- OpenAI SDK ---------------------------------------------------------------------------
 
 def test_non_streaming_completion(client, served_id):
@@ -1008,7 +1072,7 @@ def test_allowed_host_flag(splash_server):
 
 API_ROUTES = [("GET", "/v1/models", None), ("POST", "/v1/chat/completions", {"messages": HI, "max_tokens": 2}),
               ("POST", "/tokenize", {"content": "hi"}), ("POST", "/detokenize", {"tokens": [1]}),
-              ("POST", "/apply-template", {"messages": HI}), ("GET", "/status", None)]
+              ("POST", "/apply-template", {"messages": HI}), ("GET", "/status", None), ("GET", "/metrics", None)]
 
 
 def call(server, method, path, body, headers):

@@ -65,6 +65,24 @@ __device__ __forceinline__ float run_dot(const Run& r, const float (&x)[16], flo
   return s;
 }
 
+// Sums each accumulator over the warp; lane 0 writes (or adds) the first `count` of them,
+// the i-th at y[i * stride].
+template <int N>
+__device__ __forceinline__ void store_warp_sums(float (&acc)[N], int lane, int count, float* __restrict__ y,
+                                                size_t stride, int accumulate) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) acc[i] += __shfl_xor_sync(0xFFFFFFFFu, acc[i], offset);
+  if (lane != 0) return;
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    if (i < count) {
+      float* out = y + i * stride;
+      *out = accumulate ? *out + acc[i] : acc[i];
+    }
+}
+
 // One activation row (decode at batch 1): a warp computes kRowsPerWarp rows, each lane
 // walking the row's parts; a part's 32 activations are loaded once and serve every row.
 template <GgmlType T>
@@ -95,17 +113,7 @@ __global__ void __launch_bounds__(kRowsWarps * 32)
       acc[r] += run_dot<B>(a, xa, sa) + run_dot<B>(b, xv, sb);
     }
   }
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r)
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) acc[r] += __shfl_xor_sync(0xFFFFFFFFu, acc[r], offset);
-  if (lane == 0)
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r)
-      if (row0 + r < rows) {
-        float* out = y + row0 + r;
-        *out = accumulate ? *out + acc[r] : acc[r];
-      }
+  store_warp_sums(acc, lane, rows - row0, y + row0, 1, accumulate);
 }
 
 // Up to M activation rows (batched decode, verify blocks): a warp per output row; each part
@@ -138,17 +146,7 @@ __global__ void __launch_bounds__(kTokensWarps * 32)
       acc[m] += run_dot<B>(a, xa, sa) + run_dot<B>(b, xv, sb);
     }
   }
-#pragma unroll
-  for (int m = 0; m < M; ++m)
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) acc[m] += __shfl_xor_sync(0xFFFFFFFFu, acc[m], offset);
-  if (lane == 0)
-#pragma unroll
-    for (int m = 0; m < M; ++m)
-      if (m < n) {
-        float* out = y + static_cast<size_t>(m) * ldy + row;
-        *out = accumulate ? *out + acc[m] : acc[m];
-      }
+  store_warp_sums(acc, lane, n, y + row, static_cast<size_t>(ldy), accumulate);
 }
 
 // --- integer types: int8 activations and dp4a ------------------------------------------
@@ -229,17 +227,7 @@ __global__ void __launch_bounds__(kRowsWarps * 32)
       acc[r] += run_dp4a<B>(a, xa, da, sa) + run_dp4a<B>(b, xb, db, sb);
     }
   }
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r)
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) acc[r] += __shfl_xor_sync(0xFFFFFFFFu, acc[r], offset);
-  if (lane == 0)
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r)
-      if (row0 + r < rows) {
-        float* out = y + row0 + r;
-        *out = accumulate ? *out + acc[r] : acc[r];
-      }
+  store_warp_sums(acc, lane, rows - row0, y + row0, 1, accumulate);
 }
 
 // Up to M activation rows: a warp per weight row, each part's codes applied to every row.
@@ -273,17 +261,7 @@ __global__ void __launch_bounds__(kTokensWarps * 32)
                 run_dp4a<B>(b, xb, scales[cb / kGroup], B::kHasMin ? sums[cb / kGroup] : 0.0f);
     }
   }
-#pragma unroll
-  for (int m = 0; m < M; ++m)
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) acc[m] += __shfl_xor_sync(0xFFFFFFFFu, acc[m], offset);
-  if (lane == 0)
-#pragma unroll
-    for (int m = 0; m < M; ++m)
-      if (m < n) {
-        float* out = y + static_cast<size_t>(m) * ldy + row;
-        *out = accumulate ? *out + acc[m] : acc[m];
-      }
+  store_warp_sums(acc, lane, n, y + row, static_cast<size_t>(ldy), accumulate);
 }
 
 // One thread per GGUF block: its bytes into the quant and header streams of its row.

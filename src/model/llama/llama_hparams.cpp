@@ -63,6 +63,21 @@ std::vector<float> vector_weight(const gguf::File& file, const std::string& name
   return out;
 }
 
+void fill_model_info(const gguf::File& file, const Hyperparameters& h, int max_context, ModelInfo& info) {
+  const auto& s = h.shapes;
+  info.architecture = h.architecture;
+  info.name = file.opt_string("general.name").value_or("unnamed");
+  info.n_layers = s.n_layers;
+  info.d_model = s.d_model;
+  info.n_heads = s.n_heads;
+  info.n_kv_heads = s.n_kv_heads;
+  info.head_dim = s.head_dim;
+  info.ffn = s.ffn;
+  info.vocab = s.vocab;
+  info.native_context = h.native_context;
+  info.context = max_context > 0 ? max_context : h.native_context;
+}
+
 std::string layer_prefix(int layer) { return fmt::format("blk.{}.", layer); }
 
 }  // namespace splash::model::llama

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "formats/gguf.h"
+#include "model/model.h"
 #include "model/llama/smollm2_shapes.h"
 
 namespace splash::model::llama {
@@ -32,6 +33,9 @@ const gguf::TensorInfo& matrix_tensor(const gguf::File& file, const std::string&
 
 // An F32 vector of n elements (norm weights, biases), copied out.
 std::vector<float> vector_weight(const gguf::File& file, const std::string& name, int n);
+
+// The ModelInfo fields every backend fills alike: architecture, name, shapes, windows.
+void fill_model_info(const gguf::File& file, const Hyperparameters& h, int max_context, ModelInfo& info);
 
 // The names of layer l's tensors ("blk.<l>.").
 std::string layer_prefix(int layer);

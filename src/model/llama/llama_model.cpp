@@ -64,18 +64,7 @@ class LlamaModel final : public Model {
  public:
   LlamaModel(const gguf::File& file, const Hyperparameters& h, const LoadOptions& options)
       : file_(file), shapes_(make_shapes(h)), h_(h), pool_(options.threads) {
-    const auto& s = shapes_;
-    info_.architecture = file.get_string("general.architecture");
-    info_.name = file.opt_string("general.name").value_or("unnamed");
-    info_.n_layers = s.n_layers;
-    info_.d_model = s.d_model;
-    info_.n_heads = s.n_heads;
-    info_.n_kv_heads = s.n_kv_heads;
-    info_.head_dim = s.head_dim;
-    info_.ffn = s.ffn;
-    info_.vocab = s.vocab;
-    info_.native_context = h.native_context;
-    info_.context = options.max_context > 0 ? options.max_context : h.native_context;
+    fill_model_info(file, h, options.max_context, info_);
     info_.isa = kernels::matmul_isa_name();
     info_.threads = pool_.size();
     info_.kernel_shapes = Shapes::name ? fmt::format("compile-time shapes of {}", Shapes::name)

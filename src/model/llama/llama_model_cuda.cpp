@@ -114,18 +114,7 @@ class LlamaCudaModel final : public Model {
   LlamaCudaModel(const gguf::File& file, const Hyperparameters& h, const LoadOptions& options,
                  const DeviceChoice& device)
       : file_(file), h_(h) {
-    const auto& s = h.shapes;
-    info_.architecture = h.architecture;
-    info_.name = file.opt_string("general.name").value_or("unnamed");
-    info_.n_layers = s.n_layers;
-    info_.d_model = s.d_model;
-    info_.n_heads = s.n_heads;
-    info_.n_kv_heads = s.n_kv_heads;
-    info_.head_dim = s.head_dim;
-    info_.ffn = s.ffn;
-    info_.vocab = s.vocab;
-    info_.native_context = h.native_context;
-    info_.context = options.max_context > 0 ? options.max_context : h.native_context;
+    fill_model_info(file, h, options.max_context, info_);
     info_.isa = "cuda";
     info_.device = device.summary;
     info_.kernel_shapes = "run-time shapes (CUDA kernels for any GGUF of the family)";
