@@ -390,6 +390,28 @@ void EngineService::on_logits(Running& sequence, std::span<const float> logits) 
   else finish(sequence, true);
 }
 
+std::vector<int> EngineService::prefill_shares(int budget) const {
+  // Water-filling: the sequences with the fewest prompt tokens left are served whole first;
+  // each of the others gets an equal share of what remains.
+  std::vector<int> shares(running_.size(), 0);
+  std::vector<size_t> reading;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const Running& s = *running_[i];
+    if (!s.preempted && !s.ended && s.pending() > 1) reading.push_back(i);
+  }
+  std::stable_sort(reading.begin(), reading.end(),
+                   [&](size_t a, size_t b) { return running_[a]->pending() < running_[b]->pending(); });
+  int left = budget;
+  for (size_t k = 0; k < reading.size(); ++k) {
+    const int fair = left / static_cast<int>(reading.size() - k);
+    const int share = std::min(running_[reading[k]]->pending(), std::max(fair, 1));
+    if (share > left) break;
+    shares[reading[k]] = share;
+    left -= share;
+  }
+  return shares;
+}
+
 void EngineService::step() {
   // Admission, oldest first, while the batch has room and the cache has blocks for the
   // whole prompt (preempted sequences are at the front and go first). A request whose prefix
@@ -411,9 +433,11 @@ void EngineService::step() {
   }
   if (running_.empty()) return;
 
-  // The batch: one token of every decoding sequence, then prefill chunks, oldest first,
-  // under the step's token budget. A sequence that needs a block when none is left takes it
-  // from the newest sequence not yet in this batch (preemption), or waits itself.
+  // The batch: one token of every decoding sequence, then prefill chunks under the step's
+  // token budget, shared max-min fairly among the sequences reading prompts (prefill_shares):
+  // a short prompt that arrives while a long one is read completes in the next step instead
+  // of waiting for the whole long prompt. A sequence that needs a block when none is left
+  // takes it from the newest sequence not yet in this batch (preemption), or waits itself.
   struct Slot {
     Running* sequence;
     int count;
@@ -428,10 +452,13 @@ void EngineService::step() {
     }
     return nullptr;
   };
+  std::vector<int> shares;  // the prefill pass's tokens per running sequence
   for (const bool decode_pass : {true, false}) {
+    if (!decode_pass) shares = prefill_shares(budget);
     for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
       Running& sequence = *running_[i];
       if (sequence.preempted || sequence.ended || in_batch[i] || (sequence.pending() == 1) != decode_pass) continue;
+      if (!decode_pass && shares[i] == 0) continue;
       // Cancelled, or shutting down while still reading its prompt (a long prefill would
       // hold the shutdown for seconds): it ends now.
       if (sequence.ticket->cancelled() || (stopping_.load() && !decode_pass)) {
@@ -439,7 +466,7 @@ void EngineService::step() {
         finish(sequence, true);
         continue;
       }
-      const int count = std::min(sequence.pending(), budget);
+      const int count = std::min(decode_pass ? sequence.pending() : shares[i], budget);
       bool fits = grow(sequence, sequence.computed + count);
       while (!fits) {
         Running* victim = newest_victim(&sequence);

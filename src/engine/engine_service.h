@@ -117,6 +117,8 @@ class EngineService {
   bool sibling_computing_prefix(const Running& waiting) const;
   bool prepare(Running& sequence);
   void step();
+  // Prompt tokens each running sequence reads in this step (max-min fair split of budget).
+  std::vector<int> prefill_shares(int budget) const;
   bool grow(Running& sequence, int positions);
   void preempt(Running& sequence);
   void finish(Running& sequence, bool keep_blocks);

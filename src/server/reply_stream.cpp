@@ -8,6 +8,12 @@
 #include "server/event_channel.h"
 
 namespace splash::server {
+namespace {
+
+constexpr auto kCommitAfter = std::chrono::seconds(1);
+constexpr auto kProbeEvery = std::chrono::milliseconds(500);
+
+}  // namespace
 
 bool is_anthropic_route(const std::string& path) { return path.starts_with("/v1/messages"); }
 
@@ -27,6 +33,9 @@ void serve_reply(httplib::Response& res, engine::EngineService& engine, engine::
   } catch (const Error& e) {
     return write_error(res, api::ApiError::bad_request(e.what()));
   }
+  // Replies nobody reads to the end: without max_tokens a non-streaming request stops at
+  // kDefaultReplyTokens (finish reason "length"), not at the end of the context.
+  if (!stream && request.max_tokens <= 0) request.max_tokens = kDefaultReplyTokens;
   auto channel = std::make_shared<EventChannel>();
   auto ticket = engine.submit(std::move(request), [channel](const engine::ChatEvent& e) { return channel->push(e); });
 
@@ -40,23 +49,58 @@ void serve_reply(httplib::Response& res, engine::EngineService& engine, engine::
     return write_error(res, {shutting_down ? 503 : 400, first->error,
                              shutting_down ? "server_error" : "invalid_request_error", {}, {}});
   }
+  using Clock = std::chrono::steady_clock;
   if (!stream) {
     renderer->collect(*first);
-    while (true) {
-      auto event = channel->pop(std::chrono::milliseconds(500));
+    // A reply ready within kCommitAfter is answered as usual (its status still free). One
+    // still generating is committed to 200 and sent chunked: a space every kProbeEvery (JSON
+    // allows leading whitespace) finds a client that left, whose generation is then cancelled
+    // instead of running on for nobody; a later failure is the protocol's error body.
+    const auto deadline = Clock::now() + kCommitAfter;
+    while (Clock::now() < deadline) {
+      auto event = channel->pop(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
       if (!event) continue;
       if (event->kind == engine::ChatEvent::Kind::Failed) {
         channel->abandon();
         return write_error(res, {500, event->error, "server_error", {}, {}});
       }
       renderer->collect(*event);
-      if (event->kind == engine::ChatEvent::Kind::Finished) break;
+      if (event->kind == engine::ChatEvent::Kind::Finished) {
+        res.set_content(api::dump_json(renderer->final_body()), "application/json");
+        return;
+      }
     }
-    res.set_content(api::dump_json(renderer->final_body()), "application/json");
+    auto last_probe = std::make_shared<Clock::time_point>(Clock::now());
+    res.set_chunked_content_provider(
+        "application/json",
+        [channel, ticket, renderer, write_error, last_probe](size_t, httplib::DataSink& sink) {
+          if (Clock::now() - *last_probe >= kProbeEvery) {  // whether or not tokens are flowing
+            if (!sink.write(" ", 1)) return ticket->cancel(), false;
+            *last_probe = Clock::now();
+          }
+          auto event = channel->pop(kProbeEvery);
+          if (!event) return true;
+          std::string body;
+          if (event->kind == engine::ChatEvent::Kind::Failed) {
+            httplib::Response error;
+            write_error(error, {500, event->error, "server_error", {}, {}});
+            body = error.body;
+          } else {
+            renderer->collect(*event);
+            if (event->kind != engine::ChatEvent::Kind::Finished) return true;
+            body = api::dump_json(renderer->final_body());
+          }
+          if (!sink.write(body.data(), body.size())) return ticket->cancel(), false;
+          sink.done();
+          return true;
+        },
+        [channel, ticket, in_flight](bool success) {
+          if (!success) ticket->cancel();
+          channel->abandon();
+        });
     return;
   }
   auto pending = std::make_shared<std::string>(renderer->stream_event(*first));
-  using Clock = std::chrono::steady_clock;
   auto last_write = std::make_shared<Clock::time_point>(Clock::now());
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");

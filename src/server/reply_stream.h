@@ -1,8 +1,9 @@
 #pragma once
 // Serves one generation over HTTP for any protocol: submits the ChatRequest to the engine,
 // answers errors before the first token with the protocol's error body and status, and then
-// either streams the renderer's SSE events (a client that disconnects cancels the generation)
-// or collects them into one JSON body.
+// either streams the renderer's SSE events or collects them into one JSON body. Either way a
+// client that disconnects cancels its generation (a long non-streaming reply probes the
+// connection with leading whitespace).
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -17,6 +18,9 @@ struct Response;
 }  // namespace httplib
 
 namespace splash::server {
+
+// A non-streaming request that names no max_tokens gets this many at most.
+inline constexpr int kDefaultReplyTokens = 4096;
 
 // Writes an error in the route's protocol shape.
 using ErrorWriter = std::function<void(httplib::Response&, const api::ApiError&)>;

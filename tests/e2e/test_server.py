@@ -1324,6 +1324,37 @@ def test_disconnect_mid_stream_cancels_generation(server, no_eos_bias):
     assert time.monotonic() - start < 2.0, "the next request waited for the abandoned one"
 
 
+@pytest.mark.parametrize("how", ["fin", "rst"])
+def test_disconnect_during_a_non_streaming_reply_cancels_generation(server, no_eos_bias, how):
+    # No stream to write into: the server probes the connection with leading whitespace once
+    # a reply runs past a second, and a client that left (FIN, or RST) ends its generation.
+    before = status(server)["tokens_processed"]["generated"]
+    body = json.dumps({"messages": COUNT, "max_tokens": 3000, "temperature": 0, "logit_bias": no_eos_bias}).encode()
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    assert wait_for(lambda: status(server)["requests_running"] == 1, 5.0)
+    time.sleep(1.5)
+    if how == "rst":
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    sock.close()
+    closed_at = time.monotonic()
+    assert wait_for(lambda: status(server)["requests_running"] == 0, 3.0), (
+        f"generation still running {time.monotonic() - closed_at:.1f} s after the client left: {status(server)}")
+    generated = status(server)["tokens_processed"]["generated"] - before
+    assert generated < 3000, generated
+    assert_serving(server)
+
+
+def test_non_streaming_reply_without_max_tokens_is_bounded(client, served_id, no_eos_bias):
+    # Runs past the one-second commit, so the body arrives chunked after leading spaces: the
+    # SDK still reads it.
+    result = client.chat.completions.create(model=served_id, messages=COUNT, temperature=0,
+                                            logit_bias=no_eos_bias, timeout=120)
+    assert result.choices[0].finish_reason == "length"
+    assert result.usage.completion_tokens == 4096
+
+
 def test_disconnected_concurrent_streams_are_dropped(server, no_eos_bias):
     # Two long streams run together (continuous batching); each client vanishing ends its
     # sequence and frees its blocks.

@@ -228,5 +228,45 @@ TEST_F(SchedulerOnModel, CancelledAndFailedRequestsReleaseTheirBlocks) {
   EXPECT_EQ(engine.counters().blocks.in_use, 0);
 }
 
+// Fair prefill: a short prompt that arrives while a long one is being read gets its share of
+// the next step instead of waiting behind the whole long prompt, so it finishes (prompt and
+// a few tokens) before the long prompt's first token; and the long one still completes, with
+// the output it has alone. Checked by the order of events, never by time.
+TEST_F(SchedulerOnModel, ShortPromptIsNotQueuedBehindALongOne) {
+  auto model = model::load_model(*file_, {.max_context = 4096, .threads = 0, .kv_blocks = 512});
+  EngineService engine(*model, *tokenizer_, *chat_);
+  std::string long_text;
+  for (int i = 0; i < 700; ++i) long_text += " item" + std::to_string(i);  // ~2800 tokens: 6 chunks
+  const auto long_request = request({{"user", long_text + "\nSummarise the list."}}, 4);
+  std::mutex mutex;
+  std::condition_variable changed;
+  int order = 0, long_first_text = -1, long_finished = -1, short_finished = -1;
+  std::string long_output;
+  auto sink = [&](bool is_long) {
+    return [&, is_long](const ChatEvent& e) {
+      std::lock_guard lock(mutex);
+      if (e.kind == ChatEvent::Kind::Text && is_long) {
+        if (long_first_text < 0) long_first_text = ++order;
+        long_output += e.text;
+      }
+      if (e.kind == ChatEvent::Kind::Finished || e.kind == ChatEvent::Kind::Failed) {
+        (is_long ? long_finished : short_finished) = ++order;
+        changed.notify_all();
+      }
+      return true;
+    };
+  };
+  engine.submit(long_request, sink(true));
+  engine.submit(request({{"user", kQuestions[1]}}, 4), sink(false));
+  {
+    std::unique_lock lock(mutex);
+    changed.wait(lock, [&] { return long_finished > 0 && short_finished > 0; });
+  }
+  EXPECT_GT(long_first_text, 0);
+  EXPECT_LT(short_finished, long_first_text) << "the short request waited for the long prompt";
+  EXPECT_EQ(long_output, alone(long_request, 4096));
+  EXPECT_EQ(engine.counters().blocks.in_use, 0);
+}
+
 }  // namespace
 }  // namespace splash::engine
