@@ -392,19 +392,31 @@ void EngineService::on_logits(Running& sequence, std::span<const float> logits) 
 
 std::vector<int> EngineService::prefill_shares(int budget) const {
   // Water-filling: the sequences with the fewest prompt tokens left are served whole first;
-  // each of the others gets an equal share of what remains.
+  // each of the others gets an equal share of what remains. While other sequences share the
+  // step, a chunk deep into a long prompt is also kept short: its attention over every
+  // earlier position makes its tokens dearer the deeper it is, and the step's length is the
+  // others' wait for their next token (and a new request's for its first).
   std::vector<int> shares(running_.size(), 0);
   std::vector<size_t> reading;
+  int active = 0;
   for (size_t i = 0; i < running_.size(); ++i) {
     const Running& s = *running_[i];
-    if (!s.preempted && !s.ended && s.pending() > 1) reading.push_back(i);
+    if (s.preempted || s.ended) continue;
+    ++active;
+    if (s.pending() > 1) reading.push_back(i);
   }
+  constexpr int kDepthScale = 512, kMinChunk = 32;
+  auto depth_cap = [&](const Running& s) {
+    if (active < 2) return budget;
+    return std::max(kMinChunk, static_cast<int>(int64_t{model::kMaxBatchTokens} * kDepthScale / (kDepthScale + s.computed)));
+  };
   std::stable_sort(reading.begin(), reading.end(),
                    [&](size_t a, size_t b) { return running_[a]->pending() < running_[b]->pending(); });
   int left = budget;
   for (size_t k = 0; k < reading.size(); ++k) {
     const int fair = left / static_cast<int>(reading.size() - k);
-    const int share = std::min(running_[reading[k]]->pending(), std::max(fair, 1));
+    const Running& s = *running_[reading[k]];
+    const int share = std::min({s.pending(), std::max(fair, 1), depth_cap(s)});
     if (share > left) break;
     shares[reading[k]] = share;
     left -= share;
