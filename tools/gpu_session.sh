@@ -21,7 +21,10 @@ KEEP=/tmp/splash-gpu      # survives between calls while the machine stays warm
 mkdir -p "$KEEP/parts" "$KEEP/fixtures"
 # The carried libraries are for splash's binaries only (the machine's own curl, python
 # and friends keep theirs).
-SPLASH_LIBS="$PWD/.gpu/lib:/usr/local/cuda/lib64"
+if [ -f .gpu/lib.tar.xz ]; then  # carried compressed (tools/gpu_carry.sh)
+  tar -C "$KEEP" -xJf .gpu/lib.tar.xz
+fi
+SPLASH_LIBS="$KEEP/lib:/usr/local/cuda/lib64"
 # cuBLAS: the toolkit's, else the one PyTorch's wheels bring.
 if ! ldconfig -p | grep -q libcublas.so.13 && [ ! -e /usr/local/cuda/lib64/libcublas.so.13 ]; then
   torch_libs=$(python3 -c 'import nvidia.cu13, os; print(os.path.join(nvidia.cu13.__path__[0], "lib"))' 2>/dev/null ||
@@ -158,13 +161,19 @@ phase_bench() {
       --out "$model" 2> "$OUT/make_8b.log" || { row bench "failed to make the model"; return; }
   fi
   ls -la "$model"
-  splash bench --device cuda -m "$model" --prompt-sizes 512,4096 --decode-tokens 128 --repetitions 3 --json \
+  splash bench --device cuda -m "$model" --prompt-sizes 512,4096 --decode-tokens 128 --repetitions 3 \
+    --decode-depths 8192,32768 --parallel 1,4,16,64 --json \
     > "$OUT/bench_8b.txt" 2> "$OUT/bench_8b.err"
   local rc=$?
   cat "$OUT/bench_8b.txt"
   tail -n 3 "$OUT/bench_8b.err"
   row "bench Qwen3-8B shape Q4_K_M-like" "rc=$rc; $(grep -E 'prefill|decode|ceiling' "$OUT/bench_8b.txt" | tr '\n' ';')"
   record bench_8b "$(tail -n 1 "$OUT/bench_8b.txt" | grep '^{' || echo '{}')"
+  # The same decode kernel by kernel (no recorded CUDA graphs), for the graphs' share.
+  SPLASH_CUDA_GRAPHS=0 splash bench --device cuda -m "$model" --prompt-sizes 512 --decode-tokens 128 \
+    --repetitions 3 --json > "$OUT/bench_8b_no_graphs.txt" 2> /dev/null
+  row "bench, no CUDA graphs" "$(grep -E '^decode' "$OUT/bench_8b_no_graphs.txt" | tr '\n' ';')"
+  record bench_8b_no_graphs "$(tail -n 1 "$OUT/bench_8b_no_graphs.txt" | grep '^{' || echo '{}')"
 }
 
 phase_part() {

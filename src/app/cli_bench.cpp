@@ -25,6 +25,9 @@ struct BenchFlags {
   ModelFlags model;
   std::vector<int> prompt_sizes{512, 2048};
   int decode_tokens = 128;
+  std::vector<int> decode_depths;  // decode after a prompt of this many tokens
+  std::vector<int> parallel;       // aggregate decode of this many sequences at once
+  int parallel_prompt = 512;       // each of them after a prompt of this many tokens
   int repetitions = 3;
   bool json = false;
   bool structured = false;
@@ -148,8 +151,67 @@ void bench_structured(LoadedModel& loaded, int decode_tokens, int repetitions, n
   report["json_schema_tokens"] = constrained_tokens;
 }
 
+// Decode after `depth` tokens of context: what attention over a long prompt costs a step.
+// The next token is fed, not sampled (as llama-bench's depth tests do).
+void bench_depths(model::Sequence& model, const BenchFlags& flags, const std::vector<int32_t>& tokens,
+                  nlohmann::json& report) {
+  for (const int depth : flags.decode_depths) {
+    model.truncate(0);
+    model.forward({tokens.data(), static_cast<size_t>(depth)});
+    std::vector<double> runs;
+    for (int r = 0; r < flags.repetitions; ++r) {
+      model.truncate(depth);
+      runs.push_back(seconds_of([&] {
+        for (int i = 0; i < flags.decode_tokens; ++i) model.forward({&tokens[depth + i], 1});
+      }));
+    }
+    const double rate = flags.decode_tokens / median(runs);
+    fmt::print("{:<28} {:>12.1f}\n", fmt::format("decode at depth {}", depth), rate);
+    report["decode_at_depth"][std::to_string(depth)] = rate;
+  }
+}
+
+// Aggregate decode of n sequences stepping together (each after its own prompt), as the
+// scheduler batches them: tokens per second over all of them. Tokens are fed, not sampled.
+void bench_parallel(model::Model& model, const BenchFlags& flags, const std::vector<int32_t>& tokens,
+                    nlohmann::json& report) {
+  const int prompt = flags.parallel_prompt;
+  const int blocks_each = (prompt + flags.decode_tokens + model::kKvBlockTokens) / model::kKvBlockTokens;
+  for (const int n : flags.parallel) {
+    if (n > model::kMaxBatchSequences || n * blocks_each > model.info().kv_blocks) {
+      fmt::print("{:<28} {:>12}\n", fmt::format("decode {} sequences", n), "(no room)");
+      continue;
+    }
+    std::vector<std::vector<int32_t>> tables(n);
+    for (int i = 0; i < n; ++i)
+      for (int b = 0; b < blocks_each; ++b) tables[i].push_back(i * blocks_each + b);
+    for (int i = 0; i < n; ++i)
+      for (int start = 0; start < prompt; start += model::kMaxBatchTokens) {
+        const int count = std::min(model::kMaxBatchTokens, prompt - start);
+        const model::SequenceSlice slice{{tokens.data() + start, static_cast<size_t>(count)}, start, tables[i],
+                                         start + count == prompt};
+        model.forward({&slice, 1});
+      }
+    std::vector<model::SequenceSlice> slices(n);
+    const double seconds = seconds_of([&] {
+      for (int step = 0; step < flags.decode_tokens; ++step) {
+        for (int i = 0; i < n; ++i) slices[i] = {{&tokens[prompt + step], 1}, prompt + step, tables[i], true};
+        model.forward(slices);
+      }
+    });
+    const double rate = static_cast<double>(n) * flags.decode_tokens / seconds;
+    fmt::print("{:<28} {:>12.1f}\n", fmt::format("decode {} sequences", n), rate);
+    report["decode_parallel"][std::to_string(n)] = rate;
+  }
+}
+
 void bench(BenchFlags flags) {
-  const int longest = *std::max_element(flags.prompt_sizes.begin(), flags.prompt_sizes.end());
+  int longest = *std::max_element(flags.prompt_sizes.begin(), flags.prompt_sizes.end());
+  for (const int depth : flags.decode_depths) longest = std::max(longest, depth + flags.decode_tokens + 1);
+  if (!flags.parallel.empty()) {
+    longest = std::max(longest, flags.parallel_prompt + flags.decode_tokens + 1);
+    flags.model.load.kv_blocks = -1;  // the whole planned pool: room for every sequence
+  }
   if (flags.model.load.max_context == 0)
     flags.model.load.max_context = std::max(longest, 16 + flags.decode_tokens) + 16 + (flags.structured ? 64 : 0);
   const auto budget = flags.model.max_memory_bytes();  // checked before any download
@@ -211,6 +273,8 @@ void bench(BenchFlags flags) {
   report["decode_ceiling"] = ceiling;
   report["bandwidth_gb_s"] = bandwidth / 1e9;
   report["decode_read_mb"] = info.decode_read_bytes / 1e6;
+  bench_depths(model, flags, tokens, report);
+  bench_parallel(*loaded->model, flags, tokens, report);
   if (flags.structured) bench_structured(*loaded, flags.decode_tokens, flags.repetitions, report);
   if (loaded->vision) bench_images(*loaded->vision, flags.repetitions, report);
   if (flags.json) fmt::print("{}\n", report.dump());
@@ -228,6 +292,18 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 17))
       ->capture_default_str();
   command->add_option("--decode-tokens", flags->decode_tokens, "Tokens to decode")->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  command->add_option("--decode-depths", flags->decode_depths,
+                      "Also time decode after a prompt of each of these lengths (fed tokens, not sampled)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 20));
+  command->add_option("--parallel", flags->parallel,
+                      "Also time aggregate decode of this many sequences at once, each after a prompt of "
+                      "--parallel-prompt tokens (fed tokens, not sampled)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64));
+  command->add_option("--parallel-prompt", flags->parallel_prompt, "Prompt of each sequence of --parallel")
+      ->check(CLI::Range(1, 1 << 17))
       ->capture_default_str();
   command->add_option("--repetitions", flags->repetitions, "Runs per test (the median is reported)")
       ->check(CLI::Range(1, 100))

@@ -174,6 +174,91 @@ TEST_F(CudaMatmulTest, DequantizeToF16IsTheCpuValueRounded) {
   }
 }
 
+// Every GEMV launch shape the tuner may choose, for every integer type, against float64 over
+// the int8 activations it reads (1e-5), with partial passes (3 of 4 rows, 5 of 8) and rows
+// that leave a thread block part empty.
+TEST_F(CudaMatmulTest, EveryGemvVariantAgainstFloat64) {
+  const int rows = 100, cols = 768;
+  cu::Stream stream;
+  cu::MatmulScratch scratch;
+  const auto variants = cu::gemv_variants();
+  for (const GgmlType type : kWeightTypes) {
+    if (is_float_type(type)) continue;
+    const auto bytes = random_matrix(type, rows, cols, rng_);
+    const auto w = dequantized(type, bytes, rows, cols);
+    const auto device_bytes = packed_on_device(type, bytes, rows, cols);
+    const cu::DeviceWeight weight{type, device_bytes.as<uint8_t>(), rows, cols};
+    for (size_t v = 0; v < variants.size(); ++v) {
+      constexpr int kRowsOfPass[cu::kGemvBuckets] = {1, 2, 3, 5};  // partial passes of 4 and 8
+      const int n = kRowsOfPass[cu::gemv_bucket(variants[v].tokens)];
+      const auto x = random_floats(rng_, static_cast<size_t>(n) * cols);
+      const auto xq = int8_activations(x, n, cols);
+      std::vector<double> ref(static_cast<size_t>(n) * rows);
+      for (int t = 0; t < n; ++t)
+        for (int r = 0; r < rows; ++r) {
+          double sum = 0.0;
+          for (int c = 0; c < cols; ++c) sum += w[static_cast<size_t>(r) * cols + c] * xq[static_cast<size_t>(t) * cols + c];
+          ref[static_cast<size_t>(t) * rows + r] = sum;
+        }
+      const auto dx = to_device(x);
+      auto dy = to_device(std::vector<float>(static_cast<size_t>(n) * rows, NAN));
+      cu::gemv(weight, dx.as<float>(), cols, n, dy.as<float>(), rows, false, scratch, stream, nullptr,
+               static_cast<int>(v));
+      stream.synchronize("gemv");
+      EXPECT_LT(relative_error(to_host<float>(dy, ref.size()), ref), 1e-5)
+          << type_name(type) << " variant " << v << " (" << variants[v].tokens << " tokens, " << variants[v].rows
+          << " rows, " << variants[v].parts << " parts) n=" << n;
+    }
+  }
+}
+
+// rms_norm and silu_mul writing the int8 copy as they go: their float rows against float64
+// (1e-6), and the copy byte for byte what quantize_rows makes of those rows.
+TEST_F(CudaMatmulTest, FusedQuantizedCopiesMatchQuantizeRows) {
+  const int n = 5, d = 1024, ffn = 768;
+  cu::Stream stream;
+  const auto compare_copies = [&](cu::DeviceBuffer& fused, const float* rows_on_device, int cols, const char* what) {
+    cu::DeviceBuffer separate;
+    cu::quantize_rows(rows_on_device, cols, n, cols, separate, stream);
+    stream.synchronize(what);
+    const size_t bytes = cu::quantized_activation_bytes(n, cols);
+    EXPECT_EQ(to_host<uint8_t>(fused, bytes), to_host<uint8_t>(separate, bytes)) << what;
+  };
+  {
+    const auto x = random_floats(rng_, static_cast<size_t>(n) * d), weight = random_floats(rng_, d);
+    const auto dx = to_device(x), dw = to_device(weight);
+    cu::DeviceBuffer out(static_cast<size_t>(n) * d * sizeof(float)), copy;
+    const cu::QuantizedRowsBuffer q = cu::quantized_rows_in(copy, n, d);
+    cu::rms_norm(dx.as<float>(), dw.as<float>(), out.as<float>(), n, d, 1e-6f, stream, &q);
+    stream.synchronize("rms_norm");
+    std::vector<double> ref(static_cast<size_t>(n) * d);
+    for (int t = 0; t < n; ++t) {
+      double sum = 0.0;
+      for (int i = 0; i < d; ++i) sum += static_cast<double>(x[t * d + i]) * x[t * d + i];
+      const double scale = 1.0 / std::sqrt(sum / d + 1e-6);
+      for (int i = 0; i < d; ++i) ref[t * d + i] = x[t * d + i] * scale * weight[i];
+    }
+    EXPECT_LT(relative_error(to_host<float>(out, ref.size()), ref), 1e-6);
+    compare_copies(copy, out.as<float>(), d, "rms_norm");
+  }
+  {
+    const auto gate_up = random_floats(rng_, static_cast<size_t>(n) * 2 * ffn);
+    const auto dg = to_device(gate_up);
+    cu::DeviceBuffer out(static_cast<size_t>(n) * ffn * sizeof(float)), copy;
+    const cu::QuantizedRowsBuffer q = cu::quantized_rows_in(copy, n, ffn);
+    cu::silu_mul(dg.as<float>(), out.as<float>(), n, ffn, stream, &q);
+    stream.synchronize("silu_mul");
+    std::vector<double> ref(static_cast<size_t>(n) * ffn);
+    for (int t = 0; t < n; ++t)
+      for (int i = 0; i < ffn; ++i) {
+        const double g = gate_up[t * 2 * ffn + i], u = gate_up[t * 2 * ffn + ffn + i];
+        ref[t * ffn + i] = g / (1.0 + std::exp(-g)) * u;
+      }
+    EXPECT_LT(relative_error(to_host<float>(out, ref.size()), ref), 1e-6);
+    compare_copies(copy, out.as<float>(), ffn, "silu_mul");
+  }
+}
+
 // --- QKV epilogue and attention -------------------------------------------------------------
 
 struct AttentionCase {
@@ -181,6 +266,7 @@ struct AttentionCase {
   int head_dim;
   bool neox;
   double tolerance;  // of the attention output against float64
+  int n_heads = 8, n_kv_heads = 2;
 };
 
 void rope_reference(std::vector<double>& v, int head_dim, int pos, bool neox, double base) {
@@ -197,12 +283,13 @@ void rope_reference(std::vector<double>& v, int head_dim, int pos, bool neox, do
 class CudaAttentionTest : public GpuTest, public ::testing::WithParamInterface<AttentionCase> {};
 
 // Three sequences (1, 300 and 3000 positions) on shuffled blocks of one pool, group 4
-// (8 query heads over 2 kv heads): every position's q/k/v goes through qkv_post (RoPE, KV
-// append), then attention runs as one causal prefill over all positions (context splits
-// across 3301 tokens) and as a decode of each sequence's last token (up to 12 splits).
+// (8 query heads over 2 kv heads) and the other group shapes of the shipped families (1, 3,
+// 7, 12: padded head slots, two head blocks): every position's q/k/v goes through qkv_post
+// (RoPE, KV append), then attention runs as one causal prefill over all positions and as a
+// decode of each sequence's last token (split along the context, merged).
 TEST_P(CudaAttentionTest, PrefillAndDecodeAgainstFloat64) {
   const auto param = GetParam();
-  const int hd = param.head_dim, n_heads = 8, n_kv = 2, layers = 2, layer = 1;
+  const int hd = param.head_dim, n_heads = param.n_heads, n_kv = param.n_kv_heads, layers = 2, layer = 1;
   const int qkv_w = (n_heads + 2 * n_kv) * hd;
   const std::vector<int> lengths{1, 300, 3000};
   const int blocks = 256;
@@ -335,7 +422,11 @@ INSTANTIATE_TEST_SUITE_P(KvTypes, CudaAttentionTest,
                                            AttentionCase{cu::KvElement::F32, 64, false, 1e-5},
                                            AttentionCase{cu::KvElement::F16, 128, true, 2e-3},
                                            AttentionCase{cu::KvElement::I8, 128, true, 2e-2},
-                                           AttentionCase{cu::KvElement::I8, 256, false, 2e-2}));
+                                           AttentionCase{cu::KvElement::I8, 256, false, 2e-2},
+                                           AttentionCase{cu::KvElement::I8, 128, true, 2e-2, 14, 2},
+                                           AttentionCase{cu::KvElement::F32, 64, true, 1e-5, 12, 1},
+                                           AttentionCase{cu::KvElement::F16, 128, false, 2e-3, 3, 3},
+                                           AttentionCase{cu::KvElement::F32, 128, true, 1e-5, 9, 3}));
 
 }  // namespace
 }  // namespace splash::testing

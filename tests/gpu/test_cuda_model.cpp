@@ -2,6 +2,7 @@
 // weight type (SPLASH_GPU_FIXTURES, made by tools/make_random_llama.py) for logits, a batch of
 // two sequences against each alone, and the real default model (SPLASH_TEST_MODEL) for
 // greedy token identity.
+#include <cstdlib>
 #include <filesystem>
 
 #include "gpu_fixture.h"
@@ -109,6 +110,38 @@ TEST_F(CudaModelTest, BatchOfTwoEqualsEachAlone) {
   const std::vector<float> via_copy(first.begin(), first.end());
   const model::SequenceSlice over_original{{&next, 1}, 12, table_a, true};
   EXPECT_LT(logits_error(gpu->forward({&over_original, 1}), via_copy), 1e-6);
+}
+
+// Decode passes are recorded once per (tokens, context bucket) as CUDA graphs and replayed:
+// two sequences stepping across the 256-position bucket boundary give, on replay, the very
+// logits the same model gives kernel by kernel (SPLASH_CUDA_GRAPHS=0): 1e-6, the same kernels.
+TEST_F(CudaModelTest, RecordedDecodePassesEqualKernelByKernel) {
+  const auto paths = fixture_models();
+  if (paths.empty()) GTEST_SKIP() << "SPLASH_GPU_FIXTURES names no random-*.gguf";
+  const auto file = gguf::File::open(paths.front());
+  setenv("SPLASH_CUDA_GRAPHS", "0", 1);
+  auto direct = model::load_model(file, options(model::Device::Cuda, model::KvType::Q8, 640, 80));
+  unsetenv("SPLASH_CUDA_GRAPHS");
+  auto recorded = model::load_model(file, options(model::Device::Cuda, model::KvType::Q8, 640, 80));
+  const int vocab = direct->info().vocab;
+  std::vector<int32_t> table_a, table_b;
+  for (int b = 0; b < 40; ++b) table_a.push_back(b), table_b.push_back(79 - b);
+  std::vector<int32_t> a(250), b(130);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<int32_t>((i * 31 + 1) % vocab);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<int32_t>((i * 17 + 5) % vocab);
+  for (auto* m : {direct.get(), recorded.get()}) {
+    const model::SequenceSlice prompts[] = {{a, 0, table_a, true}, {b, 0, table_b, true}};
+    m->forward(prompts);
+  }
+  for (int step = 0; step < 12; ++step) {  // a: positions 250-261 (buckets 256, then 512)
+    const int32_t next_a = static_cast<int32_t>((step * 101 + 7) % vocab), next_b = next_a + 1;
+    const model::SequenceSlice pass[] = {{{&next_a, 1}, 250 + step, table_a, true},
+                                         {{&next_b, 1}, 130 + step, table_b, true}};
+    const auto want = direct->forward(pass);
+    const std::vector<float> want_copy(want.begin(), want.end());
+    const auto got = recorded->forward(pass);
+    EXPECT_LT(logits_error(got, want_copy), 1e-6) << "decode step " << step;
+  }
 }
 
 // The real default model: greedy decoding on the GPU emits the CPU path's tokens (q8 KV on

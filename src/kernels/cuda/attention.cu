@@ -19,113 +19,213 @@ namespace {
 // The partial results a launch may keep: (token, head, split) triples.
 constexpr size_t kMaxPartials = size_t{1} << 17;
 constexpr int kMinSplitPositions = 64;  // short splits: decode is latency-bound per split
-constexpr int kPositionsPerStep = 8;  // scores computed together (independent loads in flight)
+constexpr int kSmallestContextBucket = 256;
+constexpr int kDecodeBlocksPerSm = 4;  // decode blocks that fill the GPU about once
 
-// PerLane consecutive elements at `index` (aligned to their size) as floats.
-template <KvElement E, int PerLane>
-__device__ __forceinline__ void load_row(const uint8_t* data, size_t index, float (&out)[PerLane]) {
-  using Element = typename KvElementOf<E>::type;
-  constexpr int kBytes = PerLane * static_cast<int>(sizeof(Element));
-  constexpr int kChunk = kBytes >= 16 ? 16 : kBytes;
-  alignas(16) Element values[PerLane];
-  const uint8_t* from = data + index * sizeof(Element);
+// Decode: a thread block per (token, kv head, up to kDecodeHeads query heads of its group,
+// context split). Every lane holds D dimensions of all those heads' queries; a K or V row is
+// read by HD / D lanes (16-byte or smaller vector loads), so one warp load covers several
+// positions and each K/V element is loaded and converted once for every head of the group
+// (the grouped-query saving). Each warp walks its share of the split's positions, kUnroll
+// loads in flight per lane, with an online softmax per (head, row group); row groups and
+// warps are merged by log-sum-exp at the end.
+constexpr int kDecodeWarps = 4;
+constexpr int kDecodeHeads = 8;  // query heads one block holds (larger groups: more blocks)
+
+template <int HD, int G>
+constexpr int decode_dims() {  // dimensions per lane: q and acc registers stay near 2 x 32
+  constexpr int d = G <= 2 ? 16 : G <= 4 ? 8 : 4;
+  return d > HD / 32 ? d : HD / 32;
+}
+
+template <int Bytes>
+struct Words {
+  uint32_t w[Bytes / 4];
+};
+template <int Bytes>
+__device__ __forceinline__ Words<Bytes> load_words(const uint8_t* p) {
+  Words<Bytes> r;
+  if constexpr (Bytes % 16 == 0) {
 #pragma unroll
-  for (int c = 0; c < kBytes / kChunk; ++c) {
-    if constexpr (kChunk == 16) reinterpret_cast<uint4*>(values)[c] = reinterpret_cast<const uint4*>(from)[c];
-    else if constexpr (kChunk == 8) reinterpret_cast<uint2*>(values)[c] = reinterpret_cast<const uint2*>(from)[c];
-    else if constexpr (kChunk == 4) reinterpret_cast<uint32_t*>(values)[c] = reinterpret_cast<const uint32_t*>(from)[c];
-    else reinterpret_cast<uint16_t*>(values)[c] = reinterpret_cast<const uint16_t*>(from)[c];
+    for (int i = 0; i < Bytes / 16; ++i) reinterpret_cast<uint4*>(r.w)[i] = reinterpret_cast<const uint4*>(p)[i];
+  } else if constexpr (Bytes == 8) {
+    *reinterpret_cast<uint2*>(r.w) = *reinterpret_cast<const uint2*>(p);
+  } else {
+    r.w[0] = *reinterpret_cast<const uint32_t*>(p);
   }
+  return r;
+}
+
+// D elements as floats. int8: the byte under 2^23's exponent (a byte permute), less
+// 2^23 + 128 (exact), instead of the quarter-rate integer-to-float unit.
+template <KvElement E, int D>
+__device__ __forceinline__ void kv_floats(const Words<D * sizeof(typename KvElementOf<E>::type)>& r, float (&f)[D]) {
+  if constexpr (E == KvElement::I8) {
 #pragma unroll
-  for (int j = 0; j < PerLane; ++j) {
-    if constexpr (E == KvElement::F16) out[j] = __half2float(values[j]);
-    else out[j] = static_cast<float>(values[j]);
+    for (int i = 0; i < D / 4; ++i) {
+      const uint32_t biased = r.w[i] ^ 0x80808080u;
+#pragma unroll
+      for (int b = 0; b < 4; ++b) f[4 * i + b] = __uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7440 | b)) - 8388736.0f;
+    }
+  } else if constexpr (E == KvElement::F16) {
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) {
+      const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&r.w[i]));
+      f[2 * i] = v.x, f[2 * i + 1] = v.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < D; ++i) f[i] = __uint_as_float(r.w[i]);
   }
 }
 
-// Decode: a thread block per (token, kv head, context split), a warp per query head of the
-// group; each step scores kPositionsPerStep positions with their K loads in flight together,
-// then loads their V rows together.
-template <int HD, KvElement E>
-__global__ void attention_decode_kernel(const float* __restrict__ qkv, int ld, int n_heads, BatchLayout batch,
-                                        KvPool pool, int layer, int chunk, int splits, float scale,
-                                        float* __restrict__ partials, float* __restrict__ out) {
-  constexpr int kPerLane = HD / 32;
-  const int index = blockIdx.x, kv_head = blockIdx.y, split = blockIdx.z;
+// Merges running softmax state (max, sum, acc) with another's.
+template <int D>
+__device__ __forceinline__ void merge_state(float& m, float& l, float (&acc)[D], float m2, float l2, const float (&acc2)[D]) {
+  const float best = fmaxf(m, m2);
+  const float f = best == -INFINITY ? 0.0f : __expf(m - best), f2 = best == -INFINITY ? 0.0f : __expf(m2 - best);
+  l = l * f + l2 * f2;
+#pragma unroll
+  for (int d = 0; d < D; ++d) acc[d] = acc[d] * f + acc2[d] * f2;
+  m = best;
+}
+
+template <int HD, KvElement E, int G>
+__global__ void __launch_bounds__(kDecodeWarps * 32)
+    attention_decode_kernel(const float* __restrict__ qkv, int ld, int n_heads, BatchLayout batch, KvPool pool,
+                            int layer, int chunk, int splits, float scale, float* __restrict__ partials,
+                            float* __restrict__ out) {
+  constexpr int D = decode_dims<HD, G>(), kLanesPerRow = HD / D, kRows = 32 / kLanesPerRow;
+  using Element = typename KvElementOf<E>::type;
+  constexpr int kBytes = D * static_cast<int>(sizeof(Element));
+  constexpr int kUnroll = kBytes >= 32 ? 2 : 4;  // loads in flight per lane (wide float rows: fewer)
+  constexpr int kStep = kRows * kUnroll;          // positions one warp reads per step
+  const int group = n_heads / pool.n_kv_heads, head_blocks = (group + G - 1) / G;
+  const int index = blockIdx.x, kv_head = blockIdx.y / head_blocks, split = blockIdx.z;
+  const int first_head = kv_head * group + (blockIdx.y % head_blocks) * G;
+  const int heads = min(G, kv_head * group + group - first_head);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = lane / kLanesPerRow, first_dim = (lane % kLanesPerRow) * D;
   const int t = batch.decode_tokens[index];
-  const int group = n_heads / pool.n_kv_heads;
-  const int head = kv_head * group + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32, first = lane * kPerLane;
   const int length = batch.positions[t] + 1;
   const int start = split * chunk, end = min(start + chunk, length);
   const int32_t* table = batch.block_tables + batch.table_offsets[t];
-  const uint8_t* data = pool.data;
 
-  float q[kPerLane], acc[kPerLane];
-  const float* q_row = qkv + static_cast<size_t>(t) * ld + static_cast<size_t>(head) * HD;
+  float q[G][D], acc[G][D], m[G], l[G];
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) q[j] = q_row[first + j] * scale, acc[j] = 0.0f;
-  float running_max = -INFINITY, running_sum = 0.0f;
-
-  for (int p0 = start; p0 < end; p0 += kPositionsPerStep) {
-    int block[kPositionsPerStep], slot[kPositionsPerStep];
+  for (int h = 0; h < G; ++h) {
+    const float* q_row = qkv + static_cast<size_t>(t) * ld + static_cast<size_t>(first_head + min(h, heads - 1)) * HD;
 #pragma unroll
-    for (int i = 0; i < kPositionsPerStep; ++i) {
-      const int p = min(p0 + i, end - 1);  // past the end: a repeat, masked below
-      block[i] = table[p / kKvBlockTokens], slot[i] = p % kKvBlockTokens;
-    }
-    float s[kPositionsPerStep];
-#pragma unroll
-    for (int i = 0; i < kPositionsPerStep; ++i) {
-      float k[kPerLane];
-      load_row<E, kPerLane>(data, kv_index(pool, layer, block[i], 0, kv_head, slot[i]) + first, k);
-      float dot = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j) dot = fmaf(q[j], k[j], dot);
-      if constexpr (E == KvElement::I8) dot *= pool.scales[kv_scale_index(pool, layer, block[i], 0, kv_head, slot[i])];
-      s[i] = dot;
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2)
-#pragma unroll
-      for (int i = 0; i < kPositionsPerStep; ++i) s[i] += __shfl_xor_sync(0xFFFFFFFFu, s[i], offset);
-    float step_max = running_max;
-#pragma unroll
-    for (int i = 0; i < kPositionsPerStep; ++i) {
-      if (p0 + i >= end) s[i] = -INFINITY;
-      step_max = fmaxf(step_max, s[i]);
-    }
-    const float correction = __expf(running_max - step_max);  // 0 on the first step
-    running_sum *= correction;
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) acc[j] *= correction;
-    float v[kPositionsPerStep][kPerLane];
-#pragma unroll
-    for (int i = 0; i < kPositionsPerStep; ++i)
-      load_row<E, kPerLane>(data, kv_index(pool, layer, block[i], 1, kv_head, slot[i]) + first, v[i]);
-#pragma unroll
-    for (int i = 0; i < kPositionsPerStep; ++i) {
-      float weight = __expf(s[i] - step_max);  // 0 for the masked repeats
-      running_sum += weight;
-      if constexpr (E == KvElement::I8) weight *= pool.scales[kv_scale_index(pool, layer, block[i], 1, kv_head, slot[i])];
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j) acc[j] = fmaf(weight, v[i][j], acc[j]);
-    }
-    running_max = step_max;
+    for (int d = 0; d < D; ++d) q[h][d] = h < heads ? q_row[first_dim + d] * scale : 0.0f, acc[h][d] = 0.0f;
+    m[h] = -INFINITY, l[h] = 0.0f;
   }
 
-  if (splits == 1) {
-    float* o = out + static_cast<size_t>(t) * n_heads * HD + static_cast<size_t>(head) * HD;
-    const float inverse = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
+  for (int p0 = start + warp * kStep; p0 < end; p0 += kDecodeWarps * kStep) {
+    Words<kBytes> kr[kUnroll], vr[kUnroll];
+    float ks[kUnroll], vs[kUnroll];
+    bool valid[kUnroll];
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) o[first + j] = acc[j] * inverse;
-    return;
+    for (int u = 0; u < kUnroll; ++u) {
+      const int p = p0 + u * kRows + row;
+      valid[u] = p < end;
+      const int pc = valid[u] ? p : start;  // past the end: a repeat, masked below
+      const int block = table[pc / kKvBlockTokens], slot = pc % kKvBlockTokens;
+      const size_t k_index = kv_index(pool, layer, block, 0, kv_head, slot);
+      const size_t v_index = kv_index(pool, layer, block, 1, kv_head, slot);
+      kr[u] = load_words<kBytes>(pool.data + (k_index + first_dim) * sizeof(Element));
+      vr[u] = load_words<kBytes>(pool.data + (v_index + first_dim) * sizeof(Element));
+      if constexpr (E == KvElement::I8) {
+        ks[u] = pool.scales[kv_scale_index(pool, layer, block, 0, kv_head, slot)];
+        vs[u] = pool.scales[kv_scale_index(pool, layer, block, 1, kv_head, slot)];
+      } else {
+        ks[u] = vs[u] = 1.0f;
+      }
+    }
+    float s[kUnroll][G];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float k[D];
+      kv_floats<E, D>(kr[u], k);
+#pragma unroll
+      for (int h = 0; h < G; ++h) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int d = 0; d < D; ++d) dot = fmaf(q[h][d], k[d], dot);
+#pragma unroll
+        for (int offset = 1; offset < kLanesPerRow; offset *= 2) dot += __shfl_xor_sync(0xFFFFFFFFu, dot, offset);
+        s[u][h] = valid[u] ? dot * ks[u] : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      float best = m[h];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) best = fmaxf(best, s[u][h]);
+      if (best == -INFINITY) continue;  // nothing seen yet by this row group
+      const float correction = __expf(m[h] - best);  // 0 on the first positions
+      l[h] *= correction;
+#pragma unroll
+      for (int d = 0; d < D; ++d) acc[h][d] *= correction;
+      m[h] = best;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float v[D];
+      kv_floats<E, D>(vr[u], v);
+#pragma unroll
+      for (int h = 0; h < G; ++h) {
+        const float w = s[u][h] == -INFINITY ? 0.0f : __expf(s[u][h] - m[h]);
+        l[h] += w;
+        const float wv = w * vs[u];
+#pragma unroll
+        for (int d = 0; d < D; ++d) acc[h][d] = fmaf(wv, v[d], acc[h][d]);
+      }
+    }
   }
-  // Partial: [max, sum, acc[HD]] per (decode token, head, split).
-  float* partial = partials + ((static_cast<size_t>(index) * n_heads + head) * splits + split) * (HD + 2);
-  if (lane == 0) partial[0] = running_max, partial[1] = running_sum;
+
+  // The warp's row groups (lanes kLanesPerRow apart hold the same dimensions), then the warps.
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) partial[2 + first + j] = acc[j];
+  for (int h = 0; h < G; ++h)
+#pragma unroll
+    for (int offset = kLanesPerRow; offset < 32; offset *= 2) {
+      float other[D];
+#pragma unroll
+      for (int d = 0; d < D; ++d) other[d] = __shfl_xor_sync(0xFFFFFFFFu, acc[h][d], offset);
+      const float m2 = __shfl_xor_sync(0xFFFFFFFFu, m[h], offset), l2 = __shfl_xor_sync(0xFFFFFFFFu, l[h], offset);
+      merge_state<D>(m[h], l[h], acc[h], m2, l2, other);
+    }
+  __shared__ float state[kDecodeWarps][G][HD + 2];
+  if (row == 0)
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+#pragma unroll
+      for (int d = 0; d < D; ++d) state[warp][h][first_dim + d] = acc[h][d];
+      if (first_dim == 0) state[warp][h][HD] = m[h], state[warp][h][HD + 1] = l[h];
+    }
+  __syncthreads();
+  for (int i = threadIdx.x; i < heads * HD; i += kDecodeWarps * 32) {
+    const int h = i / HD, d = i % HD;
+    float best = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) best = fmaxf(best, state[w][h][HD]);
+    float total = 0.0f, value = 0.0f;
+    if (best != -INFINITY)
+#pragma unroll
+      for (int w = 0; w < kDecodeWarps; ++w) {
+        const float f = __expf(state[w][h][HD] - best);
+        total += f * state[w][h][HD + 1];
+        value += f * state[w][h][d];
+      }
+    const int head = first_head + h;
+    if (splits == 1) {
+      out[static_cast<size_t>(t) * n_heads * HD + static_cast<size_t>(head) * HD + d] = total > 0.0f ? value / total : 0.0f;
+      continue;
+    }
+    // Partial: [max, sum, acc[HD]] per (decode token, head, split), unnormalised.
+    float* partial = partials + ((static_cast<size_t>(index) * n_heads + head) * splits + split) * (HD + 2);
+    if (d == 0) partial[0] = best, partial[1] = total;
+    partial[2 + d] = value;
+  }
 }
 
 // Prompt chunks and verify blocks: a thread block per (tile of consecutive tokens of one
@@ -250,12 +350,28 @@ __global__ void merge_splits_kernel(const float* __restrict__ partials, int spli
 size_t attention_scratch_bytes(int /*n_heads*/, int head_dim) { return kMaxPartials * (head_dim + 2) * sizeof(float); }
 
 namespace {
+int multiprocessors() {
+  static const int count = [] {
+    int device = 0, value = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device);
+    return std::max(value, 1);
+  }();
+  return count;
+}
+
 // Query tokens a tile holds: 128 / kSplit query rows, over the group's heads.
 int tile_tokens(int n_heads, int n_kv_heads, int head_dim) {
   const int rows = kTileThreads / (head_dim / 64);
   return std::max(1, rows / (n_heads / n_kv_heads));
 }
 }  // namespace
+
+int decode_context_bucket(int context) {
+  int bucket = kSmallestContextBucket;
+  while (bucket < context) bucket *= 2;
+  return bucket;
+}
 
 AttentionWork attention_work(std::span<const SliceSpan> slices, int n_heads, int n_kv_heads, int head_dim) {
   AttentionWork work;
@@ -287,14 +403,19 @@ void attention(const float* qkv, int ld, float* out, int n_heads, const BatchLay
   cudaStream_t s = static_cast<cudaStream_t>(stream.handle());
   float* partials = scratch.partials.as<float>();
   // Decode splits: as many as keep every split at least kMinSplitPositions long, within the
-  // partials the scratch holds.
-  int splits = 1, chunk = std::max(batch.decode_context, 1);
+  // partials the scratch holds, for the context's bucket (so the launch is the same for
+  // every context of the bucket).
+  const int context = decode_context_bucket(batch.decode_context);
+  int splits = 1, chunk = context;
   if (batch.n_decode > 0) {
     const size_t rows = static_cast<size_t>(batch.n_decode) * n_heads;
     const int budget_splits = static_cast<int>(std::max<size_t>(1, kMaxPartials / rows));
-    splits = std::max(1, std::min((batch.decode_context + kMinSplitPositions - 1) / kMinSplitPositions, budget_splits));
-    chunk = (batch.decode_context + splits - 1) / splits;
-    splits = (batch.decode_context + chunk - 1) / chunk;
+    // Enough blocks to fill the GPU about once (a split is at least kMinSplitPositions long).
+    const int blocks_per_split = batch.n_decode * pool.n_kv_heads * ((group + kDecodeHeads - 1) / kDecodeHeads);
+    const int wanted_splits = std::max(1, kDecodeBlocksPerSm * multiprocessors() / blocks_per_split);
+    splits = std::max(1, std::min({(context + kMinSplitPositions - 1) / kMinSplitPositions, budget_splits, wanted_splits}));
+    chunk = (context + splits - 1) / splits;
+    splits = (context + chunk - 1) / chunk;
     if (splits > 1) {
       scratch.partials.resize(attention_scratch_bytes(n_heads, pool.head_dim));
       partials = scratch.partials.as<float>();
@@ -303,9 +424,15 @@ void attention(const float* qkv, int ld, float* out, int n_heads, const BatchLay
   auto launch = [&]<int HD>() {
     dispatch_kv_element(pool.element, [&]<KvElement E>() {
       if (batch.n_decode > 0) {
-        const dim3 grid(batch.n_decode, pool.n_kv_heads, splits);
-        attention_decode_kernel<HD, E><<<grid, group * 32, 0, s>>>(qkv, ld, n_heads, batch, pool, layer, chunk, splits,
-                                                                   scale, partials, out);
+        auto decode = [&]<int G>() {
+          const dim3 grid(batch.n_decode, pool.n_kv_heads * ((group + G - 1) / G), splits);
+          attention_decode_kernel<HD, E, G><<<grid, kDecodeWarps * 32, 0, s>>>(qkv, ld, n_heads, batch, pool, layer,
+                                                                               chunk, splits, scale, partials, out);
+        };
+        if (group == 1) decode.template operator()<1>();
+        else if (group == 2) decode.template operator()<2>();
+        else if (group <= 4) decode.template operator()<4>();
+        else decode.template operator()<8>();
         if (splits > 1)
           merge_splits_kernel<HD><<<static_cast<unsigned>(batch.n_decode * n_heads), HD, 0, s>>>(
               partials, splits, n_heads, batch.decode_tokens, out);

@@ -147,6 +147,47 @@ void Stream::fill(void* device, int byte, size_t bytes) {
   check(cudaMemsetAsync(device, byte, bytes, static_cast<cudaStream_t>(stream_)), "cudaMemset");
 }
 
+void Stream::begin_capture() {
+  check(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream_), cudaStreamCaptureModeThreadLocal),
+        "recording a CUDA graph");
+}
+
+Graph Stream::end_capture() {
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamEndCapture(static_cast<cudaStream_t>(stream_), &graph), "recording a CUDA graph");
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  check(status, "instantiating a CUDA graph");
+  Graph result;
+  result.exec_ = exec;
+  return result;
+}
+
+void Stream::abort_capture() noexcept {
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamEndCapture(static_cast<cudaStream_t>(stream_), &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+  cudaGetLastError();  // the capture's error is the caller's to report
+}
+
+Graph::~Graph() {
+  if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+}
+
+Graph& Graph::operator=(Graph&& other) noexcept {
+  if (this != &other) {
+    if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+    exec_ = other.exec_;
+    other.exec_ = nullptr;
+  }
+  return *this;
+}
+
+void Graph::launch(Stream& stream) const {
+  check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), static_cast<cudaStream_t>(stream.handle())),
+        "launching a CUDA graph");
+}
+
 double measure_copy_bandwidth() {
   const size_t bytes = size_t{1} << 30;  // 1 GiB each way: far past the 50 MB L2
   DeviceBuffer from(bytes), to(bytes);

@@ -73,6 +73,27 @@ class PinnedBuffer {
   size_t size_ = 0;
 };
 
+class Stream;
+
+// Work recorded from a stream once and replayed with a single launch (a CUDA graph): a
+// decode step's few hundred kernels cost the host one call instead of one each, and the GPU
+// runs them without waiting on the host between them.
+class Graph {
+ public:
+  Graph() = default;
+  ~Graph();
+  Graph(Graph&& other) noexcept : exec_(other.exec_) { other.exec_ = nullptr; }
+  Graph& operator=(Graph&& other) noexcept;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  void launch(Stream& stream) const;  // asynchronous
+  explicit operator bool() const { return exec_ != nullptr; }
+
+ private:
+  friend class Stream;
+  void* exec_ = nullptr;  // cudaGraphExec_t
+};
+
 // A stream and the cuBLAS handle bound to it: all of one model's work runs in order here.
 class Stream {
  public:
@@ -87,6 +108,11 @@ class Stream {
   void copy_to_host(void* host, const void* device, size_t bytes);      // asynchronous
   void copy_on_device(void* to, const void* from, size_t bytes);        // asynchronous
   void fill(void* device, int byte, size_t bytes);                      // asynchronous memset
+  // Records instead of running, from begin_capture to end_capture (which returns the work as
+  // a graph) or abort_capture (after a failure while recording: the stream runs again).
+  void begin_capture();
+  Graph end_capture();
+  void abort_capture() noexcept;
 
  private:
   void* stream_ = nullptr;

@@ -2,6 +2,7 @@
 // QKV epilogue (bias, per-head norm, RoPE, KV append) fused into one pass.
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/activation_q8.cuh"
 #include "kernels/cuda/cuda_error.h"
 #include "kernels/cuda/kv_store.cuh"
 #include "kernels/cuda/ops.h"
@@ -25,8 +26,10 @@ __device__ __forceinline__ float warp_max(float v) {
 
 constexpr int kNormThreads = 256;
 
+// A thread block per row. With codes (d a multiple of 16), each thread then normalises whole
+// groups of 16 and writes their int8 copy as well.
 __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight, float* __restrict__ out,
-                                int d, float eps) {
+                                int d, float eps, QuantizedRowsBuffer q) {
   const float* row = x + static_cast<size_t>(blockIdx.x) * d;
   float* o = out + static_cast<size_t>(blockIdx.x) * d;
   float sum = 0.0f;
@@ -39,7 +42,23 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
 #pragma unroll
   for (int w = 0; w < kNormThreads / 32; ++w) total += partial[w];
   const float scale = rsqrtf(total / static_cast<float>(d) + eps);
-  for (int i = threadIdx.x; i < d; i += kNormThreads) o[i] = row[i] * scale * weight[i];
+  if (!q.codes) {
+    for (int i = threadIdx.x; i < d; i += kNormThreads) o[i] = row[i] * scale * weight[i];
+    return;
+  }
+  for (int g = threadIdx.x; g < d / kQ8Group; g += kNormThreads) {
+    float v[16];
+    const float4* r4 = reinterpret_cast<const float4*>(row + g * kQ8Group);
+    const float4* w4 = reinterpret_cast<const float4*>(weight + g * kQ8Group);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float4 a = r4[k], b = w4[k];
+      v[4 * k] = a.x * scale * b.x, v[4 * k + 1] = a.y * scale * b.y;
+      v[4 * k + 2] = a.z * scale * b.z, v[4 * k + 3] = a.w * scale * b.w;
+      reinterpret_cast<float4*>(o + g * kQ8Group)[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
+    }
+    store_q8_group(v, blockIdx.x, g, d, q.codes, q.scales, q.sums);
+  }
 }
 
 __global__ void silu_mul_kernel(const float* __restrict__ gate_up, float* __restrict__ out, int n, int ffn) {
@@ -48,6 +67,27 @@ __global__ void silu_mul_kernel(const float* __restrict__ gate_up, float* __rest
   const size_t t = index / ffn, i = index % ffn;
   const float g = gate_up[t * 2 * ffn + i], u = gate_up[t * 2 * ffn + ffn + i];
   out[index] = g / (1.0f + expf(-g)) * u;
+}
+
+// A thread per group of 16 outputs, written with their int8 copy.
+__global__ void silu_mul_q8_kernel(const float* __restrict__ gate_up, float* __restrict__ out, int n, int ffn,
+                                   QuantizedRowsBuffer q) {
+  const int groups = ffn / kQ8Group;
+  const size_t index = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index >= static_cast<size_t>(n) * groups) return;
+  const int t = static_cast<int>(index / groups), g = static_cast<int>(index % groups);
+  const float4* gate = reinterpret_cast<const float4*>(gate_up + static_cast<size_t>(t) * 2 * ffn + g * kQ8Group);
+  const float4* up = reinterpret_cast<const float4*>(gate_up + static_cast<size_t>(t) * 2 * ffn + ffn + g * kQ8Group);
+  float v[16];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float4 a = gate[k], b = up[k];
+    v[4 * k] = a.x / (1.0f + expf(-a.x)) * b.x, v[4 * k + 1] = a.y / (1.0f + expf(-a.y)) * b.y;
+    v[4 * k + 2] = a.z / (1.0f + expf(-a.z)) * b.z, v[4 * k + 3] = a.w / (1.0f + expf(-a.w)) * b.w;
+    reinterpret_cast<float4*>(out + static_cast<size_t>(t) * ffn + g * kQ8Group)[k] =
+        make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
+  }
+  store_q8_group(v, t, g, ffn, q.codes, q.scales, q.sums);
 }
 
 template <GgmlType T>
@@ -161,14 +201,26 @@ __global__ void __launch_bounds__(kQkvWarps * 32)
 
 }  // namespace
 
-void rms_norm(const float* x, const float* weight, float* out, int n, int d, float eps, Stream& stream) {
+void rms_norm(const float* x, const float* weight, float* out, int n, int d, float eps, Stream& stream,
+              const QuantizedRowsBuffer* quantized) {
   if (n == 0) return;
-  rms_norm_kernel<<<n, kNormThreads, 0, raw(stream)>>>(x, weight, out, d, eps);
+  if (quantized && (d % kQ8Group != 0 || n > kGemvLargestBatch))
+    cuda_fail("rms_norm: an int8 copy needs at most 32 rows whose width is a multiple of 16");
+  rms_norm_kernel<<<n, kNormThreads, 0, raw(stream)>>>(x, weight, out, d, eps,
+                                                       quantized ? *quantized : QuantizedRowsBuffer{});
 }
 
-void silu_mul(const float* gate_up, float* out, int n, int ffn, Stream& stream) {
+void silu_mul(const float* gate_up, float* out, int n, int ffn, Stream& stream, const QuantizedRowsBuffer* quantized) {
   const size_t elements = static_cast<size_t>(n) * ffn;
   if (elements == 0) return;
+  if (quantized) {
+    if (ffn % kQ8Group != 0 || n > kGemvLargestBatch)
+      cuda_fail("silu_mul: an int8 copy needs at most 32 rows whose width is a multiple of 16");
+    const size_t threads = elements / kQ8Group;
+    silu_mul_q8_kernel<<<static_cast<unsigned>((threads + 127) / 128), 128, 0, raw(stream)>>>(gate_up, out, n, ffn,
+                                                                                              *quantized);
+    return;
+  }
   silu_mul_kernel<<<static_cast<unsigned>((elements + 255) / 256), 256, 0, raw(stream)>>>(gate_up, out, n, ffn);
 }
 

@@ -6,7 +6,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <string>
+#include <utility>
 
+#include "kernels/cuda/activation_q8.cuh"
 #include "kernels/cuda/cuda_error.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/quant_blocks.cuh"
@@ -18,7 +21,7 @@ constexpr int kRowsWarps = 4;         // gemv_rows: warps per thread block
 constexpr int kRowsPerWarp = 2;       // gemv_rows: rows one warp computes, sharing its x loads
 constexpr int kTokensWarps = 8;       // gemv_tokens: warps (rows) per thread block
 constexpr int kGemvMaxTokens = 8;     // activations one weight pass serves
-constexpr int kGemvLargestBatch = 32; // above this, the f16 + cuBLAS path
+constexpr int kGemvWarps = 4;         // gemv_q8: warps per thread block
 
 template <GgmlType T>
 struct Rows {
@@ -150,17 +153,9 @@ __global__ void __launch_bounds__(kTokensWarps * 32)
 }
 
 // --- integer types: int8 activations and dp4a ------------------------------------------
-// Activations are quantized per group of 16 (one run of a part) to int8 with a float scale,
-// beside the scale times the group's code sum (for the m * sum(x) term): a run's dot product
-// is then four dp4a instructions, d_w * d_x * sum(q_w q_x) + m_w * d_x * sum(q_x).
-constexpr int kGroup = 16;
-
-struct QuantizedRows {
-  const int8_t* codes;  // [n][cols]
-  const float* scales;  // [n][cols / 16]
-  const float* sums;    // [n][cols / 16]: scale * sum of the group's codes
-  int cols;
-};
+// Activations are quantized per group of 16 (one run of a part; activation_q8.cuh): a run's
+// dot product is then four dp4a instructions, d_w * d_x * sum(q_w q_x) + m_w * d_x * sum(q_x).
+constexpr int kGroup = kQ8Group;
 
 __global__ void quantize_kernel(const float* __restrict__ x, int ldx, int n, int cols, int8_t* __restrict__ codes,
                                 float* __restrict__ scales, float* __restrict__ sums) {
@@ -170,23 +165,7 @@ __global__ void quantize_kernel(const float* __restrict__ x, int ldx, int n, int
   const int row = static_cast<int>(index / groups), g = static_cast<int>(index % groups);
   float v[16];
   load16(x + static_cast<size_t>(row) * ldx + g * kGroup, v);
-  float amax = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 16; ++j) amax = fmaxf(amax, fabsf(v[j]));
-  const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
-  uint32_t words[4] = {};
-  int sum = 0;
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    const int q = __float2int_rn(v[j] * inverse);
-    sum += q;
-    words[j / 4] |= (static_cast<uint32_t>(q) & 0xFF) << (8 * (j % 4));
-  }
-  *reinterpret_cast<uint4*>(codes + static_cast<size_t>(row) * cols + g * kGroup) =
-      make_uint4(words[0], words[1], words[2], words[3]);
-  const float scale = amax / 127.0f;
-  scales[static_cast<size_t>(row) * groups + g] = scale;
-  sums[static_cast<size_t>(row) * groups + g] = scale * static_cast<float>(sum);
+  store_q8_group(v, row, g, cols, codes, scales, sums);
 }
 
 template <typename B>
@@ -200,68 +179,77 @@ __device__ __forceinline__ float run_dp4a(const CodeRun& r, const uint4 x, float
   return s;
 }
 
-// One activation row, kRowsPerWarp weight rows per warp sharing the activation loads.
-template <GgmlType T>
-__global__ void __launch_bounds__(kRowsWarps * 32)
-    gemv_rows_dp4a_kernel(Rows<T> w, int rows, QuantizedRows x, float* __restrict__ y, int accumulate) {
+// The GEMV of integer weight types: a warp computes R weight rows for M activation rows.
+// Each lane walks the rows' parts (32 weights each) 32 apart, U parts at a time: all U x R
+// parts' weight loads are issued before any is decoded, so enough bytes are in flight to
+// cover the memory latency; each part's codes are decoded once and serve all M activation
+// rows, whose int8 codes every warp of the SM reads through L1.
+template <GgmlType T, int M, int R, int U>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    gemv_q8_kernel(Rows<T> w, int rows, QuantizedRows x, int n, float* __restrict__ y, int ldy, int accumulate) {
   using B = Block<T>;
-  const int row0 = (blockIdx.x * kRowsWarps + threadIdx.x / 32) * kRowsPerWarp;
+  const int row0 = (blockIdx.x * kGemvWarps + threadIdx.x / 32) * R;
   const int lane = threadIdx.x % 32;
   if (row0 >= rows) return;
-  const int parts = x.cols / B::kElements * B::kParts;
-  float acc[kRowsPerWarp] = {};
-#pragma unroll 2
-  for (int part = lane; part < parts; part += 32) {
-    const int block = part / B::kParts, p = part % B::kParts;
-    int pa, pb;
-    B::columns(p, pa, pb);
-    const int ca = block * B::kElements + pa, cb = block * B::kElements + pb;
-    const uint4 xa = *reinterpret_cast<const uint4*>(x.codes + ca), xb = *reinterpret_cast<const uint4*>(x.codes + cb);
-    const float da = x.scales[ca / kGroup], db = x.scales[cb / kGroup];
-    const float sa = B::kHasMin ? x.sums[ca / kGroup] : 0.0f, sb = B::kHasMin ? x.sums[cb / kGroup] : 0.0f;
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int row = min(row0 + r, rows - 1);
-      CodeRun a, b;
-      B::codes(w.quants(row, block), w.header(row, block), p, a, b);
-      acc[r] += run_dp4a<B>(a, xa, da, sa) + run_dp4a<B>(b, xb, db, sb);
-    }
-  }
-  store_warp_sums(acc, lane, rows - row0, y + row0, 1, accumulate);
-}
-
-// Up to M activation rows: a warp per weight row, each part's codes applied to every row.
-template <GgmlType T, int M>
-__global__ void __launch_bounds__(kTokensWarps * 32)
-    gemv_tokens_dp4a_kernel(Rows<T> w, int rows, QuantizedRows x, int n, float* __restrict__ y, int ldy,
-                            int accumulate) {
-  using B = Block<T>;
-  const int row = blockIdx.x * kTokensWarps + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
   const int parts = x.cols / B::kElements * B::kParts, groups = x.cols / kGroup;
-  float acc[M];
+  int row[R];
 #pragma unroll
-  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-  for (int part = lane; part < parts; part += 32) {
-    const int block = part / B::kParts, p = part % B::kParts;
-    int pa, pb;
-    B::columns(p, pa, pb);
-    const int ca = block * B::kElements + pa, cb = block * B::kElements + pb;
-    CodeRun a, b;
-    B::codes(w.quants(row, block), w.header(row, block), p, a, b);
+  for (int r = 0; r < R; ++r) row[r] = min(row0 + r, rows - 1);
+  float acc[M][R];
 #pragma unroll
-    for (int m = 0; m < M; ++m) {
-      const int t = m < n ? m : 0;
-      const int8_t* codes = x.codes + static_cast<size_t>(t) * x.cols;
-      const float* scales = x.scales + static_cast<size_t>(t) * groups;
-      const float* sums = x.sums + static_cast<size_t>(t) * groups;
-      const uint4 xa = *reinterpret_cast<const uint4*>(codes + ca), xb = *reinterpret_cast<const uint4*>(codes + cb);
-      acc[m] += run_dp4a<B>(a, xa, scales[ca / kGroup], B::kHasMin ? sums[ca / kGroup] : 0.0f) +
-                run_dp4a<B>(b, xb, scales[cb / kGroup], B::kHasMin ? sums[cb / kGroup] : 0.0f);
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
+  for (int base = lane; base < parts; base += 32 * U) {
+    typename B::Raw raw[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int part = min(base + 32 * u, parts - 1);  // past the end: a repeat, not used
+      const int block = part / B::kParts, p = part % B::kParts;
+#pragma unroll
+      for (int r = 0; r < R; ++r) raw[u][r] = B::load(w.quants(row[r], block), w.header(row[r], block), p);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int part = base + 32 * u;
+      if (part >= parts) break;
+      const int block = part / B::kParts, p = part % B::kParts;
+      int pa, pb;
+      B::columns(p, pa, pb);
+      const int ca = block * B::kElements + pa, cb = block * B::kElements + pb;
+      CodeRun a[R], b[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) B::codes(raw[u][r], p, a[r], b[r]);
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const int t = m < n ? m : 0;
+        const int8_t* codes = x.codes + static_cast<size_t>(t) * x.cols;
+        const float* scales = x.scales + static_cast<size_t>(t) * groups;
+        const float* sums = x.sums + static_cast<size_t>(t) * groups;
+        const uint4 xa = __ldg(reinterpret_cast<const uint4*>(codes + ca));
+        const uint4 xb = __ldg(reinterpret_cast<const uint4*>(codes + cb));
+        const float da = __ldg(scales + ca / kGroup), db = __ldg(scales + cb / kGroup);
+        const float sa = B::kHasMin ? __ldg(sums + ca / kGroup) : 0.0f, sb = B::kHasMin ? __ldg(sums + cb / kGroup) : 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[m][r] += run_dp4a<B>(a[r], xa, da, sa) + run_dp4a<B>(b[r], xb, db, sb);
+      }
     }
   }
-  store_warp_sums(acc, lane, n, y + row, static_cast<size_t>(ldy), accumulate);
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) acc[m][r] += __shfl_xor_sync(0xFFFFFFFFu, acc[m][r], offset);
+  if (lane != 0) return;
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (m < n && row0 + r < rows) {
+        float* out = y + static_cast<size_t>(m) * ldy + row0 + r;
+        *out = accumulate ? *out + acc[m][r] : acc[m][r];
+      }
 }
 
 // One thread per GGUF block: its bytes into the quant and header streams of its row.
@@ -310,49 +298,52 @@ __global__ void to_f16_kernel(const float* __restrict__ x, int ldx, int n, int c
 
 cudaStream_t raw(Stream& stream) { return static_cast<cudaStream_t>(stream.handle()); }
 
-// The quantized copy of x [n][cols] in the scratch.
-QuantizedRows quantize_activations(const float* x, int ldx, int n, int cols, MatmulScratch& scratch, Stream& stream) {
-  const int groups = cols / kGroup;
-  const size_t code_bytes = (static_cast<size_t>(n) * cols + 15) / 16 * 16;
-  scratch.activations_q8.resize(code_bytes + 2 * sizeof(float) * static_cast<size_t>(n) * groups);
-  auto* codes = scratch.activations_q8.as<int8_t>();
-  auto* scales = reinterpret_cast<float*>(scratch.activations_q8.as<uint8_t>() + code_bytes);
-  float* sums = scales + static_cast<size_t>(n) * groups;
-  const size_t threads = static_cast<size_t>(n) * groups;
-  quantize_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, raw(stream)>>>(x, ldx, n, cols, codes, scales,
-                                                                                         sums);
-  return {codes, scales, sums, cols};
-}
+// The launch shapes gemv_q8_kernel is built in; the first of each size is the default.
+constexpr GemvVariant kVariants[] = {
+    {1, 1, 4}, {1, 2, 4}, {1, 1, 8}, {1, 2, 2},  // one activation row (decode at batch 1)
+    {2, 1, 4}, {2, 2, 2},                        // two
+    {4, 1, 2}, {4, 2, 2},                        // up to four
+    {8, 1, 2}, {8, 1, 1},                        // up to eight
+};
+constexpr int kVariantCount = static_cast<int>(sizeof(kVariants) / sizeof(kVariants[0]));
+constexpr int kBucketTokens[kGemvBuckets] = {1, 2, 4, 8};
+constexpr int kDefaultVariant[kGemvBuckets] = {0, 4, 6, 8};
 
-QuantizedRows offset_rows(QuantizedRows q, int first) {
+QuantizedRows offset_rows(QuantizedRows q, int first, int count) {
   const int groups = q.cols / kGroup;
   return {q.codes + static_cast<size_t>(first) * q.cols, q.scales + static_cast<size_t>(first) * groups,
-          q.sums + static_cast<size_t>(first) * groups, q.cols};
+          q.sums + static_cast<size_t>(first) * groups, count, q.cols};
+}
+
+template <GgmlType T, int I>
+void launch_q8_variant(const DeviceWeight& w, const QuantizedRows& x, float* y, int ldy, int accumulate, cudaStream_t s) {
+  constexpr GemvVariant v = kVariants[I];
+  const int per_block = kGemvWarps * v.rows;
+  gemv_q8_kernel<T, v.tokens, v.rows, v.parts><<<(w.rows + per_block - 1) / per_block, kGemvWarps * 32, 0, s>>>(
+      rows_of<T>(w), w.rows, x, x.n, y, ldy, accumulate);
+}
+
+template <GgmlType T>
+void launch_q8(int variant, const DeviceWeight& w, const QuantizedRows& x, float* y, int ldy, int accumulate,
+               cudaStream_t s) {
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    ((variant == I ? launch_q8_variant<T, I>(w, x, y, ldy, accumulate, s) : void()), ...);
+  }(std::make_integer_sequence<int, kVariantCount>{});
 }
 
 template <GgmlType T>
 void launch_gemv(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
-                 MatmulScratch& scratch, Stream& stream) {
+                 MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq, int variant) {
   const int acc = accumulate ? 1 : 0;
   if constexpr (Block<T>::kPacked) {  // integer types: int8 activations, dp4a
-    const QuantizedRows q = quantize_activations(x, ldx, n, w.cols, scratch, stream);
+    const QuantizedRows q = xq ? *xq : quantize_rows(x, ldx, n, w.cols, scratch.activations_q8, stream);
+    if (q.n < n || q.cols != w.cols) cuda_fail("gemv: the quantized activations do not match the matmul");
     for (int start = 0; start < n; start += kGemvMaxTokens) {
       const int count = std::min(kGemvMaxTokens, n - start);
-      const QuantizedRows qs = offset_rows(q, start);
-      float* ys = y + static_cast<size_t>(start) * ldy;
-      if (count == 1) {
-        const int per_block = kRowsWarps * kRowsPerWarp;
-        gemv_rows_dp4a_kernel<T><<<(w.rows + per_block - 1) / per_block, kRowsWarps * 32, 0, raw(stream)>>>(
-            rows_of<T>(w), w.rows, qs, ys, acc);
-        continue;
-      }
-      const dim3 grid((w.rows + kTokensWarps - 1) / kTokensWarps);
-      if (count == 2)
-        gemv_tokens_dp4a_kernel<T, 2><<<grid, kTokensWarps * 32, 0, raw(stream)>>>(rows_of<T>(w), w.rows, qs, count, ys, ldy, acc);
-      else if (count <= 4)
-        gemv_tokens_dp4a_kernel<T, 4><<<grid, kTokensWarps * 32, 0, raw(stream)>>>(rows_of<T>(w), w.rows, qs, count, ys, ldy, acc);
-      else
-        gemv_tokens_dp4a_kernel<T, 8><<<grid, kTokensWarps * 32, 0, raw(stream)>>>(rows_of<T>(w), w.rows, qs, count, ys, ldy, acc);
+      const int bucket = gemv_bucket(count);
+      int chosen = variant >= 0 ? variant : w.gemv_choice[bucket] >= 0 ? w.gemv_choice[bucket] : kDefaultVariant[bucket];
+      if (kVariants[chosen].tokens != kBucketTokens[bucket]) cuda_fail("gemv: the variant does not fit the pass size");
+      launch_q8<T>(chosen, w, offset_rows(q, start, count), y + static_cast<size_t>(start) * ldy, ldy, acc, raw(stream));
     }
   } else {  // float types: float activations
     for (int start = 0; start < n; start += kGemvMaxTokens) {
@@ -418,11 +409,35 @@ void pack_weight(GgmlType type, int rows, int cols, const void* gguf, void* pack
   });
 }
 
+std::span<const GemvVariant> gemv_variants() { return kVariants; }
+
+int gemv_bucket(int tokens) { return tokens <= 1 ? 0 : tokens == 2 ? 1 : tokens <= 4 ? 2 : 3; }
+
+QuantizedRowsBuffer quantized_rows_in(DeviceBuffer& buffer, int n, int cols) {
+  const size_t code_bytes = (static_cast<size_t>(n) * cols + 15) / 16 * 16;
+  buffer.resize(quantized_activation_bytes(n, cols));
+  auto* scales = reinterpret_cast<float*>(buffer.as<uint8_t>() + code_bytes);
+  return {buffer.as<int8_t>(), scales, scales + static_cast<size_t>(n) * (cols / kGroup)};
+}
+
+QuantizedRows quantize_rows(const float* x, int ldx, int n, int cols, DeviceBuffer& into, Stream& stream) {
+  if (cols % kGroup != 0 || ldx % 4 != 0) cuda_fail("quantize_rows: rows must be 16-byte aligned groups of 16");
+  const QuantizedRowsBuffer q = quantized_rows_in(into, n, cols);
+  const size_t threads = static_cast<size_t>(n) * (cols / kGroup);
+  if (threads > 0)
+    quantize_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, raw(stream)>>>(x, ldx, n, cols, q.codes,
+                                                                                           q.scales, q.sums);
+  return q.view(n, cols);
+}
+
 void gemv(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
-          MatmulScratch& scratch, Stream& stream) {
+          MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq, int variant) {
   if (ldx % 4 != 0) cuda_fail("gemv: activation rows must be 16-byte aligned");
   if (n == 0) return;
-  dispatch_weight_type(w.type, [&]<GgmlType T>() { launch_gemv<T>(w, x, ldx, n, y, ldy, accumulate, scratch, stream); });
+  if (variant >= kVariantCount) cuda_fail("gemv: no variant " + std::to_string(variant));
+  dispatch_weight_type(w.type, [&]<GgmlType T>() {
+    launch_gemv<T>(w, x, ldx, n, y, ldy, accumulate, scratch, stream, xq, variant);
+  });
 }
 
 void dequantize_to_f16(const DeviceWeight& w, void* out_f16, Stream& stream) {
@@ -435,8 +450,8 @@ void dequantize_to_f16(const DeviceWeight& w, void* out_f16, Stream& stream) {
 }
 
 void matmul(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
-            MatmulScratch& scratch, Stream& stream, bool always_gemv) {
-  if (n <= kGemvLargestBatch || always_gemv) return gemv(w, x, ldx, n, y, ldy, accumulate, scratch, stream);
+            MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq, bool always_gemv) {
+  if (n <= kGemvLargestBatch || always_gemv) return gemv(w, x, ldx, n, y, ldy, accumulate, scratch, stream, xq);
   scratch.weight_f16.resize(static_cast<size_t>(w.rows) * w.cols * sizeof(__half));
   scratch.activations_f16.resize(static_cast<size_t>(n) * w.cols * sizeof(__half));
   dequantize_to_f16(w, scratch.weight_f16.data(), stream);

@@ -16,13 +16,26 @@ namespace splash::kernels::cuda {
 // The weight types the CUDA kernels read (the same set as the CPU path).
 bool is_supported_weight_type(GgmlType type);
 
+// The GEMV launch shapes for integer weight types (matmul.cu): `tokens` activation rows per
+// weight pass (1, 2, 4, 8), `rows` weight rows per warp (sharing the activation loads), and
+// `parts` 32-weight parts a lane loads before decoding any (the bytes it keeps in flight).
+// The tuner times them per matrix and records its choice in the DeviceWeight.
+struct GemvVariant {
+  int tokens, rows, parts;
+};
+std::span<const GemvVariant> gemv_variants();
+constexpr int kGemvBuckets = 4;  // passes of 1, 2, up to 4, up to 8 activation rows
+int gemv_bucket(int tokens);     // 0..3
+
 // A row-major matrix [rows][cols] of a GGUF type on the device, in the GPU layout
 // (quant_blocks.cuh: each row's blocks split into an aligned quant stream and a header
-// stream, the bytes and values GGUF's own; float types as they come).
+// stream, the bytes and values GGUF's own; float types as they come), with the GEMV variant
+// chosen for each bucket (an index into gemv_variants(), or -1: the built-in default).
 struct DeviceWeight {
   GgmlType type = GgmlType::F32;
   const uint8_t* data = nullptr;
   int rows = 0, cols = 0;
+  int8_t gemv_choice[kGemvBuckets] = {-1, -1, -1, -1};
   size_t row_bytes() const;
   size_t bytes() const { return row_bytes() * rows; }
 };
@@ -32,34 +45,63 @@ size_t gguf_row_bytes(GgmlType type, int cols);    // of the file
 // GPU layout (packed, weight_row_bytes * rows bytes; the two must not overlap).
 void pack_weight(GgmlType type, int rows, int cols, const void* gguf, void* packed, Stream& stream);
 
+// The int8 copy of activation rows that the GEMV of integer weight types reads: codes
+// [n][cols], per group of 16 a scale and the scale times the group's code sum. Made once per
+// input (quantize_rows, or by rms_norm / silu_mul as they write the rows) and shared by
+// every matmul of that input; valid until the next one is made into the same buffer.
+struct QuantizedRows {
+  const int8_t* codes = nullptr;
+  const float* scales = nullptr;
+  const float* sums = nullptr;
+  int n = 0, cols = 0;
+};
+// Bytes of a quantized copy of n rows of cols.
+inline size_t quantized_activation_bytes(int n, int cols) {
+  return (static_cast<size_t>(n) * cols + 15) / 16 * 16 + 2 * sizeof(float) * static_cast<size_t>(n) * (cols / 16);
+}
+// Where a quantized copy of n rows of cols lies in `buffer` (grown if needed).
+struct QuantizedRowsBuffer {
+  int8_t* codes;
+  float *scales, *sums;
+  QuantizedRows view(int n, int cols) const { return {codes, scales, sums, n, cols}; }
+};
+QuantizedRowsBuffer quantized_rows_in(DeviceBuffer& buffer, int n, int cols);
+QuantizedRows quantize_rows(const float* x, int ldx, int n, int cols, DeviceBuffer& into, Stream& stream);
+
 // Scratch a matmul may need: an f16 copy of one matrix and of its activations, for the
 // tensor-core path of many-token batches (cuBLAS); the int8 copy of the activations the GEMV
 // of integer weight types reads.
 struct MatmulScratch {
   DeviceBuffer weight_f16, activations_f16, activations_q8;
 };
-// Bytes of activations_q8 for n rows of cols.
-inline size_t quantized_activation_bytes(int n, int cols) {
-  return (static_cast<size_t>(n) * cols + 15) / 16 * 16 + 2 * sizeof(float) * static_cast<size_t>(n) * (cols / 16);
-}
+
+// Up to this many activation rows a matmul runs as GEMV passes (8 rows each) over the
+// quantized weights; more dequantize the matrix to f16 for one cuBLAS GEMM.
+constexpr int kGemvLargestBatch = 32;
 
 // y[t][r] (+)= sum_c w[r][c] * x[t][c] for t < n. Few rows (decode, verify blocks) stream the
 // quantized weights once per 8 rows (GEMV: integer types against int8 activations, a scale
 // per 16, with dp4a; float types in float); many rows dequantize the matrix to f16 and run
-// one cuBLAS GEMM with float accumulation. `always_gemv` keeps a huge matrix (the output
-// head) off the f16 copy.
+// one cuBLAS GEMM with float accumulation. `xq`, when given, is x already quantized (the
+// GEMV of integer types reads it instead of quantizing x again). `always_gemv` keeps a huge
+// matrix (the output head) off the f16 copy.
 void matmul(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
-            MatmulScratch& scratch, Stream& stream, bool always_gemv = false);
-// The GEMV alone, for tests and the tuner.
+            MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq = nullptr, bool always_gemv = false);
+// The GEMV alone, for tests and the tuner (variant: an index into gemv_variants() matching
+// the pass size, or -1 for the weight's choice).
 void gemv(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
-          MatmulScratch& scratch, Stream& stream);
+          MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq = nullptr, int variant = -1);
 // w as f16 [rows][cols] (the tensor-core path's first half; tests check it exactly).
 void dequantize_to_f16(const DeviceWeight& w, void* out_f16, Stream& stream);
 
-// out[t] = x[t] * weight / sqrt(mean(x[t]^2) + eps), rows of width d.
-void rms_norm(const float* x, const float* weight, float* out, int n, int d, float eps, Stream& stream);
-// out[t][i] = silu(gate_up[t][i]) * gate_up[t][ffn + i].
-void silu_mul(const float* gate_up, float* out, int n, int ffn, Stream& stream);
+// out[t] = x[t] * weight / sqrt(mean(x[t]^2) + eps), rows of width d. With `quantized`
+// (n <= kGemvLargestBatch, d a multiple of 16), also writes out's int8 copy there.
+void rms_norm(const float* x, const float* weight, float* out, int n, int d, float eps, Stream& stream,
+              const QuantizedRowsBuffer* quantized = nullptr);
+// out[t][i] = silu(gate_up[t][i]) * gate_up[t][ffn + i]; with `quantized`, also out's int8
+// copy (as rms_norm).
+void silu_mul(const float* gate_up, float* out, int n, int ffn, Stream& stream,
+              const QuantizedRowsBuffer* quantized = nullptr);
 // x[t] = row ids[t] of the table, dequantized.
 void embed(const DeviceWeight& table, const int32_t* ids, int n, float* x, Stream& stream);
 // out[i] = x[rows[i]] (d floats each), for i < n.
@@ -112,6 +154,11 @@ struct AttentionWork {
   int decode_context = 0;
 };
 AttentionWork attention_work(std::span<const SliceSpan> slices, int n_heads, int n_kv_heads, int head_dim);
+// The context the decode launch is shaped for: decode_context rounded up to a power of two
+// (256 at least). Attention's launches are the same for every context of one bucket, so a
+// recorded decode step (a CUDA graph) is kept per bucket; a split past a token's length
+// comes out empty.
+int decode_context_bucket(int context);
 
 // After the QKV projection, in place on qkv rows [q heads | k heads | v heads]: adds the
 // biases (Qwen2), normalises each q and k head (Qwen3), rotates q and k (adjacent pairs, or

@@ -49,6 +49,16 @@ struct CodeRun {
 // bits under 2^23's exponent, less 2^23 (exact).
 __device__ __forceinline__ float small_uint_to_float(uint32_t v) { return __uint_as_float(0x4B000000u | v) - 8388608.0f; }
 
+// A weight load that streams past L1 (weights are read once per pass; L1 keeps the
+// activations every warp of the SM reads).
+__device__ __forceinline__ uint4 load_weights16(const uint8_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
 template <GgmlType T>
 struct Block;
 
@@ -143,29 +153,39 @@ struct SmallBlock {
     for (int i = 0; i < qh_bytes; ++i) header[4 + i] = gguf[scale_bytes + i];
   }
   __device__ static void columns(int, int& pa, int& pb) { pa = 0, pb = 16; }
-  __device__ static void codes(const uint8_t* quants, const uint8_t* header, int, CodeRun& a, CodeRun& b) {
+  // A part's bytes as loaded (the GEMV issues every load of a pass before decoding any).
+  struct Raw {
+    uint4 q0, q1;  // q1: Q8_0's second 16 codes
+    uint2 h;       // the header's bytes
+  };
+  __device__ static Raw load(const uint8_t* quants, const uint8_t* header, int) {
+    Raw r;
+    r.q0 = load_weights16(quants);
+    if constexpr (T == GgmlType::Q8_0) r.q1 = load_weights16(quants + 16);
+    else r.q1 = make_uint4(0, 0, 0, 0);
+    if constexpr (kHeaderBytes == 8) r.h = *reinterpret_cast<const uint2*>(header);
+    else if constexpr (kHeaderBytes == 4) r.h = make_uint2(*reinterpret_cast<const uint32_t*>(header), 0);
+    else r.h = make_uint2(*reinterpret_cast<const uint16_t*>(header), 0);
+    return r;
+  }
+  __device__ static void codes(const Raw& r, int, CodeRun& a, CodeRun& b) {
     float d, m = 0.0f;
-    uint32_t qh = 0;
+    const uint32_t qh = r.h.y;
     if constexpr (kHeaderBytes == 8) {
-      const uint2 h = *reinterpret_cast<const uint2*>(header);
-      d = half_bits(h.x & 0xFFFF);
-      m = kOwnMin ? half_bits(h.x >> 16) : -16.0f * d;
-      qh = h.y;
+      d = half_bits(r.h.x & 0xFFFF);
+      m = kOwnMin ? half_bits(r.h.x >> 16) : -16.0f * d;
     } else if constexpr (kHeaderBytes == 4) {
-      const uint32_t h = *reinterpret_cast<const uint32_t*>(header);
-      d = half_bits(h & 0xFFFF), m = half_bits(h >> 16);
+      d = half_bits(r.h.x & 0xFFFF), m = half_bits(r.h.x >> 16);
     } else {
-      d = half_bits(*reinterpret_cast<const uint16_t*>(header));
+      d = half_bits(r.h.x & 0xFFFF);
       m = T == GgmlType::Q4_0 ? -8.0f * d : 0.0f;
     }
     a.d = b.d = d, a.m = b.m = m;
     if constexpr (T == GgmlType::Q8_0) {
-      const auto* v = reinterpret_cast<const uint4*>(quants);
-      const uint4 lo = v[0], hi = v[1];
-      a.q[0] = lo.x, a.q[1] = lo.y, a.q[2] = lo.z, a.q[3] = lo.w;
-      b.q[0] = hi.x, b.q[1] = hi.y, b.q[2] = hi.z, b.q[3] = hi.w;
+      a.q[0] = r.q0.x, a.q[1] = r.q0.y, a.q[2] = r.q0.z, a.q[3] = r.q0.w;
+      b.q[0] = r.q1.x, b.q[1] = r.q1.y, b.q[2] = r.q1.z, b.q[3] = r.q1.w;
     } else {
-      nibble_codes(*reinterpret_cast<const uint4*>(quants), a, b);
+      nibble_codes(r.q0, a, b);
       if constexpr (kFifthBit) {
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
@@ -174,6 +194,9 @@ struct SmallBlock {
         }
       }
     }
+  }
+  __device__ static void codes(const uint8_t* quants, const uint8_t* header, int part, CodeRun& a, CodeRun& b) {
+    codes(load(quants, header, part), part, a, b);
   }
   __device__ static void decode(const uint8_t* quants, const uint8_t* header, int part, Run& a, Run& b) {
     CodeRun ca, cb;
@@ -192,16 +215,17 @@ struct Block<GgmlType::Q5_1> : SmallBlock<GgmlType::Q5_1> {};
 template <>
 struct Block<GgmlType::Q8_0> : SmallBlock<GgmlType::Q8_0> {};
 
-// Q4_K's 6-bit scale and min of sub-block j from its 12 packed bytes (as three words).
-__device__ __forceinline__ void q4k_scale_min(int j, const uint32_t (&s)[3], int& scale, int& min) {
-  auto byte = [&](int i) { return static_cast<int>((s[i / 4] >> (8 * (i % 4))) & 0xFF); };
-  if (j < 4) {
-    scale = byte(j) & 63;
-    min = byte(j + 4) & 63;
-  } else {
-    scale = (byte(j + 4) & 0x0F) | ((byte(j - 4) >> 6) << 4);
-    min = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
-  }
+// Q4_K's 6-bit scales and mins of sub-blocks 2c and 2c + 1 (chunk c) from the 12 packed
+// bytes (as three words), as two bytes each, without branches: all four
+// scales (or mins) of sub-blocks 0-3 or 4-7 come out of the three words at once, one byte
+// each; the GEMV's lanes hold different chunks, so a branch would run both ways.
+__device__ __forceinline__ void q4k_chunk_scales(int c, const uint32_t (&s)[3], uint32_t& scales, uint32_t& mins) {
+  const uint32_t low_scales = s[0] & 0x3F3F3F3Fu, low_mins = s[1] & 0x3F3F3F3Fu;
+  const uint32_t high_scales = (s[2] & 0x0F0F0F0Fu) | ((s[0] >> 2) & 0x30303030u);
+  const uint32_t high_mins = ((s[2] >> 4) & 0x0F0F0F0Fu) | ((s[1] >> 2) & 0x30303030u);
+  const int shift = 16 * (c & 1);  // sub-blocks 2c, 2c + 1: bytes 2(c % 2), + 1
+  scales = ((c < 2 ? low_scales : high_scales) >> shift) & 0xFFFFu;
+  mins = ((c < 2 ? low_mins : high_mins) >> shift) & 0xFFFFu;
 }
 
 // Q4_K: GGUF {d, dmin, scales[12], qs[128]} (144 bytes); quants qs, header the first 16.
@@ -217,17 +241,23 @@ struct Block<GgmlType::Q4_K> {
     pa = 64 * (part >> 1) + 16 * (part & 1);
     pb = pa + 32;
   }
+  struct Raw {
+    uint4 q, h;  // the part's 16 quant bytes; the block's header
+  };
+  __device__ static Raw load(const uint8_t* quants, const uint8_t* header, int part) {
+    return {load_weights16(quants + 16 * part), *reinterpret_cast<const uint4*>(header)};
+  }
+  __device__ static void codes(const Raw& r, int part, CodeRun& a, CodeRun& b) {
+    const float dall = half_bits(r.h.x & 0xFFFF), dmin = half_bits(r.h.x >> 16);
+    const uint32_t scales[3] = {r.h.y, r.h.z, r.h.w};
+    uint32_t sc, mn;
+    q4k_chunk_scales(part >> 1, scales, sc, mn);
+    a.d = dall * small_uint_to_float(sc & 0xFF), a.m = -dmin * small_uint_to_float(mn & 0xFF);
+    b.d = dall * small_uint_to_float(sc >> 8), b.m = -dmin * small_uint_to_float(mn >> 8);
+    nibble_codes(r.q, a, b);
+  }
   __device__ static void codes(const uint8_t* quants, const uint8_t* header, int part, CodeRun& a, CodeRun& b) {
-    const uint4 h = *reinterpret_cast<const uint4*>(header);
-    const float dall = half_bits(h.x & 0xFFFF), dmin = half_bits(h.x >> 16);
-    const uint32_t scales[3] = {h.y, h.z, h.w};
-    const int chunk = part >> 1;
-    int sc0, mn0, sc1, mn1;
-    q4k_scale_min(2 * chunk, scales, sc0, mn0);
-    q4k_scale_min(2 * chunk + 1, scales, sc1, mn1);
-    a.d = dall * static_cast<float>(sc0), a.m = -dmin * static_cast<float>(mn0);
-    b.d = dall * static_cast<float>(sc1), b.m = -dmin * static_cast<float>(mn1);
-    nibble_codes(*reinterpret_cast<const uint4*>(quants + 16 * part), a, b);
+    codes(load(quants, header, part), part, a, b);
   }
   __device__ static void decode(const uint8_t* quants, const uint8_t* header, int part, Run& a, Run& b) {
     CodeRun ca, cb;
@@ -252,23 +282,34 @@ struct Block<GgmlType::Q6_K> {
     pa = 128 * n + 32 * row + l0;
     pb = pa + 64;
   }
-  __device__ static void codes(const uint8_t* quants, const uint8_t* header, int part, CodeRun& a, CodeRun& b) {
+  struct Raw {
+    uint4 ql, qh;      // the part's low four bits and its high two
+    uint32_t sa, sb, d;  // the header words holding its two runs' scales, and d
+  };
+  __device__ static Raw load(const uint8_t* quants, const uint8_t* header, int part) {
     const int n = part >> 2, l0 = ((part >> 1) & 1) * 16, row = part & 1;
-    const uint4 ql = *reinterpret_cast<const uint4*>(quants + 64 * n + 32 * row + l0);
-    const uint4 qh = *reinterpret_cast<const uint4*>(quants + 128 + 32 * n + l0);
     const auto* h = reinterpret_cast<const uint32_t*>(header);
-    const float dall = half_bits(h[4] & 0xFFFF);
-    const int col_a = 128 * n + 32 * row + l0, col_b = col_a + 64;
-    const auto scale = [&](int index) { return static_cast<float>(static_cast<int8_t>(h[index / 4] >> (8 * (index % 4)))); };
-    a.d = dall * scale(col_a / 16), b.d = dall * scale(col_b / 16);
+    const int col_a = 128 * n + 32 * row + l0;  // runs a and b: scales col_a / 16 and + 4
+    return {load_weights16(quants + 64 * n + 32 * row + l0), load_weights16(quants + 128 + 32 * n + l0),
+            h[col_a / 64], h[col_a / 64 + 1], h[4]};
+  }
+  __device__ static void codes(const Raw& r, int part, CodeRun& a, CodeRun& b) {
+    const int l0 = ((part >> 1) & 1) * 16, row = part & 1;
+    const int index_a = (32 * row + l0) / 16;  // of its scale byte in word sa (b's: in sb)
+    const float dall = half_bits(r.d & 0xFFFF);
+    a.d = dall * static_cast<float>(static_cast<int8_t>(r.sa >> (8 * index_a)));
+    b.d = dall * static_cast<float>(static_cast<int8_t>(r.sb >> (8 * index_a)));
     a.m = -32.0f * a.d, b.m = -32.0f * b.d;
-    const uint32_t lw[4] = {ql.x, ql.y, ql.z, ql.w}, hw[4] = {qh.x, qh.y, qh.z, qh.w};
+    const uint32_t lw[4] = {r.ql.x, r.ql.y, r.ql.z, r.ql.w}, hw[4] = {r.qh.x, r.qh.y, r.qh.z, r.qh.w};
     const int shift = 2 * row;  // qh bits 0-1 and 4-5 for row 0, 2-3 and 6-7 for row 1
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       a.q[k] = (lw[k] & 0x0F0F0F0Fu) | (((hw[k] >> shift) & 0x03030303u) << 4);
       b.q[k] = ((lw[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> (shift + 4)) & 0x03030303u) << 4);
     }
+  }
+  __device__ static void codes(const uint8_t* quants, const uint8_t* header, int part, CodeRun& a, CodeRun& b) {
+    codes(load(quants, header, part), part, a, b);
   }
   __device__ static void decode(const uint8_t* quants, const uint8_t* header, int part, Run& a, Run& b) {
     CodeRun ca, cb;

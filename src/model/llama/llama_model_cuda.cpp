@@ -6,8 +6,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -334,12 +338,21 @@ class LlamaCudaModel final : public Model {
     stream_.synchronize("allocating the KV cache and scratch");
   }
 
-  void matmul_group(const std::vector<cu::DeviceWeight>& group, const float* x, int ldx, int n, float* y, int ldy) {
+  // The matrices of one input (q, k, v or gate, up when not stacked): x is quantized once.
+  void matmul_group(const std::vector<cu::DeviceWeight>& group, const float* x, int ldx, int n, float* y, int ldy,
+                    const cu::QuantizedRows* xq) {
     int column = 0;
     for (const auto& w : group) {
-      cu::matmul(w, x, ldx, n, y + column, ldy, false, matmul_scratch_, stream_);
+      cu::matmul(w, x, ldx, n, y + column, ldy, false, matmul_scratch_, stream_, xq);
       column += w.rows;
     }
+  }
+
+  // Where rms_norm / silu_mul write the int8 copy of their rows for the GEMVs that read them
+  // (decode-sized batches only; the tensor-core path reads floats).
+  std::optional<cu::QuantizedRowsBuffer> quantized_rows(int n, int cols) {
+    if (n > cu::kGemvLargestBatch) return std::nullopt;
+    return cu::quantized_rows_in(matmul_scratch_.activations_q8, n, cols);
   }
 
   // Lays the batch's integers out in one staging buffer and sends them in one copy:
@@ -393,9 +406,42 @@ class LlamaCudaModel final : public Model {
     return layout;
   }
 
+  // A pass of decode tokens only (one per sequence, each wanting logits, no image features)
+  // is the same launches for every pass of that many tokens whose contexts share a bucket:
+  // it is recorded once as a CUDA graph and replayed. Other passes launch kernel by kernel.
+  static bool is_decode_pass(std::span<const SequenceSlice> batch, int n, int wanted) {
+    if (n > cu::kGemvLargestBatch || wanted != n) return false;
+    return std::all_of(batch.begin(), batch.end(),
+                       [](const SequenceSlice& s) { return s.tokens.size() == 1 && s.embeddings.empty(); });
+  }
+
   void run(std::span<const SequenceSlice> batch, int n, int wanted) {
-    const auto& s = h_.shapes;
     const cu::BatchLayout layout = upload_batch(batch, n, wanted);
+    if (use_graphs_ && is_decode_pass(batch, n, wanted)) {
+      const std::pair<int, int> key{n, cu::decode_context_bucket(layout.decode_context)};
+      auto graph = decode_graphs_.find(key);
+      if (graph == decode_graphs_.end()) {
+        stream_.begin_capture();
+        try {
+          launch_pass(batch, layout, n, wanted);
+        } catch (...) {
+          stream_.abort_capture();
+          throw;
+        }
+        graph = decode_graphs_.emplace(key, stream_.end_capture()).first;
+      }
+      graph->second.launch(stream_);
+    } else {
+      launch_pass(batch, layout, n, wanted);
+    }
+    if (wanted > 0)
+      stream_.copy_to_host(logits_host_.data(), logits_.data(), static_cast<size_t>(wanted) * h_.shapes.vocab * sizeof(float));
+    stream_.synchronize("the forward pass on the GPU");
+  }
+
+  // Every kernel of one pass, queued on the stream (or recorded into a graph).
+  void launch_pass(std::span<const SequenceSlice> batch, const cu::BatchLayout& layout, int n, int wanted) {
+    const auto& s = h_.shapes;
     float* x = x_.as<float>();
     cu::embed(embedding_, inputs_.as<int32_t>(), n, x, stream_);
     int row = 0;
@@ -405,10 +451,19 @@ class LlamaCudaModel final : public Model {
           stream_.copy_to_device(x + static_cast<size_t>(row) * s.d_model, slice.embeddings[t], sizeof(float) * s.d_model);
 
     float *normed = normed_.as<float>(), *qkv = qkv_.as<float>(), *attn = attn_.as<float>();
+    const auto normed_q8 = quantized_rows(n, s.d_model), hidden_q8 = quantized_rows(n, s.ffn);
+    const auto view = [n](const std::optional<cu::QuantizedRowsBuffer>& q, int cols) {
+      return q ? std::optional<cu::QuantizedRows>(q->view(n, cols)) : std::nullopt;
+    };
+    const auto normed_view = view(normed_q8, s.d_model), hidden_view = view(hidden_q8, s.ffn);
+    const cu::QuantizedRows* normed_in = normed_view ? &*normed_view : nullptr;
+    const cu::QuantizedRows* hidden_in = hidden_view ? &*hidden_view : nullptr;
+    const cu::QuantizedRowsBuffer* normed_out = normed_q8 ? &*normed_q8 : nullptr;
+    const cu::QuantizedRowsBuffer* hidden_out = hidden_q8 ? &*hidden_q8 : nullptr;
     for (int l = 0; l < s.n_layers; ++l) {
       const auto& layer = layers_[l];
-      cu::rms_norm(x, layer.attn_norm, normed, n, s.d_model, h_.rms_eps, stream_);
-      matmul_group(layer.qkv, normed, s.d_model, n, qkv, qkv_width());
+      cu::rms_norm(x, layer.attn_norm, normed, n, s.d_model, h_.rms_eps, stream_, normed_out);
+      matmul_group(layer.qkv, normed, s.d_model, n, qkv, qkv_width(), normed_in);
       cu::QkvPostArgs post;
       post.qkv = qkv;
       post.ld = qkv_width();
@@ -425,20 +480,18 @@ class LlamaCudaModel final : public Model {
       cu::qkv_post(post, layout, pool_, stream_);
       cu::attention(qkv, qkv_width(), attn, s.n_heads, layout, pool_, l, attention_scratch_, stream_);
       cu::matmul(layer.attn_output, attn, q_width(), n, x, s.d_model, true, matmul_scratch_, stream_);
-      cu::rms_norm(x, layer.ffn_norm, normed, n, s.d_model, h_.rms_eps, stream_);
-      matmul_group(layer.gate_up, normed, s.d_model, n, gate_up_.as<float>(), 2 * s.ffn);
-      cu::silu_mul(gate_up_.as<float>(), hidden_.as<float>(), n, s.ffn, stream_);
-      cu::matmul(layer.down, hidden_.as<float>(), s.ffn, n, x, s.d_model, true, matmul_scratch_, stream_);
+      cu::rms_norm(x, layer.ffn_norm, normed, n, s.d_model, h_.rms_eps, stream_, normed_out);
+      matmul_group(layer.gate_up, normed, s.d_model, n, gate_up_.as<float>(), 2 * s.ffn, normed_in);
+      cu::silu_mul(gate_up_.as<float>(), hidden_.as<float>(), n, s.ffn, stream_, hidden_out);
+      cu::matmul(layer.down, hidden_.as<float>(), s.ffn, n, x, s.d_model, true, matmul_scratch_, stream_, hidden_in);
     }
     if (wanted > 0) {
       // Only each wanting slice's last position needs logits.
       cu::gather_rows(x, rows_, wanted, s.d_model, last_.as<float>(), stream_);
       cu::rms_norm(last_.as<float>(), output_norm_, last_normed_.as<float>(), wanted, s.d_model, h_.rms_eps, stream_);
       cu::matmul(output_, last_normed_.as<float>(), s.d_model, wanted, logits_.as<float>(), s.vocab, false,
-                 matmul_scratch_, stream_, /*always_gemv=*/true);
-      stream_.copy_to_host(logits_host_.data(), logits_.data(), static_cast<size_t>(wanted) * s.vocab * sizeof(float));
+                 matmul_scratch_, stream_, /*xq=*/nullptr, /*always_gemv=*/true);
     }
-    stream_.synchronize("the forward pass on the GPU");
   }
 
   const gguf::File& file_;
@@ -456,6 +509,15 @@ class LlamaCudaModel final : public Model {
   const int32_t* rows_ = nullptr;
   cu::MatmulScratch matmul_scratch_;
   cu::AttentionScratch attention_scratch_;
+  // Recorded decode passes by (tokens, context bucket); SPLASH_CUDA_GRAPHS=0 turns them off
+  // (to compare, or to debug kernel by kernel).
+  bool use_graphs_ = graphs_enabled();
+  std::map<std::pair<int, int>, cu::Graph> decode_graphs_;
+
+  static bool graphs_enabled() {
+    const char* value = std::getenv("SPLASH_CUDA_GRAPHS");
+    return !value || std::string_view(value) != "0";
+  }
 };
 
 }  // namespace
