@@ -11,6 +11,8 @@
 #   tools/gpu_session.sh part N    keeps .gpu/parts/<model>.partN (carried in this call) for later
 #   tools/gpu_session.sh real      joins the parts, checks the sha256, greedy identity on the
 #                                  real model against the CPU path
+#   tools/gpu_session.sh peer      llama.cpp's CUDA build on the Qwen3-8B-shape file; then, in the
+#   tools/gpu_session.sh bench8b   next call on the warm machine, splash on the same file
 #
 # Phases that need files a cold machine lost (parts, binaries) say so and skip.
 set -uo pipefail
@@ -152,15 +154,7 @@ phase_kernels() {
 phase_bench() {
   [ -x .gpu/bin/splash ] || { row bench "skipped: no splash binary carried"; return; }
   local model=$KEEP/qwen3-8b-q4km.gguf
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/whl/*.whl && export PYTHONPATH=/tmp/site
-  if [ ! -f "$model" ]; then
-    local sets=(--set output=Q6_K)
-    for l in $(seq 0 2 35); do sets+=(--set "blk.$l.attn_v=Q6_K" --set "blk.$l.ffn_down=Q6_K"); done
-    python3 tools/make_random_llama.py --tokenizer-from .gpu/tokenizer-qwen2.gguf --arch qwen3 --d-model 4096 \
-      --heads 32 --kv-heads 8 --head-dim 128 --ffn 12288 --layers 36 --context 40960 --all Q4_K "${sets[@]}" \
-      --out "$model" 2> "$OUT/make_8b.log" || { row bench "failed to make the model"; return; }
-  fi
-  ls -la "$model"
+  make_8b "$model" || { row bench "failed to make the model"; return; }
   splash bench --device cuda -m "$model" --prompt-sizes 512,4096 --decode-tokens 128 --repetitions 3 \
     --decode-depths 8192,32768 --parallel 1,4,16,64 --json \
     > "$OUT/bench_8b.txt" 2> "$OUT/bench_8b.err"
@@ -174,6 +168,46 @@ phase_bench() {
     --repetitions 3 --json > "$OUT/bench_8b_no_graphs.txt" 2> /dev/null
   row "bench, no CUDA graphs" "$(grep -E '^decode' "$OUT/bench_8b_no_graphs.txt" | tr '\n' ';')"
   record bench_8b_no_graphs "$(tail -n 1 "$OUT/bench_8b_no_graphs.txt" | grep '^{' || echo '{}')"
+}
+
+make_8b() {  # make_8b PATH: the Qwen3-8B-shape random GGUF, unless this warm machine has it
+  local model=$1
+  [ -f "$model" ] && return 0
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/whl/*.whl && export PYTHONPATH=/tmp/site
+  local sets=(--set output=Q6_K)
+  for l in $(seq 0 2 35); do sets+=(--set "blk.$l.attn_v=Q6_K" --set "blk.$l.ffn_down=Q6_K"); done
+  python3 tools/make_random_llama.py --tokenizer-from .gpu/tokenizer-qwen2.gguf --arch qwen3 --d-model 4096 \
+    --heads 32 --kv-heads 8 --head-dim 128 --ffn 12288 --layers 36 --context 40960 --all Q4_K "${sets[@]}" \
+    --out "$model" 2> "$OUT/make_8b.log"
+  ls -la "$model"
+}
+
+# The peer, llama.cpp's CUDA build (.gpu/llama-cuda.tar.xz from tools/llamacpp_cuda.sh), on the
+# same file: llama-bench (prefill 512/4096, decode 128, decode at depth 8K/32K) and
+# llama-batched-bench (aggregate decode of 1/4/16/64 sequences after 512-token prompts), flash
+# attention on, every layer on the GPU. The splash side runs in the next call (phase bench8b)
+# on this warm machine, so both numbers come from one lease.
+phase_peer() {
+  [ -f .gpu/llama-cuda.tar.xz ] || { row peer "skipped: no .gpu/llama-cuda.tar.xz carried"; return; }
+  tar -C "$KEEP" -xJf .gpu/llama-cuda.tar.xz
+  local model=$KEEP/qwen3-8b-q4km.gguf bin=$KEEP/llama
+  make_8b "$model" || { row peer "failed to make the model"; return; }
+  LD_LIBRARY_PATH="$bin" timeout 300 "$bin/llama-bench" -m "$model" -ngl 99 -fa 1 -p 512,4096 -n 128 -r 3 -o json \
+    > "$OUT/peer_bench.json" 2> "$OUT/peer_bench.err"
+  row "llama-bench pp512/pp4096/tg128" "rc=$? $(python3 -c "
+import json; print('; '.join(f\"{'pp'+str(r['n_prompt']) if r['n_prompt'] else 'tg'+str(r['n_gen'])}: {r['avg_ts']:.1f} tok/s\" for r in json.load(open('$OUT/peer_bench.json'))))" 2>&1)"
+  LD_LIBRARY_PATH="$bin" timeout 300 "$bin/llama-bench" -m "$model" -ngl 99 -fa 1 -p 0 -n 128 -d 8192,32768 -r 2 -o json \
+    > "$OUT/peer_depth.json" 2> "$OUT/peer_depth.err"
+  row "llama-bench tg128 at depth 8K/32K" "rc=$? $(python3 -c "
+import json; print('; '.join(f\"d{r['n_depth']}: {r['avg_ts']:.1f} tok/s\" for r in json.load(open('$OUT/peer_depth.json'))))" 2>&1)"
+  LD_LIBRARY_PATH="$bin" timeout 300 "$bin/llama-batched-bench" -m "$model" -ngl 99 -fa on -c 45056 -b 2048 -ub 512 \
+    -npp 512 -ntg 128 -npl 1,4,16,64 > "$OUT/peer_batched.txt" 2> "$OUT/peer_batched.err"
+  row "llama-batched-bench 512+128 x 1/4/16/64" "rc=$? $(grep -E '^\|\s+512' "$OUT/peer_batched.txt" | awk -F'|' '{printf "B=%s S_TG=%s; ", $4, $10}')"
+}
+
+# splash on the Qwen3-8B-shape file alone (the second call of a side-by-side after phase peer).
+phase_bench8b() {
+  phase_bench
 }
 
 phase_part() {
@@ -206,7 +240,9 @@ case "${1:-tests}" in
   part) phase_part "$2" ;;
   real) phase_real ;;
   bench) phase_kernels; phase_bench ;;
-  *) echo "usage: $0 tests|part N|real|bench" >&2; exit 2 ;;
+  peer) phase_peer ;;
+  bench8b) phase_bench8b ;;
+  *) echo "usage: $0 tests|quick|serve|bench|peer|bench8b|part N|real" >&2; exit 2 ;;
 esac
 echo
 cat "$SUMMARY"

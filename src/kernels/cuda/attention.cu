@@ -326,6 +326,208 @@ __global__ void __launch_bounds__(kTileThreads)
   for (int i = 0; i < kDims; ++i) o[i] = acc[i] * inverse;
 }
 
+// --- prompt chunks on the tensor cores ----------------------------------------------------
+// Flash attention with mma.sync (f16 operands, f32 accumulation) for f16 and int8 pools: a
+// thread block per (tile, kv head), a warp per 16 query rows (the tile's tokens x the group's
+// heads, as the SIMT kernel lays them out), K/V read 64 positions at a time into shared
+// memory as f16 (int8 rows times their scale), scores and the softmax-weighted values kept in
+// mma fragments, the softmax online in base 2. The f32 pool (exact checks) keeps the SIMT kernel.
+constexpr int kMmaPositions = 64;  // K/V positions per step
+
+template <int HD>
+constexpr int mma_warps() { return HD == 64 ? 8 : 4; }  // 16 rows each: the SIMT tile's rows
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p)));
+}
+// c += a (16x16, row) . b (16x8, col)
+__device__ __forceinline__ void mma_16x8x16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+template <int HD, KvElement E>
+__global__ void __launch_bounds__(mma_warps<HD>() * 32)
+    attention_tile_mma_kernel(const float* __restrict__ qkv, int ld, int n_heads, BatchLayout batch, KvPool pool,
+                              int layer, float scale, float* __restrict__ out) {
+  constexpr int kWarps = mma_warps<HD>(), kThreads = kWarps * 32, kRows = kWarps * 16;
+  constexpr int kStride = HD + 8;  // halves per shared row: ldmatrix rows fall in distinct banks
+  constexpr int kSteps = HD / 16;  // k-steps of q . k
+  static_assert(kRows * kStride <= 2 * kMmaPositions * kStride, "q is staged where K and V go");
+  __shared__ __align__(16) __half smem[2][kMmaPositions][kStride];  // K, V (q before them)
+  __half(*keys)[kStride] = smem[0];
+  __half(*values)[kStride] = smem[1];
+  __half* staged_q = &smem[0][0][0];
+
+  const int group = n_heads / pool.n_kv_heads;
+  const int first = batch.tiles[2 * blockIdx.x], count = batch.tiles[2 * blockIdx.x + 1];
+  const int kv_head = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int32_t* table = batch.block_tables + batch.table_offsets[first];
+  const int last = batch.positions[first + count - 1];
+
+  // The tile's q rows (token r / group, head r % group), scaled by 1/sqrt(d) and log2(e),
+  // as f16 in shared memory, then each warp's 16 rows as A fragments in registers.
+  for (int i = threadIdx.x; i < kRows * (HD / 4); i += kThreads) {
+    const int r = i / (HD / 4), d = (i % (HD / 4)) * 4;
+    const int token = min(r / group, count - 1), head = kv_head * group + r % group;
+    const float4 v = *reinterpret_cast<const float4*>(qkv + static_cast<size_t>(first + token) * ld +
+                                                      static_cast<size_t>(head) * HD + d);
+    const float f = scale * 1.4426950408889634f;
+    *reinterpret_cast<uint2*>(staged_q + r * kStride + d) = make_uint2(pack_half2(v.x * f, v.y * f), pack_half2(v.z * f, v.w * f));
+  }
+  __syncthreads();
+  uint32_t qa[kSteps][4];
+  {
+    const int m = lane / 8, r = warp * 16 + (m % 2) * 8 + lane % 8;
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k) ldmatrix_x4(qa[k], staged_q + r * kStride + k * 16 + (m / 2) * 8);
+  }
+  // This thread's two rows (g and g + 8 of the warp's 16): their positions bound the causal mask.
+  int row_pos[2];
+  bool row_valid[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = warp * 16 + g + 8 * h, token = r / group;
+    row_valid[h] = token < count;
+    row_pos[h] = batch.positions[first + min(token, count - 1)];
+  }
+  float o[HD / 8][4] = {};
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+
+  for (int p0 = 0; p0 <= last; p0 += kMmaPositions) {
+    __syncthreads();  // q staged, or the previous step's K/V read
+    // K and V of positions p0.. as f16: a thread per 16 consecutive elements of a row.
+    constexpr int kChunks = HD / 16;
+    for (int i = threadIdx.x; i < 2 * kMmaPositions * kChunks; i += kThreads) {
+      const int which = i / (kMmaPositions * kChunks), j = i % (kMmaPositions * kChunks);
+      const int slot_in_step = j / kChunks, d = (j % kChunks) * 16;
+      const int p = p0 + slot_in_step;
+      uint32_t halves[8];
+      if (p > last) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) halves[k] = 0;
+      } else {
+        const int block = table[p / kKvBlockTokens], slot = p % kKvBlockTokens;
+        const size_t index = kv_index(pool, layer, block, which, kv_head, slot) + d;
+        if constexpr (E == KvElement::I8) {
+          const uint4 raw = *reinterpret_cast<const uint4*>(pool.data + index);
+          const float sc = pool.scales[kv_scale_index(pool, layer, block, which, kv_head, slot)];
+          const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const uint32_t biased = words[k] ^ 0x80808080u;
+            float f[4];
+#pragma unroll
+            for (int b = 0; b < 4; ++b) f[b] = (__uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7440 | b)) - 8388736.0f) * sc;
+            halves[2 * k] = pack_half2(f[0], f[1]), halves[2 * k + 1] = pack_half2(f[2], f[3]);
+          }
+        } else {
+          const uint4* from = reinterpret_cast<const uint4*>(pool.data + index * 2);
+          const uint4 a = from[0], b = from[1];
+          halves[0] = a.x, halves[1] = a.y, halves[2] = a.z, halves[3] = a.w;
+          halves[4] = b.x, halves[5] = b.y, halves[6] = b.z, halves[7] = b.w;
+        }
+      }
+      __half* to = &smem[which][slot_in_step][d];
+      reinterpret_cast<uint4*>(to)[0] = make_uint4(halves[0], halves[1], halves[2], halves[3]);
+      reinterpret_cast<uint4*>(to)[1] = make_uint4(halves[4], halves[5], halves[6], halves[7]);
+    }
+    __syncthreads();
+
+    // Scores of the warp's 16 rows against the 64 positions: 8 tiles of 8 positions.
+    float sc[kMmaPositions / 8][4] = {};
+#pragma unroll
+    for (int nt = 0; nt < kMmaPositions / 8; nt += 2)
+#pragma unroll
+      for (int k = 0; k < kSteps; ++k) {
+        uint32_t b[4];
+        const int m = lane / 8;
+        ldmatrix_x4(b, &keys[(nt + m / 2) * 8 + lane % 8][k * 16 + (m % 2) * 8]);
+        mma_16x8x16(sc[nt], qa[k], b[0], b[1]);
+        mma_16x8x16(sc[nt + 1], qa[k], b[2], b[3]);
+      }
+    // Causal mask and the online softmax, per row (a row's 64 scores lie in the 4 threads
+    // of a quad).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float best = row_max[h];
+#pragma unroll
+      for (int nt = 0; nt < kMmaPositions / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int p = p0 + nt * 8 + 2 * c + e;
+          float& v = sc[nt][2 * h + e];
+          if (p > row_pos[h]) v = -INFINITY;
+          best = fmaxf(best, v);
+        }
+      best = fmaxf(best, __shfl_xor_sync(0xFFFFFFFFu, best, 1));
+      best = fmaxf(best, __shfl_xor_sync(0xFFFFFFFFu, best, 2));
+      const float correction = best == -INFINITY ? 1.0f : exp2f(row_max[h] - best);
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < kMmaPositions / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& v = sc[nt][2 * h + e];
+          v = best == -INFINITY ? 0.0f : exp2f(v - best);
+          sum += v;
+        }
+      row_sum[h] = row_sum[h] * correction + sum;  // the quad's partial sums, added up at the end
+      row_max[h] = best;
+#pragma unroll
+      for (int dt = 0; dt < HD / 8; ++dt) o[dt][2 * h] *= correction, o[dt][2 * h + 1] *= correction;
+    }
+    // o += p . v, the probabilities as A fragments straight from the score fragments.
+#pragma unroll
+    for (int kk = 0; kk < kMmaPositions / 16; ++kk) {
+      const uint32_t pa[4] = {pack_half2(sc[2 * kk][0], sc[2 * kk][1]), pack_half2(sc[2 * kk][2], sc[2 * kk][3]),
+                              pack_half2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                              pack_half2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+#pragma unroll
+      for (int dt = 0; dt < HD / 8; dt += 2) {
+        uint32_t b[4];
+        const int m = lane / 8;
+        ldmatrix_x4_trans(b, &values[kk * 16 + (m % 2) * 8 + lane % 8][(dt + m / 2) * 8]);
+        mma_16x8x16(o[dt], pa, b[0], b[1]);
+        mma_16x8x16(o[dt + 1], pa, b[2], b[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float total = row_sum[h];
+    total += __shfl_xor_sync(0xFFFFFFFFu, total, 1);
+    total += __shfl_xor_sync(0xFFFFFFFFu, total, 2);
+    if (!row_valid[h]) continue;
+    const int r = warp * 16 + g + 8 * h;
+    const int t = first + r / group, head = kv_head * group + r % group;
+    const float inverse = total > 0.0f ? 1.0f / total : 0.0f;
+    float* row = out + static_cast<size_t>(t) * n_heads * HD + static_cast<size_t>(head) * HD;
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; ++dt)
+      *reinterpret_cast<float2*>(row + dt * 8 + 2 * c) = make_float2(o[dt][2 * h] * inverse, o[dt][2 * h + 1] * inverse);
+  }
+}
+
 template <int HD>
 __global__ void merge_splits_kernel(const float* __restrict__ partials, int splits, int n_heads,
                                     const int32_t* __restrict__ decode_tokens, float* __restrict__ out) {
@@ -439,7 +641,11 @@ void attention(const float* qkv, int ld, float* out, int n_heads, const BatchLay
       }
       if (batch.n_tiles > 0) {
         const dim3 grid(batch.n_tiles, pool.n_kv_heads);
-        attention_tile_kernel<HD, E><<<grid, kTileThreads, 0, s>>>(qkv, ld, n_heads, batch, pool, layer, scale, out);
+        if constexpr (E != KvElement::F32 && HD <= 128)
+          attention_tile_mma_kernel<HD, E><<<grid, mma_warps<HD>() * 32, 0, s>>>(qkv, ld, n_heads, batch, pool, layer,
+                                                                                scale, out);
+        else
+          attention_tile_kernel<HD, E><<<grid, kTileThreads, 0, s>>>(qkv, ld, n_heads, batch, pool, layer, scale, out);
       }
     });
   };

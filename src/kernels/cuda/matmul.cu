@@ -298,7 +298,7 @@ __global__ void to_f16_kernel(const float* __restrict__ x, int ldx, int n, int c
 
 cudaStream_t raw(Stream& stream) { return static_cast<cudaStream_t>(stream.handle()); }
 
-// The launch shapes gemv_q8_kernel is built in; the first of each size is the default.
+// The launch shapes gemv_q8_kernel is built in.
 constexpr GemvVariant kVariants[] = {
     {1, 1, 4}, {1, 2, 4}, {1, 1, 8}, {1, 2, 2},  // one activation row (decode at batch 1)
     {2, 1, 4}, {2, 2, 2},                        // two
@@ -307,7 +307,15 @@ constexpr GemvVariant kVariants[] = {
 };
 constexpr int kVariantCount = static_cast<int>(sizeof(kVariants) / sizeof(kVariants[0]));
 constexpr int kBucketTokens[kGemvBuckets] = {1, 2, 4, 8};
-constexpr int kDefaultVariant[kGemvBuckets] = {0, 4, 6, 8};
+
+// Without a tuned choice: what measured best on the H200 at the Qwen3-8B matrices (docs/PERF.md):
+// one activation row over tall matrices (gate_up, the head) keeps two rows per warp with two
+// parts in flight, mid-sized ones two rows with four, others one row with four; passes of
+// two and four rows share each activation load between two weight rows.
+int default_variant(int bucket, const DeviceWeight& w) {
+  if (bucket == 0) return w.rows >= 16384 ? 3 : w.rows >= 6144 && w.cols <= 4096 ? 1 : 0;
+  return bucket == 1 ? 5 : bucket == 2 ? 7 : 8;
+}
 
 QuantizedRows offset_rows(QuantizedRows q, int first, int count) {
   const int groups = q.cols / kGroup;
@@ -341,7 +349,9 @@ void launch_gemv(const DeviceWeight& w, const float* x, int ldx, int n, float* y
     for (int start = 0; start < n; start += kGemvMaxTokens) {
       const int count = std::min(kGemvMaxTokens, n - start);
       const int bucket = gemv_bucket(count);
-      int chosen = variant >= 0 ? variant : w.gemv_choice[bucket] >= 0 ? w.gemv_choice[bucket] : kDefaultVariant[bucket];
+      const int chosen = variant >= 0                 ? variant
+                         : w.gemv_choice[bucket] >= 0 ? w.gemv_choice[bucket]
+                                                      : default_variant(bucket, w);
       if (kVariants[chosen].tokens != kBucketTokens[bucket]) cuda_fail("gemv: the variant does not fit the pass size");
       launch_q8<T>(chosen, w, offset_rows(q, start, count), y + static_cast<size_t>(start) * ldy, ldy, acc, raw(stream));
     }
