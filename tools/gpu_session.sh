@@ -4,7 +4,7 @@
 # (summary.md) and JSON (summary.json) plus logs under $OUT.
 #
 #   tools/gpu_session.sh tests     GPU unit tests (kernels vs float64, random models vs the CPU
-#                                  path), compute-sanitizer memcheck + racecheck, serving
+#                                  path and vs HF transformers), compute-sanitizer memcheck + racecheck, serving
 #                                  through HTTP on the GPU, the Qwen3-8B-shape benchmark
 #   tools/gpu_session.sh quick     the same less serving and with a short memcheck (a lease
 #                                  nearly spent)
@@ -75,9 +75,32 @@ phase_fixtures() {
   ls -la "$KEEP/fixtures"
 }
 
+# Whole models against Hugging Face transformers (the machine's torch and transformers):
+# random float weights at Qwen3-8B's layer shapes and at Qwen2.5-1.5B's (two layers each),
+# reference logits by tools/hf_oracle.py, compared by CudaModelTest.MatchesTransformers.
+phase_oracle() {
+  local dir=$KEEP/oracle tok=.gpu/tokenizer-qwen2.gguf
+  mkdir -p "$dir"
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/whl/*.whl 2>/dev/null
+  export PYTHONPATH=/tmp/site
+  [ -f "$dir/qwen3-8b-shape.gguf" ] || python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen3 \
+    --d-model 4096 --heads 32 --kv-heads 8 --head-dim 128 --ffn 12288 --layers 2 --rope-base 1000000 --eps 1e-6 \
+    --context 4096 --all F16 --out "$dir/qwen3-8b-shape.gguf" 2>> "$OUT/oracle.log"
+  [ -f "$dir/qwen2.5-1.5b-shape.gguf" ] || python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen2 \
+    --d-model 1536 --heads 12 --kv-heads 2 --ffn 8960 --layers 2 --rope-base 1000000 --eps 1e-6 --context 4096 \
+    --all F16 --out "$dir/qwen2.5-1.5b-shape.gguf" 2>> "$OUT/oracle.log"
+  for model in "$dir"/*.gguf; do
+    python3 tools/hf_oracle.py --gguf "$model" --prompt-tokens 24 --steps 4 >> "$OUT/oracle.log" 2>&1
+  done
+  tail -n 6 "$OUT/oracle.log"
+  gtest hf_oracle 'CudaModelTest.MatchesTransformers' SPLASH_HF_ORACLE="$dir"
+  grep 'against transformers' "$OUT/hf_oracle.log" | tee -a "$SUMMARY"
+}
+
 phase_tests() {
   phase_fixtures
   gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"
+  phase_oracle
   phase_serve
   phase_kernels
   phase_bench
@@ -237,6 +260,7 @@ case "${1:-tests}" in
            .gpu/bin/splash_gpu_tests --gtest_filter='CudaModelTest.BatchOfTwo*' > "$OUT/memcheck.log" 2>&1
          row "memcheck (model batch test)" "rc=$?" ;;
   serve) phase_fixtures; phase_serve ;;
+  oracle) phase_oracle ;;
   part) phase_part "$2" ;;
   real) phase_real ;;
   bench) phase_kernels; phase_bench ;;

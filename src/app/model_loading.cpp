@@ -10,6 +10,7 @@
 #include "hub/model_cache.h"
 #include "hub/model_source.h"
 #include "hub/progress.h"
+#include "hub/splash_home.h"
 
 namespace splash::app {
 
@@ -55,6 +56,12 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::Lo
   }
   model::LoadOptions planned = options;
   planned.device = device.device;
+  // On the GPU the kernels' launch shapes are tuned at the first start and remembered.
+  planned.tune_kernels = true;
+  try {
+    planned.tuning_cache_dir = (hub::splash_home() / "tuning").string();
+  } catch (const Error&) {  // no home directory: tuned at every start
+  }
   planned.max_context = loaded->plan.max_context;
   if (options.kv_blocks < 0) {  // a server: the whole planned pool, shared by its sequences
     planned.kv_blocks = loaded->plan.kv_blocks;

@@ -46,6 +46,10 @@ struct LoadOptions {
   int kv_blocks = 0;    // blocks in the KV pool; 0: enough for one sequence of max_context
                         // (-1: for the app loader, the memory plan's pool)
   KvType kv_type = KvType::Q8;
+  // GPU: time the kernels' launch shapes for this model's matrices at load (else built-in
+  // choices), remembered in tuning_cache_dir (empty: not remembered).
+  bool tune_kernels = false;
+  std::string tuning_cache_dir;
 };
 
 // The most tokens one forward pass takes (the scratch memory of the memory plan is sized

@@ -93,6 +93,36 @@ TEST_F(CudaKernelBench, DISABLED_Gemv) {
       }
     }
   }
+  // Batched decode: the GEMV's passes of 8 rows against dequantize-to-f16 + cuBLAS, and the
+  // dequantization alone, at gate_up Q4_K.
+  {
+    const int rows = 24576, cols = 4096;
+    const GgmlType type = GgmlType::Q4_K;
+    const size_t bytes = cu::weight_row_bytes(type, cols) * rows;
+    const int copies = 5;
+    cu::DeviceBuffer w(bytes * copies);
+    stream.fill(w.data(), 0x11, bytes * copies);
+    std::vector<cu::DeviceWeight> weights;
+    for (int c = 0; c < copies; ++c) weights.push_back({type, w.as<uint8_t>() + bytes * c, rows, cols});
+    const auto x = random_floats(rng_, static_cast<size_t>(64) * cols);
+    const auto dx = to_device(x);
+    cu::DeviceBuffer y(static_cast<size_t>(64) * rows * sizeof(float));
+    int next = 0;
+    for (const int n : {8, 16, 32, 64}) {
+      const double gemv_us = time_us(stream, [&] {
+        cu::gemv(weights[next++ % copies], dx.as<float>(), cols, n, y.as<float>(), rows, false, scratch, stream);
+      }, 10, 4);
+      const double tc_us = time_us(stream, [&] {
+        cu::matmul_tensor_cores(weights[next++ % copies], dx.as<float>(), cols, n, y.as<float>(), rows, false, scratch,
+                                stream);
+      }, 10, 4);
+      std::printf("[ bench ] gate_up Q4_K %d rows: GEMV passes %.1f us, f16 + cuBLAS %.1f us\n", n, gemv_us, tc_us);
+    }
+    scratch.weight_f16.resize(static_cast<size_t>(rows) * cols * 2);
+    const double dq_us = time_us(stream, [&] { cu::dequantize_to_f16(weights[next++ % copies], scratch.weight_f16.data(), stream); }, 10, 4);
+    std::printf("[ bench ] dequantize gate_up Q4_K to f16: %.1f us (%.0f GB/s read + written)\n", dq_us,
+                (bytes + static_cast<double>(rows) * cols * 2) / dq_us / 1e3);
+  }
   for (const int cols : {4096, 12288}) {
     const auto x = random_floats(rng_, static_cast<size_t>(8) * cols);
     const auto dx = to_device(x);

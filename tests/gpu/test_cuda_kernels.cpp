@@ -142,8 +142,8 @@ TEST_F(CudaMatmulTest, EveryTypeAgainstFloat64) {
         cu::matmul(weight, dx.as<float>(), cols, n, dy.as<float>(), rows, accumulate, scratch, stream);
         stream.synchronize("matmul");
         const auto out = to_host<float>(dy, ref.size());
-        const bool int8_gemv = n <= 32 && !is_float_type(type);
-        const double tolerance = n > 32 ? 3e-3 : int8_gemv ? 1.5e-2 : 1e-5;
+        const bool int8_gemv = n <= cu::kGemvLargestBatch && !is_float_type(type);
+        const double tolerance = n > cu::kGemvLargestBatch ? 3e-3 : int8_gemv ? 1.5e-2 : 1e-5;
         EXPECT_LT(relative_error(out, ref), tolerance) << type_name(type) << " n=" << n << " accumulate=" << accumulate;
         if (int8_gemv) {
           EXPECT_LT(relative_error(out, reference(int8_activations(x, n, cols))), 1e-5)

@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/cuda_error.h"
 #include "kernels/cuda/kv_store.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace splash::kernels::cuda {
@@ -106,6 +107,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   const int heads = min(G, kv_head * group + group - first_head);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = lane / kLanesPerRow, first_dim = (lane % kLanesPerRow) * D;
+  wait_for_inputs();
+  allow_next_launch();
   const int t = batch.decode_tokens[index];
   const int length = batch.positions[t] + 1;
   const int start = split * chunk, end = min(start + chunk, length);
@@ -377,6 +380,8 @@ __global__ void __launch_bounds__(mma_warps<HD>() * 32)
   __half* staged_q = &smem[0][0][0];
 
   const int group = n_heads / pool.n_kv_heads;
+  wait_for_inputs();
+  allow_next_launch();
   const int first = batch.tiles[2 * blockIdx.x], count = batch.tiles[2 * blockIdx.x + 1];
   const int kv_head = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
@@ -532,6 +537,8 @@ template <int HD>
 __global__ void merge_splits_kernel(const float* __restrict__ partials, int splits, int n_heads,
                                     const int32_t* __restrict__ decode_tokens, float* __restrict__ out) {
   const size_t row = blockIdx.x;  // decode token index * n_heads + head
+  wait_for_inputs();
+  allow_next_launch();
   const float* p = partials + row * splits * (HD + 2);
   float best = -INFINITY;
   for (int s = 0; s < splits; ++s) best = fmaxf(best, p[s * (HD + 2)]);
@@ -628,22 +635,22 @@ void attention(const float* qkv, int ld, float* out, int n_heads, const BatchLay
       if (batch.n_decode > 0) {
         auto decode = [&]<int G>() {
           const dim3 grid(batch.n_decode, pool.n_kv_heads * ((group + G - 1) / G), splits);
-          attention_decode_kernel<HD, E, G><<<grid, kDecodeWarps * 32, 0, s>>>(qkv, ld, n_heads, batch, pool, layer,
-                                                                               chunk, splits, scale, partials, out);
+          launch_dependent(attention_decode_kernel<HD, E, G>, grid, dim3(kDecodeWarps * 32), s, qkv, ld, n_heads, batch,
+                           pool, layer, chunk, splits, scale, partials, out);
         };
         if (group == 1) decode.template operator()<1>();
         else if (group == 2) decode.template operator()<2>();
         else if (group <= 4) decode.template operator()<4>();
         else decode.template operator()<8>();
         if (splits > 1)
-          merge_splits_kernel<HD><<<static_cast<unsigned>(batch.n_decode * n_heads), HD, 0, s>>>(
-              partials, splits, n_heads, batch.decode_tokens, out);
+          launch_dependent(merge_splits_kernel<HD>, dim3(static_cast<unsigned>(batch.n_decode * n_heads)), dim3(HD), s,
+                           partials, splits, n_heads, batch.decode_tokens, out);
       }
       if (batch.n_tiles > 0) {
         const dim3 grid(batch.n_tiles, pool.n_kv_heads);
         if constexpr (E != KvElement::F32 && HD <= 128)
-          attention_tile_mma_kernel<HD, E><<<grid, mma_warps<HD>() * 32, 0, s>>>(qkv, ld, n_heads, batch, pool, layer,
-                                                                                scale, out);
+          launch_dependent(attention_tile_mma_kernel<HD, E>, grid, dim3(mma_warps<HD>() * 32), s, qkv, ld, n_heads,
+                           batch, pool, layer, scale, out);
         else
           attention_tile_kernel<HD, E><<<grid, kTileThreads, 0, s>>>(qkv, ld, n_heads, batch, pool, layer, scale, out);
       }

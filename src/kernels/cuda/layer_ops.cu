@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/activation_q8.cuh"
 #include "kernels/cuda/cuda_error.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/kv_store.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/quant_blocks.cuh"
@@ -32,6 +33,8 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
                                 int d, float eps, QuantizedRowsBuffer q) {
   const float* row = x + static_cast<size_t>(blockIdx.x) * d;
   float* o = out + static_cast<size_t>(blockIdx.x) * d;
+  wait_for_inputs();
+  allow_next_launch();  // the next matmul may start streaming its weights
   float sum = 0.0f;
   for (int i = threadIdx.x; i < d; i += kNormThreads) sum += row[i] * row[i];
   __shared__ float partial[kNormThreads / 32];
@@ -64,6 +67,8 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
 __global__ void silu_mul_kernel(const float* __restrict__ gate_up, float* __restrict__ out, int n, int ffn) {
   const size_t index = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (index >= static_cast<size_t>(n) * ffn) return;
+  wait_for_inputs();
+  allow_next_launch();
   const size_t t = index / ffn, i = index % ffn;
   const float g = gate_up[t * 2 * ffn + i], u = gate_up[t * 2 * ffn + ffn + i];
   out[index] = g / (1.0f + expf(-g)) * u;
@@ -76,6 +81,8 @@ __global__ void silu_mul_q8_kernel(const float* __restrict__ gate_up, float* __r
   const size_t index = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (index >= static_cast<size_t>(n) * groups) return;
   const int t = static_cast<int>(index / groups), g = static_cast<int>(index % groups);
+  wait_for_inputs();
+  allow_next_launch();
   const float4* gate = reinterpret_cast<const float4*>(gate_up + static_cast<size_t>(t) * 2 * ffn + g * kQ8Group);
   const float4* up = reinterpret_cast<const float4*>(gate_up + static_cast<size_t>(t) * 2 * ffn + ffn + g * kQ8Group);
   float v[16];
@@ -97,6 +104,8 @@ __global__ void embed_kernel(const uint8_t* __restrict__ table, int cols, const 
   const int part = blockIdx.y * blockDim.x + threadIdx.x;
   if (part >= parts) return;
   const int block = part / B::kParts, p = part % B::kParts;
+  wait_for_inputs();
+  allow_next_launch();
   const uint8_t* row = table + RowLayout<T>::row_bytes(cols) * ids[blockIdx.x];
   int pa, pb;
   B::columns(p, pa, pb);
@@ -108,6 +117,8 @@ __global__ void embed_kernel(const uint8_t* __restrict__ table, int cols, const 
 }
 
 __global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* rows, int d, float* __restrict__ out) {
+  wait_for_inputs();
+  allow_next_launch();
   const float* from = x + static_cast<size_t>(rows[blockIdx.x]) * d;
   float* to = out + static_cast<size_t>(blockIdx.x) * d;
   for (int i = threadIdx.x; i < d; i += blockDim.x) to[i] = from[i];
@@ -125,6 +136,8 @@ __global__ void __launch_bounds__(kQkvWarps * 32)
   const int total_heads = a.n_heads + 2 * a.n_kv_heads;
   if (head >= total_heads) return;
   const int t = blockIdx.x;
+  wait_for_inputs();
+  allow_next_launch();
   float* row = a.qkv + static_cast<size_t>(t) * a.ld + static_cast<size_t>(head) * HD;
   const int first = lane * kPerLane;
   float v[kPerLane];
@@ -205,9 +218,9 @@ void rms_norm(const float* x, const float* weight, float* out, int n, int d, flo
               const QuantizedRowsBuffer* quantized) {
   if (n == 0) return;
   if (quantized && (d % kQ8Group != 0 || n > kGemvLargestBatch))
-    cuda_fail("rms_norm: an int8 copy needs at most 32 rows whose width is a multiple of 16");
-  rms_norm_kernel<<<n, kNormThreads, 0, raw(stream)>>>(x, weight, out, d, eps,
-                                                       quantized ? *quantized : QuantizedRowsBuffer{});
+    cuda_fail("rms_norm: an int8 copy needs at most kGemvLargestBatch rows whose width is a multiple of 16");
+  launch_dependent(rms_norm_kernel, dim3(n), dim3(kNormThreads), raw(stream), x, weight, out, d, eps,
+                   quantized ? *quantized : QuantizedRowsBuffer{});
 }
 
 void silu_mul(const float* gate_up, float* out, int n, int ffn, Stream& stream, const QuantizedRowsBuffer* quantized) {
@@ -215,13 +228,14 @@ void silu_mul(const float* gate_up, float* out, int n, int ffn, Stream& stream, 
   if (elements == 0) return;
   if (quantized) {
     if (ffn % kQ8Group != 0 || n > kGemvLargestBatch)
-      cuda_fail("silu_mul: an int8 copy needs at most 32 rows whose width is a multiple of 16");
+      cuda_fail("silu_mul: an int8 copy needs at most kGemvLargestBatch rows whose width is a multiple of 16");
     const size_t threads = elements / kQ8Group;
-    silu_mul_q8_kernel<<<static_cast<unsigned>((threads + 127) / 128), 128, 0, raw(stream)>>>(gate_up, out, n, ffn,
-                                                                                              *quantized);
+    launch_dependent(silu_mul_q8_kernel, dim3(static_cast<unsigned>((threads + 127) / 128)), dim3(128), raw(stream),
+                     gate_up, out, n, ffn, *quantized);
     return;
   }
-  silu_mul_kernel<<<static_cast<unsigned>((elements + 255) / 256), 256, 0, raw(stream)>>>(gate_up, out, n, ffn);
+  launch_dependent(silu_mul_kernel, dim3(static_cast<unsigned>((elements + 255) / 256)), dim3(256), raw(stream), gate_up,
+                   out, n, ffn);
 }
 
 void embed(const DeviceWeight& table, const int32_t* ids, int n, float* x, Stream& stream) {
@@ -229,13 +243,13 @@ void embed(const DeviceWeight& table, const int32_t* ids, int n, float* x, Strea
   dispatch_weight_type(table.type, [&]<GgmlType T>() {
     const int parts = table.cols / Block<T>::kElements * Block<T>::kParts;
     const dim3 grid(n, (parts + 127) / 128);
-    embed_kernel<T><<<grid, 128, 0, raw(stream)>>>(table.data, table.cols, ids, x);
+    launch_dependent(embed_kernel<T>, grid, dim3(128), raw(stream), table.data, table.cols, ids, x);
   });
 }
 
 void gather_rows(const float* x, const int32_t* rows, int n, int d, float* out, Stream& stream) {
   if (n == 0) return;
-  gather_rows_kernel<<<n, 256, 0, raw(stream)>>>(x, rows, d, out);
+  launch_dependent(gather_rows_kernel, dim3(n), dim3(256), raw(stream), x, rows, d, out);
 }
 
 size_t KvPool::half_block_elements() const {
@@ -275,9 +289,9 @@ void qkv_post(const QkvPostArgs& args, const BatchLayout& batch, const KvPool& p
   cudaStream_t s = raw(stream);
   dispatch_kv_element(pool.element, [&]<KvElement E>() {
     switch (args.head_dim) {
-      case 64: return qkv_post_kernel<64, E><<<grid, kQkvWarps * 32, 0, s>>>(args, batch, pool);
-      case 128: return qkv_post_kernel<128, E><<<grid, kQkvWarps * 32, 0, s>>>(args, batch, pool);
-      case 256: return qkv_post_kernel<256, E><<<grid, kQkvWarps * 32, 0, s>>>(args, batch, pool);
+      case 64: return launch_dependent(qkv_post_kernel<64, E>, grid, dim3(kQkvWarps * 32), s, args, batch, pool);
+      case 128: return launch_dependent(qkv_post_kernel<128, E>, grid, dim3(kQkvWarps * 32), s, args, batch, pool);
+      case 256: return launch_dependent(qkv_post_kernel<256, E>, grid, dim3(kQkvWarps * 32), s, args, batch, pool);
       default: cuda_fail("qkv_post: head size " + std::to_string(args.head_dim) + " has no CUDA kernel (64, 128, 256)");
     }
   });

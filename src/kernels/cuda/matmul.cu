@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/activation_q8.cuh"
 #include "kernels/cuda/cuda_error.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/quant_blocks.cuh"
 
@@ -163,6 +164,8 @@ __global__ void quantize_kernel(const float* __restrict__ x, int ldx, int n, int
   const size_t index = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (index >= static_cast<size_t>(n) * groups) return;
   const int row = static_cast<int>(index / groups), g = static_cast<int>(index % groups);
+  wait_for_inputs();
+  allow_next_launch();
   float v[16];
   load16(x + static_cast<size_t>(row) * ldx + g * kGroup, v);
   store_q8_group(v, row, g, cols, codes, scales, sums);
@@ -200,6 +203,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   for (int m = 0; m < M; ++m)
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
+  bool waited = false;
   for (int base = lane; base < parts; base += 32 * U) {
     typename B::Raw raw[U][R];
 #pragma unroll
@@ -209,6 +213,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll
       for (int r = 0; r < R; ++r) raw[u][r] = B::load(w.quants(row[r], block), w.header(row[r], block), p);
     }
+    if (!waited) wait_for_inputs(), waited = true;  // the first weights are on their way: now x
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int part = base + 32 * u;
@@ -235,6 +240,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
       }
     }
   }
+  if (!waited) wait_for_inputs();  // (a row shorter than one pass)
+  allow_next_launch();
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll
@@ -280,13 +287,19 @@ __global__ void dequantize_kernel(Rows<T> w, int rows, int cols, __half* __restr
   Run a, b;
   B::decode(w.quants(row, block), w.header(row, block), p, a, b);
   __half* o = out + static_cast<size_t>(row) * cols + block * B::kElements;
+  // Each run's 16 halves as two 16-byte stores.
+  auto store_run = [](const Run& r, __half* to) {
+    uint32_t words[8];
 #pragma unroll
-  for (int j = 0; j < 16; j += 2) {
-    *reinterpret_cast<__half2*>(o + pa + j) =
-        __floats2half2_rn(fmaf(a.d, a.q[j], a.m), fmaf(a.d, a.q[j + 1], a.m));
-    *reinterpret_cast<__half2*>(o + pb + j) =
-        __floats2half2_rn(fmaf(b.d, b.q[j], b.m), fmaf(b.d, b.q[j + 1], b.m));
-  }
+    for (int j = 0; j < 8; ++j) {
+      const __half2 h = __floats2half2_rn(fmaf(r.d, r.q[2 * j], r.m), fmaf(r.d, r.q[2 * j + 1], r.m));
+      words[j] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+    reinterpret_cast<uint4*>(to)[0] = make_uint4(words[0], words[1], words[2], words[3]);
+    reinterpret_cast<uint4*>(to)[1] = make_uint4(words[4], words[5], words[6], words[7]);
+  };
+  store_run(a, o + pa);
+  store_run(b, o + pb);
 }
 
 __global__ void to_f16_kernel(const float* __restrict__ x, int ldx, int n, int cols, __half* __restrict__ out) {
@@ -327,8 +340,8 @@ template <GgmlType T, int I>
 void launch_q8_variant(const DeviceWeight& w, const QuantizedRows& x, float* y, int ldy, int accumulate, cudaStream_t s) {
   constexpr GemvVariant v = kVariants[I];
   const int per_block = kGemvWarps * v.rows;
-  gemv_q8_kernel<T, v.tokens, v.rows, v.parts><<<(w.rows + per_block - 1) / per_block, kGemvWarps * 32, 0, s>>>(
-      rows_of<T>(w), w.rows, x, x.n, y, ldy, accumulate);
+  launch_dependent(gemv_q8_kernel<T, v.tokens, v.rows, v.parts>, dim3((w.rows + per_block - 1) / per_block),
+                   dim3(kGemvWarps * 32), s, rows_of<T>(w), w.rows, x, x.n, y, ldy, accumulate);
 }
 
 template <GgmlType T>
@@ -435,8 +448,8 @@ QuantizedRows quantize_rows(const float* x, int ldx, int n, int cols, DeviceBuff
   const QuantizedRowsBuffer q = quantized_rows_in(into, n, cols);
   const size_t threads = static_cast<size_t>(n) * (cols / kGroup);
   if (threads > 0)
-    quantize_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, raw(stream)>>>(x, ldx, n, cols, q.codes,
-                                                                                           q.scales, q.sums);
+    launch_dependent(quantize_kernel, dim3(static_cast<unsigned>((threads + 255) / 256)), dim3(256), raw(stream), x, ldx,
+                     n, cols, q.codes, q.scales, q.sums);
   return q.view(n, cols);
 }
 
@@ -462,6 +475,11 @@ void dequantize_to_f16(const DeviceWeight& w, void* out_f16, Stream& stream) {
 void matmul(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
             MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq, bool always_gemv) {
   if (n <= kGemvLargestBatch || always_gemv) return gemv(w, x, ldx, n, y, ldy, accumulate, scratch, stream, xq);
+  matmul_tensor_cores(w, x, ldx, n, y, ldy, accumulate, scratch, stream);
+}
+
+void matmul_tensor_cores(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
+                         MatmulScratch& scratch, Stream& stream) {
   scratch.weight_f16.resize(static_cast<size_t>(w.rows) * w.cols * sizeof(__half));
   scratch.activations_f16.resize(static_cast<size_t>(n) * w.cols * sizeof(__half));
   dequantize_to_f16(w, scratch.weight_f16.data(), stream);

@@ -76,8 +76,9 @@ struct MatmulScratch {
 };
 
 // Up to this many activation rows a matmul runs as GEMV passes (8 rows each) over the
-// quantized weights; more dequantize the matrix to f16 for one cuBLAS GEMM.
-constexpr int kGemvLargestBatch = 32;
+// quantized weights; more dequantize the matrix to f16 for one cuBLAS GEMM (on the H200 the
+// two meet at 16 rows: docs/PERF.md).
+constexpr int kGemvLargestBatch = 16;
 
 // y[t][r] (+)= sum_c w[r][c] * x[t][c] for t < n. Few rows (decode, verify blocks) stream the
 // quantized weights once per 8 rows (GEMV: integer types against int8 activations, a scale
@@ -91,6 +92,10 @@ void matmul(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int
 // the pass size, or -1 for the weight's choice).
 void gemv(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
           MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq = nullptr, int variant = -1);
+// The tensor-core path alone: w dequantized to f16, x converted to f16, one cuBLAS GEMM with
+// float accumulation (for tests and the benchmark of where it overtakes the GEMV).
+void matmul_tensor_cores(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
+                         MatmulScratch& scratch, Stream& stream);
 // w as f16 [rows][cols] (the tensor-core path's first half; tests check it exactly).
 void dequantize_to_f16(const DeviceWeight& w, void* out_f16, Stream& stream);
 

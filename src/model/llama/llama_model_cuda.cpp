@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/ops.h"
+#include "model/cuda_gemv_tuning.h"
 #include "model/llama/llama_hparams.h"
 #include "model/llama/llama_model.h"
 
@@ -80,7 +81,7 @@ struct ScratchSizes {
   size_t activations = 0;  // float rows: x, normed, qkv, attn, gate_up, hidden, last rows, logits
   size_t weight_f16 = 0;       // the tensor-core path's f16 copy of the largest (stacked) matrix
   size_t activations_f16 = 0;  // and of its widest activations
-  size_t activations_q8 = 0;   // the GEMV's int8 activations (up to 32 rows of the widest)
+  size_t activations_q8 = 0;   // the GEMV's int8 activations (the head: up to kMaxBatchSequences rows of the widest)
   size_t attention = 0;    // split partials
   size_t inputs = 0;       // token ids, positions, block tables
   size_t total() const { return activations + weight_f16 + activations_f16 + activations_q8 + attention + inputs; }
@@ -107,9 +108,9 @@ ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
 
 struct CudaLayer {
   const float *attn_norm = nullptr, *ffn_norm = nullptr, *qkv_bias = nullptr, *q_norm = nullptr, *k_norm = nullptr;
-  std::vector<cu::DeviceWeight> qkv;  // one stacked [q; k; v] matrix, or three
+  std::vector<cu::DeviceWeight> qkv;  // [q; k; v] stacked, or runs of one type ([q; k], [v])
   cu::DeviceWeight attn_output;
-  std::vector<cu::DeviceWeight> gate_up;  // one stacked [gate; up] matrix, or two
+  std::vector<cu::DeviceWeight> gate_up;  // [gate; up] stacked, or apart when their types differ
   cu::DeviceWeight down;
 };
 
@@ -124,6 +125,7 @@ class LlamaCudaModel final : public Model {
     info_.kernel_shapes = "run-time shapes (CUDA kernels for any GGUF of the family)";
     load_weights();
     allocate(options);
+    if (options.tune_kernels) tune(options.tuning_cache_dir);
   }
 
   const ModelInfo& info() const override { return info_; }
@@ -180,24 +182,20 @@ class LlamaCudaModel final : public Model {
       arena += bytes;  // a whole number of 16-byte rows
       return offset;
     };
+    // Consecutive matrices of one type (q and k when v differs, as Q4_K_M mixes them) are
+    // stacked into one: one GEMV launch for each run.
     auto place_group = [&](std::initializer_list<const gguf::TensorInfo*> tensors) {
       std::vector<Planned> group;
-      const auto* first = *tensors.begin();
-      const bool same_type = std::all_of(tensors.begin(), tensors.end(), [&](auto* t) { return t->type == first->type; });
-      if (same_type) {  // rows of one layout, one after another
+      for (auto it = tensors.begin(); it != tensors.end();) {
+        const auto* first = *it;
         const size_t offset = arena;
         int rows = 0;
-        for (const auto* t : tensors) {
-          place_matrix(t);
-          rows += static_cast<int>(t->dims[1]);
+        for (; it != tensors.end() && (*it)->type == first->type; ++it) {
+          place_matrix(*it);
+          rows += static_cast<int>((*it)->dims[1]);
         }
         arena = offset + aligned(arena - offset);
         group.push_back({first->type, offset, rows, static_cast<int>(first->dims[0])});
-      } else {
-        for (const auto* t : tensors) {
-          group.push_back({t->type, place_matrix(t), static_cast<int>(t->dims[1]), static_cast<int>(t->dims[0])});
-          arena = aligned(arena);
-        }
       }
       return group;
     };
@@ -404,6 +402,34 @@ class LlamaCudaModel final : public Model {
     layout.tiles = device + (tiles - host);
     layout.n_tiles = static_cast<int>(work.tiles.size() / 2);
     return layout;
+  }
+
+  // Every GEMV-read matrix gets its tuned launch shapes (cuda_gemv_tuning.h), keyed by the
+  // GPU, its driver and a hash of the tensor table.
+  void tune(const std::string& cache_dir) {
+    std::vector<cu::DeviceWeight*> weights;
+    for (auto& layer : layers_) {
+      for (auto& w : layer.qkv) weights.push_back(&w);
+      for (auto& w : layer.gate_up) weights.push_back(&w);
+      weights.push_back(&layer.attn_output);
+      weights.push_back(&layer.down);
+    }
+    weights.push_back(&output_);
+    uint64_t hash = 1469598103934665603ull;  // FNV-1a over names, types and shapes
+    auto mix = [&](const void* data, size_t bytes) {
+      for (size_t i = 0; i < bytes; ++i) hash = (hash ^ static_cast<const uint8_t*>(data)[i]) * 1099511628211ull;
+    };
+    const uint64_t size = file_.file_size();
+    mix(&size, sizeof(size));
+    for (const auto& t : file_.tensors()) {
+      mix(t.name.data(), t.name.size());
+      mix(&t.type, sizeof(t.type));
+      for (const uint64_t d : t.dims) mix(&d, sizeof(d));
+    }
+    const auto device = cu::find_device();
+    const GemvTuningKey key{device ? device->name : "unknown", device ? device->driver_version : 0,
+                            fmt::format("{:016x}", hash)};
+    info_.kernel_shapes += "; " + tune_gemvs(weights, key, cache_dir, matmul_scratch_, stream_);
   }
 
   // A pass of decode tokens only (one per sequence, each wanting logits, no image features)

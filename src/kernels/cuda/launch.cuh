@@ -1,0 +1,36 @@
+#pragma once
+// Programmatic dependent launch: a kernel launched with launch_dependent may start while
+// the kernel before it on the stream is still running (its launch and its first loads of
+// data nothing writes — weights — overlap that kernel's tail); it calls wait_for_inputs()
+// before it reads anything an earlier kernel wrote and before it writes anything. A kernel
+// calls allow_next_launch() once the next one may be scheduled beside it. Both are no-ops
+// for a kernel launched plainly, and CUDA graphs record the dependency as it is.
+#include <cuda_runtime.h>
+
+#include <string>
+#include <utility>
+
+#include "kernels/cuda/cuda_error.h"
+
+namespace splash::kernels::cuda {
+
+__device__ __forceinline__ void wait_for_inputs() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void allow_next_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (status != cudaSuccess) cuda_fail(std::string("kernel launch failed: ") + cudaGetErrorString(status));
+}
+
+}  // namespace splash::kernels::cuda
