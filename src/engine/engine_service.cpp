@@ -1,5 +1,7 @@
 #include "engine/engine_service.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <optional>
 
@@ -356,9 +358,16 @@ void EngineService::finish(Running& sequence, bool keep_blocks) {
     counters_.requests_running = static_cast<int>(
         std::count_if(running_.begin(), running_.end(), [](const auto& r) { return !r->ended; }));
   }
-  if (result.finish != FinishReason::Cancelled || stopping_.load()) {
-    ChatEvent done = ChatEvent::finished(result.finish == FinishReason::Cancelled ? FinishReason::Stop : result.finish,
-                                         result.prompt_tokens, static_cast<int>(result.tokens.size()),
+  if (result.finish == FinishReason::Cancelled && stopping_.load()) {
+    // Cut by the shutdown: the client hears the reply is incomplete (each protocol's error
+    // event or body), never that it finished.
+    if (!sequence.ticket->cancelled())
+      sequence.ticket->sink_(ChatEvent::failed(fmt::format(
+          "the server shut down before the reply was complete ({} tokens generated)", result.tokens.size())));
+    return;
+  }
+  if (result.finish != FinishReason::Cancelled) {
+    ChatEvent done = ChatEvent::finished(result.finish, result.prompt_tokens, static_cast<int>(result.tokens.size()),
                                          sequence.cached_prompt_tokens);
     // Only the caller's own stop strings are reported (not the chat format's end markers).
     const auto& stops = sequence.ticket->request_.stop;

@@ -49,7 +49,7 @@ struct LoadOptions {
   // GPU: time the kernels' launch shapes for this model's matrices at load (else built-in
   // choices), remembered in tuning_cache_dir (empty: not remembered).
   bool tune_kernels = false;
-  std::string tuning_cache_dir;
+  std::string tuning_cache_dir = {};
 };
 
 // The most tokens one forward pass takes (the scratch memory of the memory plan is sized

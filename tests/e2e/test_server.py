@@ -1403,11 +1403,12 @@ def test_sigterm_during_stream(splash_server, no_eos_bias):
         reason = repr(e)
     ended_after = time.monotonic() - signalled
     assert clean, f"the stream was cut off mid-chunk after SIGTERM ({reason})"
-    if payloads:  # it ended with a final event
+    if payloads:  # it ended with an event saying the reply is incomplete, never a finish
         assert payloads[-1] == "[DONE]", payloads[-3:]
         chunks = [json.loads(p) for p in payloads[:-1]]
+        assert "shut down before the reply was complete" in chunks[-1].get("error", {}).get("message", ""), chunks[-2:]
         finishes = [c for c in chunks if c.get("choices") and c["choices"][0].get("finish_reason")]
-        assert finishes, f"no finish chunk before [DONE]: {payloads[-3:]}"
+        assert not finishes, f"a reply cut by the shutdown reported a finish: {finishes}"
     assert ended_after < 5, f"stream ended {ended_after:.1f} s after SIGTERM"
     rc = server.wait(10)
     assert rc == 0, server.output()
@@ -1417,7 +1418,7 @@ def test_sigterm_during_stream(splash_server, no_eos_bias):
 
 def test_sigterm_during_a_long_prefill(splash_server):
     """A prompt still being read (here ~6K tokens, seconds of prefill on 2 cores) does not hold
-    the shutdown: its stream ends with a finish chunk and [DONE] and the server exits."""
+    the shutdown: its stream ends with an error event saying so and [DONE], and the server exits."""
     server = splash_server()
     words = " ".join(f"item{i}" for i in range(1400))
     stream = RawStream(server.port, {"messages": [{"role": "user", "content": words}], "max_tokens": 8,
@@ -1429,8 +1430,10 @@ def test_sigterm_during_a_long_prefill(splash_server):
     while (p := stream.next_payload()) is not None:
         payloads.append(p)
     assert payloads and payloads[-1] == "[DONE]", payloads[-3:]
-    assert any(json.loads(p).get("choices") and json.loads(p)["choices"][0].get("finish_reason")
-               for p in payloads[:-1]), payloads
+    assert "shut down before the reply was complete" in json.loads(payloads[-2]).get("error", {}).get("message", ""), \
+        payloads[-3:]
+    assert not any(json.loads(p).get("choices") and json.loads(p)["choices"][0].get("finish_reason")
+                   for p in payloads[:-1]), payloads
     assert server.wait(10) == 0, server.output()
     assert time.monotonic() - signalled < 5, "exit took longer than 5 s"
     stream.close()
