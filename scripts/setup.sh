@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Installs what building and testing splash needs on a Debian/Ubuntu machine: the C++
-# toolchain and -dev libraries from apt, and (with --python) a venv with the test tools.
+# Installs what building and serving splash needs on a Debian/Ubuntu machine: the C++
+# toolchain and -dev libraries from apt (the chat page's scripts too); with --python also
+# what only the tests use: clang for the sanitizer and fuzz builds, Chromium and its driver
+# for the chat page's browser tests, and a venv with the test tools.
 # Safe to re-run: it installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(g++ cmake ninja-build pkg-config make git ca-certificates
   libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev
-  libcurl4-openssl-dev libssl-dev libzip-dev zlib1g-dev libcpp-httplib-dev libpoppler-cpp-dev libpng-dev libturbojpeg0-dev libwebp-dev clang libclang-rt-14-dev
-  libjs-marked libjs-highlight.js node-dompurify chromium chromium-driver)
+  libcurl4-openssl-dev libssl-dev libzip-dev zlib1g-dev libcpp-httplib-dev libpoppler-cpp-dev libpng-dev libturbojpeg0-dev libwebp-dev
+  libjs-marked libjs-highlight.js node-dompurify)
+TEST_APT_PACKAGES=(clang libclang-rt-14-dev chromium chromium-driver)
+[ "${1:-}" = "--python" ] && APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}")
 
 missing=()
 for package in "${APT_PACKAGES[@]}"; do
