@@ -261,6 +261,8 @@ case "${1:-tests}" in
          row "memcheck (model batch test)" "rc=$?" ;;
   serve) phase_fixtures; phase_serve ;;
   oracle) phase_oracle ;;
+  final) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_oracle; phase_bench
+         phase_sanitizers; phase_serve; phase_kernels ;;  # after peer: the order a short lease keeps
   part) phase_part "$2" ;;
   real) phase_real ;;
   bench) phase_kernels; phase_bench ;;
