@@ -137,6 +137,24 @@ void HttpServer::drain_and_stop(std::chrono::milliseconds timeout) {
   stop();
 }
 
+namespace {
+
+// A header's value as received (httplib's get_header_value goes through a C string, so a
+// value with a NUL in it would come back cut short at the NUL).
+std::string stored_header(const httplib::Request& req, const char* name) {
+  const auto it = req.headers.find(name);
+  return it == req.headers.end() ? std::string() : it->second;
+}
+
+// At most 64 printable characters of a value quoted in an error message.
+std::string excerpt(const std::string& value) {
+  std::string out;
+  for (const unsigned char c : value.substr(0, 64)) out += std::isprint(c) ? static_cast<char>(c) : '?';
+  return value.size() > 64 ? out + "..." : out;
+}
+
+}  // namespace
+
 void HttpServer::register_routes() {
   auto& http = *http_;
   auto allowlist = std::make_shared<HostAllowlist>(options_.allowed_hosts);
@@ -146,13 +164,13 @@ void HttpServer::register_routes() {
   // refused request leaves nothing behind on a keep-alive connection).
   auto guarded = [allowlist, api_key](httplib::Server::Handler handler) {
     return [allowlist, api_key, handler](const httplib::Request& req, httplib::Response& res) {
-      if (!allowlist->allows(req.get_header_value("Host")))
+      if (!allowlist->allows(stored_header(req, "Host")))
         return send_api_error(req, res, {403,
                                 fmt::format("Host '{}' is not allowed (allowed: {}; add one with --allowed-host)",
-                                            req.get_header_value("Host"), allowlist->describe()),
+                                            excerpt(stored_header(req, "Host")), allowlist->describe()),
                                 "permission_error", {}, "host_not_allowed"});
       if (!api_key.empty() && !is_public_route(req.path)) {
-        const auto key = presented_api_key(req.get_header_value("Authorization"), req.get_header_value("x-api-key"));
+        const auto key = presented_api_key(stored_header(req, "Authorization"), stored_header(req, "x-api-key"));
         if (!key || !api_key_matches(api_key, *key))
           return send_api_error(req, res, {401, "invalid or missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
                                   "authentication_error", {}, "invalid_api_key"});
@@ -164,21 +182,27 @@ void HttpServer::register_routes() {
   // Before the body is read: refuse what must not be read at all. The connection is closed
   // after these answers, since the unread body would otherwise be taken as the next request.
   const size_t max_body = options_.max_body_bytes;
-  http.set_pre_routing_handler([max_body](const httplib::Request& req, httplib::Response& res) {
+  http.set_pre_routing_handler([max_body, allowlist](const httplib::Request& req, httplib::Response& res) {
     auto refuse = [&](const api::ApiError& error) {
       send_api_error(req, res, error);
       res.set_header("Connection", "close");
       return httplib::Server::HandlerResponse::Handled;
     };
-    // Claude Code checks that the server is there with HEAD / before anything else: it gets a
-    // 200 whether or not the chat page is served.
-    if (req.method == "HEAD" && req.path == "/") {
-      res.status = 200;
-      return httplib::Server::HandlerResponse::Handled;
-    }
     if (req.headers.size() > kMaxHeaderCount)
       return refuse({431, fmt::format("more than {} header fields", kMaxHeaderCount), "invalid_request_error", {}, {}});
     if (!req.has_header("Host")) return refuse(api::ApiError::bad_request("the request has no Host header"));
+    if (req.get_header_value_count("Host") != 1)
+      return refuse(api::ApiError::bad_request("the request has more than one Host header"));
+    // Claude Code checks that the server is there with HEAD / before anything else: it gets a
+    // 200 whether or not the chat page is served (from an allowed Host only, as every route).
+    if (req.method == "HEAD" && req.path == "/") {
+      if (!allowlist->allows(stored_header(req, "Host"))) {
+        res.status = 403;
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      res.status = 200;
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (req.has_header("Transfer-Encoding"))
       return refuse({411, "chunked request bodies are not accepted; send a Content-Length", "invalid_request_error", {}, {}});
     if (req.has_header("Content-Length")) {

@@ -8,31 +8,52 @@
 
 namespace splash::server {
 
-std::string host_without_port(std::string_view host_header) {
-  std::string host(host_header);
-  while (!host.empty() && std::isspace(static_cast<unsigned char>(host.back()))) host.pop_back();
-  while (!host.empty() && std::isspace(static_cast<unsigned char>(host.front()))) host.erase(host.begin());
-  std::transform(host.begin(), host.end(), host.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (!host.empty() && host.front() == '[') {  // IPv6 literal: "[::1]:8000"
-    const size_t close = host.find(']');
-    return close == std::string::npos ? host : host.substr(0, close + 1);
+std::optional<std::string> host_of_authority(std::string_view value) {
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  std::string authority(value);
+  std::transform(authority.begin(), authority.end(), authority.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::string host;
+  std::string_view rest;
+  if (!authority.empty() && authority.front() == '[') {  // an IPv6 literal: "[::1]" or "[::1]:8000"
+    const size_t close = authority.find(']');
+    if (close == std::string::npos || close == 1) return std::nullopt;
+    const std::string_view inside = std::string_view(authority).substr(1, close - 1);
+    if (!std::all_of(inside.begin(), inside.end(), [](unsigned char c) { return std::isxdigit(c) || c == ':' || c == '.'; }))
+      return std::nullopt;
+    host = authority.substr(0, close + 1);
+    rest = std::string_view(authority).substr(close + 1);
+  } else {  // a name or IPv4 address, at most one colon (before the port)
+    const size_t colon = authority.find(':');
+    if (colon != std::string::npos && authority.find(':', colon + 1) != std::string::npos) return std::nullopt;
+    host = authority.substr(0, colon);
+    rest = colon == std::string::npos ? std::string_view() : std::string_view(authority).substr(colon);
+    // RFC 3986 reg-name, less percent-encoding and sub-delims: letters, digits, - . _ ~
+    if (host.empty() || !std::all_of(host.begin(), host.end(), [](unsigned char c) {
+          return std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
+        }))
+      return std::nullopt;
+    if (host.back() == '.') host.pop_back();  // "localhost." is localhost
+    if (host.empty()) return std::nullopt;
   }
-  const size_t colon = host.rfind(':');
-  if (colon != std::string::npos && host.find(':') == colon) host.resize(colon);
-  if (!host.empty() && host.back() == '.') host.pop_back();  // "localhost." is localhost
+  if (!rest.empty()) {  // ":" and a port: 1-5 digits up to 65535
+    const std::string_view port = rest.substr(1);
+    if (rest.front() != ':' || port.empty() || port.size() > 5 ||
+        !std::all_of(port.begin(), port.end(), [](unsigned char c) { return std::isdigit(c); }) ||
+        std::stoul(std::string(port)) > 65535)
+      return std::nullopt;
+  }
   return host;
 }
 
 HostAllowlist::HostAllowlist(std::vector<std::string> extra_hosts) : hosts_{"localhost", "127.0.0.1", "[::1]"} {
-  for (auto& host : extra_hosts) {
-    std::string normalized = host_without_port(host);
-    if (!normalized.empty()) hosts_.push_back(normalized);
-  }
+  for (auto& host : extra_hosts)
+    if (const auto normalized = host_of_authority(host)) hosts_.push_back(*normalized);
 }
 
 bool HostAllowlist::allows(std::string_view host_header) const {
-  const std::string host = host_without_port(host_header);
-  return std::find(hosts_.begin(), hosts_.end(), host) != hosts_.end();
+  const auto host = host_of_authority(host_header);
+  return host && std::find(hosts_.begin(), hosts_.end(), *host) != hosts_.end();
 }
 
 std::string HostAllowlist::describe() const {

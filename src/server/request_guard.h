@@ -8,8 +8,12 @@
 
 namespace splash::server {
 
-// The host part of a Host header value, lower-cased, without the port ("[::1]" keeps brackets).
-std::string host_without_port(std::string_view host_header);
+// The host of a Host header value that is exactly an authority (RFC 3986, no userinfo): a
+// name or IPv4 address of letters, digits, - . _ ~ (a trailing dot dropped), or a bracketed
+// IPv6 literal, then optionally ':' and a port of 1-5 digits up to 65535. Lower-cased,
+// without the port ("[::1]" keeps its brackets); nullopt for anything else (two colons, a
+// port that is not a number, text after "]", a NUL, spaces inside).
+std::optional<std::string> host_of_authority(std::string_view host_header);
 
 class HostAllowlist {
  public:

@@ -1048,7 +1048,8 @@ def test_allowed_hosts(server):
 
 @pytest.mark.parametrize("host", ["evil.com", "evil.com:{port}", "localhost.evil.com", "127.0.0.1.evil.com",
                                   "evil.com#localhost", "127.0.0.2", "0.0.0.0", "[::2]", "localhostx",
-                                  "xlocalhost", "192.168.1.10:{port}"])
+                                  "xlocalhost", "192.168.1.10:{port}", "[::1].evil.com", "localhost:evil",
+                                  "[::1]evil.com", "localhost:{port}:1", "127.0.0.1:99999"])
 def test_foreign_host_is_403(server, host):
     host = host.format(port=server.port)
     for path in ("/v1/models", "/status", "/"):
@@ -1058,6 +1059,21 @@ def test_foreign_host_is_403(server, host):
     resp = requests.post(f"{server}/v1/chat/completions", json={"messages": HI, "max_tokens": 2},
                          headers={"Host": host}, timeout=TIMEOUT)
     assert_error(resp, 403)
+
+
+@pytest.mark.parametrize("raw_host", [b"Host: localhost\x00evil.com", b"Host: localhost\r\nHost: evil.com",
+                                      b"Host: evil.com\r\nHost: localhost", b"Host: localhost\r\nHost: localhost"])
+def test_nul_or_repeated_host_is_refused(server, raw_host):
+    """A Host cut short by a NUL, or two Host headers (whichever comes first), is never let in."""
+    for method, path in ((b"GET", b"/v1/models"), (b"HEAD", b"/")):
+        status, _ = raw_exchange(server.port, method + b" " + path + b" HTTP/1.1\r\n" + raw_host + b"\r\n\r\n")
+        assert status in (400, 403), (method, path, raw_host, status)
+
+
+def test_head_root_checks_the_host(server):
+    """HEAD / (Claude Code's probe) answers 200 for an allowed Host only, like every route."""
+    assert requests.head(f"{server}/", timeout=TIMEOUT).status_code == 200
+    assert requests.head(f"{server}/", headers={"Host": "evil.com"}, timeout=TIMEOUT).status_code == 403
 
 
 def test_allowed_host_flag(splash_server):

@@ -1,21 +1,33 @@
 // Host allowlist and API-key checks of the HTTP server (src/server/request_guard.h).
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "server/request_guard.h"
 
 namespace splash::server {
 namespace {
 
-TEST(RequestGuard, HostWithoutPort) {
-  EXPECT_EQ(host_without_port("localhost:8000"), "localhost");
-  EXPECT_EQ(host_without_port("LOCALHOST"), "localhost");
-  EXPECT_EQ(host_without_port("127.0.0.1:1"), "127.0.0.1");
-  EXPECT_EQ(host_without_port("[::1]:8000"), "[::1]");
-  EXPECT_EQ(host_without_port("[::1]"), "[::1]");
-  EXPECT_EQ(host_without_port(" example.com "), "example.com");
-  EXPECT_EQ(host_without_port("localhost.:80"), "localhost");
-  EXPECT_EQ(host_without_port(""), "");
-  EXPECT_EQ(host_without_port("[::1"), "[::1");
+TEST(RequestGuard, HostOfAuthority) {
+  EXPECT_EQ(host_of_authority("localhost:8000"), "localhost");
+  EXPECT_EQ(host_of_authority("LOCALHOST"), "localhost");
+  EXPECT_EQ(host_of_authority("127.0.0.1:1"), "127.0.0.1");
+  EXPECT_EQ(host_of_authority("[::1]:8000"), "[::1]");
+  EXPECT_EQ(host_of_authority("[::1]"), "[::1]");
+  EXPECT_EQ(host_of_authority(" example.com "), "example.com");
+  EXPECT_EQ(host_of_authority("localhost.:80"), "localhost");
+  EXPECT_EQ(host_of_authority("box_1.lan:65535"), "box_1.lan");
+}
+
+// Hostile values seen against the server (issue 12): none passes as a host.
+TEST(RequestGuard, MalformedAuthoritiesHaveNoHost) {
+  const std::string nul("localhost\0evil.com", 18);
+  for (const std::string& bad : std::vector<std::string>{"", "[::1", "[]", "[::1].evil.com", "[::1]evil", "[::1]:", "[::1]:80x", "localhost:evil",
+                                "localhost:", "localhost:123456", "localhost:65536", "localhost:80:80", "::1",
+                                "local host", "localhost@evil.com", "evil.com/localhost", "localhost%00", ".", ":80",
+                                "[fe80::1%eth0]", "localhost\r\n", nul})
+    EXPECT_FALSE(host_of_authority(bad).has_value()) << "'" << bad << "'";
 }
 
 TEST(RequestGuard, DefaultAllowlistIsLoopbackOnly) {
@@ -23,7 +35,7 @@ TEST(RequestGuard, DefaultAllowlistIsLoopbackOnly) {
   for (const char* ok : {"localhost", "localhost:8000", "127.0.0.1:8000", "[::1]:8000", "LocalHost:1"})
     EXPECT_TRUE(allow.allows(ok)) << ok;
   for (const char* bad : {"evil.com", "evil.com:8000", "127.0.0.2", "localhost.evil.com", "127.0.0.1.nip.io", "",
-                          "[::2]", "0.0.0.0", "localhost@evil.com"})
+                          "[::2]", "0.0.0.0", "localhost@evil.com", "[::1].evil.com", "localhost:evil"})
     EXPECT_FALSE(allow.allows(bad)) << bad;
 }
 
