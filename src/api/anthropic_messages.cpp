@@ -332,7 +332,7 @@ json anthropic_error_body(const ApiError& error) {
     case 503: type = "overloaded_error"; break;
     default: type = error.status >= 500 ? "api_error" : "invalid_request_error"; break;
   }
-  return {{"type", "error"}, {"error", {{"type", type}, {"message", error.message}}}};
+  return {{"type", "error"}, {"error", {{"type", type}, {"message", error_excerpt(error.message, kErrorMessageBytes)}}}};
 }
 
 std::string anthropic_tool_id(const std::string& call_id) {

@@ -465,7 +465,7 @@ std::string ResponsesRenderer::stream_event(const engine::ChatEvent& event) {
 }
 
 std::string ResponsesRenderer::stream_error(const ApiError& error) {
-  failure_ = error.message;
+  failure_ = error_excerpt(error.message, kErrorMessageBytes);
   return sse("response.failed", {{"response", response_object("failed")}});
 }
 

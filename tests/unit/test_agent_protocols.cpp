@@ -385,3 +385,23 @@ TEST(AnthropicMessages, ImageBlocksKeepTheirPlace) {
 
 }  // namespace
 }  // namespace splash::api
+
+namespace splash::api {
+namespace {
+
+// Error text quotes the request (a field name, a model name): cut to a bounded excerpt with
+// the full length noted, never inside a UTF-8 character, in both protocols' bodies.
+TEST(ApiErrorExcerpt, LongQuotesAreCut) {
+  EXPECT_EQ(error_excerpt("short", 10), "short");
+  const std::string big(7'000'000, 'x');
+  const std::string cut = error_excerpt(big, 1024);
+  EXPECT_EQ(cut, std::string(1024, 'x') + "... (7000000 bytes)");
+  const std::string accents = std::string(1023, 'a') + "\xC3\xA9\xC3\xA9";  // é é after 1023 bytes
+  EXPECT_EQ(error_excerpt(accents, 1024), std::string(1023, 'a') + "... (1027 bytes)");
+  const ApiError error{404, "The model '" + big + "' does not exist", "invalid_request_error", big, "model_not_found"};
+  EXPECT_LT(dump_json(openai_error_body(error)).size(), 2000u);
+  EXPECT_LT(dump_json(anthropic_error_body(error)).size(), 2000u);
+}
+
+}  // namespace
+}  // namespace splash::api
