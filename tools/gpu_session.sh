@@ -8,6 +8,8 @@
 #                                  through HTTP on the GPU, the Qwen3-8B-shape benchmark
 #   tools/gpu_session.sh quick     the same less serving and with a short memcheck (a lease
 #                                  nearly spent)
+#   tools/gpu_session.sh profile   where a decode step's time goes, step by step (8B shape)
+#   tools/gpu_session.sh work      GPU tests, kernel timings, the 8B benchmark and the profile
 #   tools/gpu_session.sh part N    keeps .gpu/parts/<model>.partN (carried in this call) for later
 #   tools/gpu_session.sh real      joins the parts, checks the sha256, greedy identity on the
 #                                  real model against the CPU path
@@ -179,7 +181,7 @@ phase_bench() {
   local model=$KEEP/qwen3-8b-q4km.gguf
   make_8b "$model" || { row bench "failed to make the model"; return; }
   splash bench --device cuda -m "$model" --prompt-sizes 512,4096 --decode-tokens 128 --repetitions 3 \
-    --decode-depths 8192,32768 --parallel 1,4,16,64 --json \
+    --decode-depths 8192,32768 --parallel 1,4,8,16,32,64 --json \
     > "$OUT/bench_8b.txt" 2> "$OUT/bench_8b.err"
   local rc=$?
   cat "$OUT/bench_8b.txt"
@@ -191,6 +193,20 @@ phase_bench() {
     --repetitions 3 --json > "$OUT/bench_8b_no_graphs.txt" 2> /dev/null
   row "bench, no CUDA graphs" "$(grep -E '^decode' "$OUT/bench_8b_no_graphs.txt" | tr '\n' ';')"
   record bench_8b_no_graphs "$(tail -n 1 "$OUT/bench_8b_no_graphs.txt" | grep '^{' || echo '{}')"
+}
+
+# Where a decode step's GPU time goes, step by step (SPLASH_CUDA_PROFILE=1: an event after
+# each step, kernel by kernel), at one sequence and at 16 and 64 together.
+phase_profile() {
+  [ -x .gpu/bin/splash ] || { row profile "skipped: no splash binary carried"; return; }
+  local model=$KEEP/qwen3-8b-q4km.gguf
+  make_8b "$model" || { row profile "failed to make the model"; return; }
+  for n in 1 16 64; do
+    SPLASH_CUDA_PROFILE=1 splash bench --device cuda -m "$model" --prompt-sizes 1 --decode-tokens 64 --repetitions 1 \
+      $([ $n -gt 1 ] && echo "--parallel $n --parallel-prompt 16") > "$OUT/profile_$n.txt" 2>&1
+    echo "== $n sequences"; grep -A14 "GPU time by step" "$OUT/profile_$n.txt"
+  done
+  row profile "decode step by step at 1, 16, 64 sequences: profile_*.txt"
 }
 
 make_8b() {  # make_8b PATH: the Qwen3-8B-shape random GGUF, unless this warm machine has it
@@ -266,9 +282,11 @@ case "${1:-tests}" in
   part) phase_part "$2" ;;
   real) phase_real ;;
   bench) phase_kernels; phase_bench ;;
+  profile) phase_profile ;;
+  work) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_kernels; phase_bench; phase_profile ;;
   peer) phase_peer ;;
   bench8b) phase_bench8b ;;
-  *) echo "usage: $0 tests|quick|serve|bench|peer|bench8b|part N|real" >&2; exit 2 ;;
+  *) echo "usage: $0 tests|quick|serve|bench|profile|work|final|peer|bench8b|part N|real" >&2; exit 2 ;;
 esac
 echo
 cat "$SUMMARY"

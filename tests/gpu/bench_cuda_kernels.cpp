@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <tuple>
 
 #include "gpu_fixture.h"
 #include "kernels/cpu/kv_layout.h"
@@ -93,13 +94,14 @@ TEST_F(CudaKernelBench, DISABLED_Gemv) {
       }
     }
   }
-  // Batched decode: the GEMV's passes of 8 rows against dequantize-to-f16 + cuBLAS, and the
-  // dequantization alone, at gate_up Q4_K.
-  {
-    const int rows = 24576, cols = 4096;
-    const GgmlType type = GgmlType::Q4_K;
+  // Batched decode: the GEMV's passes of 8 rows, the small GEMM and dequantize-to-f16 +
+  // cuBLAS, and the dequantization alone, at gate_up and at the small matrices.
+  for (const auto& [name, type, rows, cols] : {std::tuple{"gate_up", GgmlType::Q4_K, 24576, 4096},
+                                                std::tuple{"kv", GgmlType::Q4_K, 2048, 4096},
+                                                std::tuple{"down", GgmlType::Q6_K, 4096, 12288},
+                                                std::tuple{"head", GgmlType::Q6_K, 151936, 4096}}) {
     const size_t bytes = cu::weight_row_bytes(type, cols) * rows;
-    const int copies = 5;
+    const int copies = static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / bytes + 1, 2, 16));  // past L2
     cu::DeviceBuffer w(bytes * copies);
     stream.fill(w.data(), 0x11, bytes * copies);
     std::vector<cu::DeviceWeight> weights;
@@ -108,19 +110,25 @@ TEST_F(CudaKernelBench, DISABLED_Gemv) {
     const auto dx = to_device(x);
     cu::DeviceBuffer y(static_cast<size_t>(64) * rows * sizeof(float));
     int next = 0;
-    for (const int n : {8, 16, 32, 64}) {
+    for (const int n : {2, 4, 8, 16, 32, 64}) {
       const double gemv_us = time_us(stream, [&] {
         cu::gemv(weights[next++ % copies], dx.as<float>(), cols, n, y.as<float>(), rows, false, scratch, stream);
       }, 10, 4);
-      const double tc_us = time_us(stream, [&] {
+      const double small_us = time_us(stream, [&] {
+        cu::small_gemm(weights[next++ % copies], dx.as<float>(), cols, n, y.as<float>(), rows, false, stream);
+      }, 10, 4);
+      const double tc_us = rows > 32768 ? 0.0 : time_us(stream, [&] {
         cu::matmul_tensor_cores(weights[next++ % copies], dx.as<float>(), cols, n, y.as<float>(), rows, false, scratch,
                                 stream);
       }, 10, 4);
-      std::printf("[ bench ] gate_up Q4_K %d rows: GEMV passes %.1f us, f16 + cuBLAS %.1f us\n", n, gemv_us, tc_us);
+      std::printf("[ bench ] %s %s %dx%d, %2d rows: GEMV passes %7.1f us, small GEMM %7.1f us (%3.0f%% of copy), "
+                  "f16 + cuBLAS %7.1f us\n", name, std::string(type_name(type)).c_str(), rows, cols, n, gemv_us,
+                  small_us, 100.0 * bytes / (small_us * 1e-6) / bandwidth, tc_us);
     }
+    if (rows > 32768) continue;
     scratch.weight_f16.resize(static_cast<size_t>(rows) * cols * 2);
     const double dq_us = time_us(stream, [&] { cu::dequantize_to_f16(weights[next++ % copies], scratch.weight_f16.data(), stream); }, 10, 4);
-    std::printf("[ bench ] dequantize gate_up Q4_K to f16: %.1f us (%.0f GB/s read + written)\n", dq_us,
+    std::printf("[ bench ] dequantize %s to f16: %.1f us (%.0f GB/s read + written)\n", name, dq_us,
                 (bytes + static_cast<double>(rows) * cols * 2) / dq_us / 1e3);
   }
   for (const int cols : {4096, 12288}) {

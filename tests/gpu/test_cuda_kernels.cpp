@@ -143,7 +143,7 @@ TEST_F(CudaMatmulTest, EveryTypeAgainstFloat64) {
         stream.synchronize("matmul");
         const auto out = to_host<float>(dy, ref.size());
         const bool int8_gemv = n <= cu::kGemvLargestBatch && !is_float_type(type);
-        const double tolerance = n > cu::kGemvLargestBatch ? 3e-3 : int8_gemv ? 1.5e-2 : 1e-5;
+        const double tolerance = n > cu::kGemvLargestBatch ? 3e-3 : int8_gemv ? 1.5e-2 : 1e-5;  // (f16 operands)
         EXPECT_LT(relative_error(out, ref), tolerance) << type_name(type) << " n=" << n << " accumulate=" << accumulate;
         if (int8_gemv) {
           EXPECT_LT(relative_error(out, reference(int8_activations(x, n, cols))), 1e-5)
@@ -208,6 +208,58 @@ TEST_F(CudaMatmulTest, EveryGemvVariantAgainstFloat64) {
       EXPECT_LT(relative_error(to_host<float>(dy, ref.size()), ref), 1e-5)
           << type_name(type) << " variant " << v << " (" << variants[v].tokens << " tokens, " << variants[v].rows
           << " rows, " << variants[v].parts << " parts) n=" << n;
+    }
+  }
+}
+
+// The small GEMM for every integer type against float64: 1e-4 over the operands it
+// multiplies (weights and activations rounded to f16, float accumulation) and 3e-3 over the
+// exact ones; every token-tile width (1-64 rows, partial tiles), a partial thread block of
+// rows (200 of 256), a partial column tile (896 = 3.5 x 256, 32-weight block types), split K
+// by hand (one split: plain stores; two; seven of seven tiles) and automatic, with and
+// without accumulation.
+TEST_F(CudaMatmulTest, SmallGemmAgainstFloat64) {
+  const int rows = 200;
+  cu::Stream stream;
+  for (const GgmlType type : kWeightTypes) {
+    if (!cu::small_gemm_reads(type)) continue;
+    const int cols = type == GgmlType::Q4_K || type == GgmlType::Q6_K ? 1792 : 896;
+    const auto bytes = random_matrix(type, rows, cols, rng_);
+    const auto w = dequantized(type, bytes, rows, cols);
+    std::vector<double> w16(w.size());
+    for (size_t i = 0; i < w.size(); ++i) w16[i] = kernels::fp16_to_fp32(kernels::fp32_to_fp16(static_cast<float>(w[i])));
+    const auto device_bytes = packed_on_device(type, bytes, rows, cols);
+    const cu::DeviceWeight weight{type, device_bytes.as<uint8_t>(), rows, cols};
+    for (const int n : {1, 5, 9, 16, 23, 32, 41, 64}) {
+      for (const bool accumulate : {false, true}) {
+        const auto x = random_floats(rng_, static_cast<size_t>(n) * cols);
+        std::vector<double> x16(x.size());
+        for (size_t i = 0; i < x.size(); ++i) x16[i] = kernels::fp16_to_fp32(kernels::fp32_to_fp16(x[i]));
+        const auto y0 = random_floats(rng_, static_cast<size_t>(n) * rows);
+        auto reference = [&](const std::vector<double>& ws, const auto& xs) {
+          std::vector<double> ref(static_cast<size_t>(n) * rows);
+          for (int t = 0; t < n; ++t)
+            for (int r = 0; r < rows; ++r) {
+              double sum = accumulate ? y0[static_cast<size_t>(t) * rows + r] : 0.0;
+              for (int c = 0; c < cols; ++c)
+                sum += ws[static_cast<size_t>(r) * cols + c] * xs[static_cast<size_t>(t) * cols + c];
+              ref[static_cast<size_t>(t) * rows + r] = sum;
+            }
+          return ref;
+        };
+        const auto exact = reference(w, x), operands = reference(w16, x16);
+        const auto dx = to_device(x);
+        for (const int splits : {0, 1, 2, 7}) {
+          auto dy = to_device(accumulate ? y0 : std::vector<float>(y0.size(), NAN));
+          cu::small_gemm(weight, dx.as<float>(), cols, n, dy.as<float>(), rows, accumulate, stream, splits);
+          stream.synchronize("small_gemm");
+          const auto out = to_host<float>(dy, exact.size());
+          EXPECT_LT(relative_error(out, operands), 1e-4)
+              << type_name(type) << " n=" << n << " accumulate=" << accumulate << " splits=" << splits;
+          EXPECT_LT(relative_error(out, exact), 3e-3)
+              << type_name(type) << " n=" << n << " accumulate=" << accumulate << " splits=" << splits;
+        }
+      }
     }
   }
 }

@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_error.h"
 #include "kernels/cuda/kv_store.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace splash::kernels::cuda {
@@ -340,32 +341,6 @@ constexpr int kMmaPositions = 64;  // K/V positions per step
 template <int HD>
 constexpr int mma_warps() { return HD == 64 ? 8 : 4; }  // 16 rows each: the SIMT tile's rows
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p)));
-}
-// c += a (16x16, row) . b (16x8, col)
-__device__ __forceinline__ void mma_16x8x16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
 template <int HD, KvElement E>
 __global__ void __launch_bounds__(mma_warps<HD>() * 32)
     attention_tile_mma_kernel(const float* __restrict__ qkv, int ld, int n_heads, BatchLayout batch, KvPool pool,
@@ -559,15 +534,6 @@ __global__ void merge_splits_kernel(const float* __restrict__ partials, int spli
 size_t attention_scratch_bytes(int /*n_heads*/, int head_dim) { return kMaxPartials * (head_dim + 2) * sizeof(float); }
 
 namespace {
-int multiprocessors() {
-  static const int count = [] {
-    int device = 0, value = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device);
-    return std::max(value, 1);
-  }();
-  return count;
-}
 
 // Query tokens a tile holds: 128 / kSplit query rows, over the group's heads.
 int tile_tokens(int n_heads, int n_kv_heads, int head_dim) {
@@ -621,7 +587,7 @@ void attention(const float* qkv, int ld, float* out, int n_heads, const BatchLay
     const int budget_splits = static_cast<int>(std::max<size_t>(1, kMaxPartials / rows));
     // Enough blocks to fill the GPU about once (a split is at least kMinSplitPositions long).
     const int blocks_per_split = batch.n_decode * pool.n_kv_heads * ((group + kDecodeHeads - 1) / kDecodeHeads);
-    const int wanted_splits = std::max(1, kDecodeBlocksPerSm * multiprocessors() / blocks_per_split);
+    const int wanted_splits = std::max(1, kDecodeBlocksPerSm * multiprocessor_count() / blocks_per_split);
     splits = std::max(1, std::min({(context + kMinSplitPositions - 1) / kMinSplitPositions, budget_splits, wanted_splits}));
     chunk = (context + splits - 1) / splits;
     splits = (context + chunk - 1) / chunk;

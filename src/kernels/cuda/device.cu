@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <vector>
 
@@ -28,6 +29,16 @@ std::string DeviceInfo::summary() const {
   return name + " (sm_" + std::to_string(major) + std::to_string(minor) + ", " + std::to_string(multiprocessors) +
          " SMs, " + gib(total_bytes) + ", driver " + std::to_string(driver_version / 1000) + "." +
          std::to_string(driver_version % 1000 / 10) + ")";
+}
+
+int multiprocessor_count() {
+  static const int count = [] {
+    int device = 0, value = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device);
+    return std::max(value, 1);
+  }();
+  return count;
 }
 
 std::optional<DeviceInfo> find_device(std::string* why) {
@@ -186,6 +197,55 @@ Graph& Graph::operator=(Graph&& other) noexcept {
 void Graph::launch(Stream& stream) const {
   check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), static_cast<cudaStream_t>(stream.handle())),
         "launching a CUDA graph");
+}
+
+Timeline::~Timeline() {
+  for (auto& [event, name] : marks_) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  for (void* event : spare_) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+void Timeline::mark(Stream& stream, const char* name) {
+  cudaEvent_t event = nullptr;
+  if (!spare_.empty()) {
+    event = static_cast<cudaEvent_t>(spare_.back());
+    spare_.pop_back();
+  } else {
+    check(cudaEventCreate(&event), "cudaEventCreate");
+  }
+  check(cudaEventRecord(event, static_cast<cudaStream_t>(stream.handle())), "cudaEventRecord");
+  marks_.emplace_back(event, name);
+}
+
+void Timeline::collect() {
+  for (size_t i = 1; i < marks_.size(); ++i) {
+    float ms = 0.0f;
+    check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(marks_[i - 1].first),
+                               static_cast<cudaEvent_t>(marks_[i].first)),
+          "cudaEventElapsedTime");
+    const char* name = marks_[i].second;
+    auto step = std::find_if(steps_.begin(), steps_.end(), [&](const Step& s) { return std::strcmp(s.name, name) == 0; });
+    if (step == steps_.end()) step = steps_.insert(steps_.end(), Step{name});
+    step->ms += ms;
+    ++step->calls;
+  }
+  for (auto& [event, name] : marks_) spare_.push_back(event);
+  marks_.clear();
+  ++passes_;
+}
+
+std::string Timeline::report() const {
+  double total = 0.0;
+  for (const Step& s : steps_) total += s.ms;
+  std::string out = "GPU time by step over " + std::to_string(passes_) + " passes (" + std::to_string(total) + " ms):\n";
+  std::vector<Step> sorted = steps_;
+  std::sort(sorted.begin(), sorted.end(), [](const Step& a, const Step& b) { return a.ms > b.ms; });
+  for (const Step& s : sorted) {
+    char line[160];
+    std::snprintf(line, sizeof(line), "  %-22s %10.3f ms %8ld calls %9.2f us/call %5.1f%%\n", s.name, s.ms, s.calls,
+                  1000.0 * s.ms / static_cast<double>(std::max(s.calls, 1L)), total > 0 ? 100.0 * s.ms / total : 0.0);
+    out += line;
+  }
+  return out;
 }
 
 double measure_copy_bandwidth() {

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace splash::kernels::cuda {
 
@@ -25,6 +27,9 @@ struct DeviceInfo {
 // The first visible GPU, or nullopt (and why, in *why) when there is none: no driver, no
 // device, or a device this build has no code for.
 std::optional<DeviceInfo> find_device(std::string* why = nullptr);
+
+// The current device's multiprocessors (asked once; at least 1): how kernels size their grids.
+int multiprocessor_count();
 
 // "12.3 GiB"
 std::string gib(size_t bytes);
@@ -117,6 +122,33 @@ class Stream {
  private:
   void* stream_ = nullptr;
   void* blas_ = nullptr;
+};
+
+// Where a stream's time goes, step by step: mark(stream, name) after each step of a pass
+// records an event; collect() (after the stream is synchronized) adds each interval since
+// the previous mark to its step's total. Events between kernels end their overlap, so the
+// totals are the serialized cost of each step, launch gaps included (a profile, not a
+// benchmark: SPLASH_CUDA_PROFILE=1).
+class Timeline {
+ public:
+  Timeline() = default;
+  ~Timeline();
+  Timeline(const Timeline&) = delete;
+  Timeline& operator=(const Timeline&) = delete;
+  void mark(Stream& stream, const char* name);  // name: a string literal
+  void collect();
+  std::string report() const;  // one line a step: total ms, calls, us a call, share
+
+ private:
+  struct Step {
+    const char* name;
+    double ms = 0.0;
+    long calls = 0;
+  };
+  std::vector<std::pair<void*, const char*>> marks_;  // (cudaEvent_t, step ending there), this pass
+  std::vector<void*> spare_;                         // events to reuse
+  std::vector<Step> steps_;
+  long passes_ = 0;
 };
 
 // Device-to-device copy bandwidth in bytes per second (bytes read plus bytes written over

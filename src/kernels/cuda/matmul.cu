@@ -24,24 +24,6 @@ constexpr int kTokensWarps = 8;       // gemv_tokens: warps (rows) per thread bl
 constexpr int kGemvMaxTokens = 8;     // activations one weight pass serves
 constexpr int kGemvWarps = 4;         // gemv_q8: warps per thread block
 
-template <GgmlType T>
-struct Rows {
-  using B = Block<T>;
-  const uint8_t* data;
-  size_t row_bytes, quant_bytes;
-  __device__ const uint8_t* quants(int row, int block) const {
-    return data + row_bytes * row + static_cast<size_t>(block) * B::kQuantBytes;
-  }
-  __device__ const uint8_t* header(int row, int block) const {
-    return data + row_bytes * row + quant_bytes + static_cast<size_t>(block) * B::kHeaderBytes;
-  }
-};
-
-template <GgmlType T>
-Rows<T> rows_of(const DeviceWeight& w) {
-  return {w.data, RowLayout<T>::row_bytes(w.cols), RowLayout<T>::quant_bytes(w.cols)};
-}
-
 __device__ __forceinline__ void load16(const float* x, float (&v)[16]) {
   const auto* x4 = reinterpret_cast<const float4*>(x);
 #pragma unroll
@@ -287,19 +269,8 @@ __global__ void dequantize_kernel(Rows<T> w, int rows, int cols, __half* __restr
   Run a, b;
   B::decode(w.quants(row, block), w.header(row, block), p, a, b);
   __half* o = out + static_cast<size_t>(row) * cols + block * B::kElements;
-  // Each run's 16 halves as two 16-byte stores.
-  auto store_run = [](const Run& r, __half* to) {
-    uint32_t words[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const __half2 h = __floats2half2_rn(fmaf(r.d, r.q[2 * j], r.m), fmaf(r.d, r.q[2 * j + 1], r.m));
-      words[j] = *reinterpret_cast<const uint32_t*>(&h);
-    }
-    reinterpret_cast<uint4*>(to)[0] = make_uint4(words[0], words[1], words[2], words[3]);
-    reinterpret_cast<uint4*>(to)[1] = make_uint4(words[4], words[5], words[6], words[7]);
-  };
-  store_run(a, o + pa);
-  store_run(b, o + pb);
+  store_run_f16(a, o + pa);
+  store_run_f16(b, o + pb);
 }
 
 __global__ void to_f16_kernel(const float* __restrict__ x, int ldx, int n, int cols, __half* __restrict__ out) {
@@ -474,7 +445,9 @@ void dequantize_to_f16(const DeviceWeight& w, void* out_f16, Stream& stream) {
 
 void matmul(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
             MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq, bool always_gemv) {
-  if (n <= kGemvLargestBatch || always_gemv) return gemv(w, x, ldx, n, y, ldy, accumulate, scratch, stream, xq);
+  if (n <= kGemvLargestBatch) return gemv(w, x, ldx, n, y, ldy, accumulate, scratch, stream, xq);
+  if (n <= kSmallGemmLargestBatch && small_gemm_reads(w.type)) return small_gemm(w, x, ldx, n, y, ldy, accumulate, stream);
+  if (always_gemv) return gemv(w, x, ldx, n, y, ldy, accumulate, scratch, stream, xq);
   matmul_tensor_cores(w, x, ldx, n, y, ldy, accumulate, scratch, stream);
 }
 

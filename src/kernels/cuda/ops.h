@@ -80,12 +80,17 @@ struct MatmulScratch {
 // two meet at 16 rows: docs/PERF.md).
 constexpr int kGemvLargestBatch = 16;
 
+// From there up to this many rows, integer weight types go to the small GEMM (small_gemm.cu:
+// the quantized weights decoded once per pass into shared memory, f16 tensor cores).
+constexpr int kSmallGemmLargestBatch = 64;
+
 // y[t][r] (+)= sum_c w[r][c] * x[t][c] for t < n. Few rows (decode, verify blocks) stream the
 // quantized weights once per 8 rows (GEMV: integer types against int8 activations, a scale
-// per 16, with dp4a; float types in float); many rows dequantize the matrix to f16 and run
-// one cuBLAS GEMM with float accumulation. `xq`, when given, is x already quantized (the
+// per 16, with dp4a; float types in float); up to kSmallGemmLargestBatch rows of integer
+// types take the small GEMM; more dequantize the matrix to f16 and run one cuBLAS GEMM with
+// float accumulation. `xq`, when given, is x already quantized (the
 // GEMV of integer types reads it instead of quantizing x again). `always_gemv` keeps a huge
-// matrix (the output head) off the f16 copy.
+// matrix (the output head) off the f16 copy (GEMV passes where the small GEMM cannot serve).
 void matmul(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
             MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq = nullptr, bool always_gemv = false);
 // The GEMV alone, for tests and the tuner (variant: an index into gemv_variants() matching
@@ -96,6 +101,11 @@ void gemv(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int l
 // float accumulation (for tests and the benchmark of where it overtakes the GEMV).
 void matmul_tensor_cores(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
                          MatmulScratch& scratch, Stream& stream);
+// The small GEMM alone, for 1 to kSmallGemmLargestBatch rows of an integer weight type (f16
+// operands, float accumulation); `splits` of K (0: enough thread blocks for every SM).
+bool small_gemm_reads(GgmlType type);
+void small_gemm(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
+                Stream& stream, int splits = 0);
 // w as f16 [rows][cols] (the tensor-core path's first half; tests check it exactly).
 void dequantize_to_f16(const DeviceWeight& w, void* out_f16, Stream& stream);
 

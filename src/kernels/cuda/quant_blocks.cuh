@@ -24,6 +24,7 @@
 
 #include "formats/ggml_types.h"
 #include "kernels/cuda/cuda_error.h"
+#include "kernels/cuda/ops.h"
 
 namespace splash::kernels::cuda {
 
@@ -84,6 +85,18 @@ __device__ __forceinline__ void to_floats(const CodeRun& c, Run& r) {
     else r.q[j] = small_uint_to_float(byte);
   }
   r.d = c.d, r.m = c.m;
+}
+
+// A run's 16 weights d * q + m, each rounded once to f16, as two 16-byte stores.
+__device__ __forceinline__ void store_run_f16(const Run& r, __half* to) {
+  uint32_t words[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const __half2 h = __floats2half2_rn(fmaf(r.d, r.q[2 * j], r.m), fmaf(r.d, r.q[2 * j + 1], r.m));
+    words[j] = *reinterpret_cast<const uint32_t*>(&h);
+  }
+  reinterpret_cast<uint4*>(to)[0] = make_uint4(words[0], words[1], words[2], words[3]);
+  reinterpret_cast<uint4*>(to)[1] = make_uint4(words[4], words[5], words[6], words[7]);
 }
 
 // Types stored as they come: no repacking, no scales.
@@ -327,6 +340,25 @@ struct RowLayout {
     return (quant_bytes(cols) + static_cast<size_t>(cols) / B::kElements * B::kHeaderBytes + 15) / 16 * 16;
   }
 };
+
+// A matrix in that layout, as kernels address it.
+template <GgmlType T>
+struct Rows {
+  using B = Block<T>;
+  const uint8_t* data;
+  size_t row_bytes, quant_bytes;
+  __device__ const uint8_t* quants(int row, int block) const {
+    return data + row_bytes * row + static_cast<size_t>(block) * B::kQuantBytes;
+  }
+  __device__ const uint8_t* header(int row, int block) const {
+    return data + row_bytes * row + quant_bytes + static_cast<size_t>(block) * B::kHeaderBytes;
+  }
+};
+
+template <GgmlType T>
+Rows<T> rows_of(const DeviceWeight& w) {
+  return {w.data, RowLayout<T>::row_bytes(w.cols), RowLayout<T>::quant_bytes(w.cols)};
+}
 
 // Calls fn.template operator()<Type>() for the weight type at run time (fn: a lambda with a
 // template parameter list); throws splash::Error for a type without kernels.

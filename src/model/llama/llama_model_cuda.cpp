@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -126,6 +128,10 @@ class LlamaCudaModel final : public Model {
     load_weights();
     allocate(options);
     if (options.tune_kernels) tune(options.tuning_cache_dir);
+  }
+
+  ~LlamaCudaModel() override {
+    if (profile_) std::fputs(profile_->report().c_str(), stderr);
   }
 
   const ModelInfo& info() const override { return info_; }
@@ -436,14 +442,14 @@ class LlamaCudaModel final : public Model {
   // is the same launches for every pass of that many tokens whose contexts share a bucket:
   // it is recorded once as a CUDA graph and replayed. Other passes launch kernel by kernel.
   static bool is_decode_pass(std::span<const SequenceSlice> batch, int n, int wanted) {
-    if (n > cu::kGemvLargestBatch || wanted != n) return false;
+    if (n > cu::kSmallGemmLargestBatch || wanted != n) return false;
     return std::all_of(batch.begin(), batch.end(),
                        [](const SequenceSlice& s) { return s.tokens.size() == 1 && s.embeddings.empty(); });
   }
 
   void run(std::span<const SequenceSlice> batch, int n, int wanted) {
     const cu::BatchLayout layout = upload_batch(batch, n, wanted);
-    if (use_graphs_ && is_decode_pass(batch, n, wanted)) {
+    if (use_graphs_ && !profile_ && is_decode_pass(batch, n, wanted)) {
       const std::pair<int, int> key{n, cu::decode_context_bucket(layout.decode_context)};
       auto graph = decode_graphs_.find(key);
       if (graph == decode_graphs_.end()) {
@@ -463,11 +469,16 @@ class LlamaCudaModel final : public Model {
     if (wanted > 0)
       stream_.copy_to_host(logits_host_.data(), logits_.data(), static_cast<size_t>(wanted) * h_.shapes.vocab * sizeof(float));
     stream_.synchronize("the forward pass on the GPU");
+    if (profile_) profile_->collect();
   }
 
   // Every kernel of one pass, queued on the stream (or recorded into a graph).
   void launch_pass(std::span<const SequenceSlice> batch, const cu::BatchLayout& layout, int n, int wanted) {
     const auto& s = h_.shapes;
+    const auto mark = [this](const char* step) {  // SPLASH_CUDA_PROFILE=1: where the time goes
+      if (profile_) profile_->mark(stream_, step);
+    };
+    mark("start");
     float* x = x_.as<float>();
     cu::embed(embedding_, inputs_.as<int32_t>(), n, x, stream_);
     int row = 0;
@@ -475,6 +486,7 @@ class LlamaCudaModel final : public Model {
       for (size_t t = 0; t < slice.tokens.size(); ++t, ++row)
         if (!slice.embeddings.empty() && slice.embeddings[t])
           stream_.copy_to_device(x + static_cast<size_t>(row) * s.d_model, slice.embeddings[t], sizeof(float) * s.d_model);
+    mark("embed");
 
     float *normed = normed_.as<float>(), *qkv = qkv_.as<float>(), *attn = attn_.as<float>();
     const auto normed_q8 = quantized_rows(n, s.d_model), hidden_q8 = quantized_rows(n, s.ffn);
@@ -489,7 +501,9 @@ class LlamaCudaModel final : public Model {
     for (int l = 0; l < s.n_layers; ++l) {
       const auto& layer = layers_[l];
       cu::rms_norm(x, layer.attn_norm, normed, n, s.d_model, h_.rms_eps, stream_, normed_out);
+      mark("attn_norm");
       matmul_group(layer.qkv, normed, s.d_model, n, qkv, qkv_width(), normed_in);
+      mark("qkv matmul");
       cu::QkvPostArgs post;
       post.qkv = qkv;
       post.ld = qkv_width();
@@ -504,12 +518,19 @@ class LlamaCudaModel final : public Model {
       post.rope_base = h_.rope_base;
       post.layer = l;
       cu::qkv_post(post, layout, pool_, stream_);
+      mark("qkv_post (rope, kv)");
       cu::attention(qkv, qkv_width(), attn, s.n_heads, layout, pool_, l, attention_scratch_, stream_);
+      mark("attention");
       cu::matmul(layer.attn_output, attn, q_width(), n, x, s.d_model, true, matmul_scratch_, stream_);
+      mark("attn_output matmul");
       cu::rms_norm(x, layer.ffn_norm, normed, n, s.d_model, h_.rms_eps, stream_, normed_out);
+      mark("ffn_norm");
       matmul_group(layer.gate_up, normed, s.d_model, n, gate_up_.as<float>(), 2 * s.ffn, normed_in);
+      mark("gate_up matmul");
       cu::silu_mul(gate_up_.as<float>(), hidden_.as<float>(), n, s.ffn, stream_, hidden_out);
+      mark("silu_mul");
       cu::matmul(layer.down, hidden_.as<float>(), s.ffn, n, x, s.d_model, true, matmul_scratch_, stream_, hidden_in);
+      mark("down matmul");
     }
     if (wanted > 0) {
       // Only each wanting slice's last position needs logits.
@@ -517,6 +538,7 @@ class LlamaCudaModel final : public Model {
       cu::rms_norm(last_.as<float>(), output_norm_, last_normed_.as<float>(), wanted, s.d_model, h_.rms_eps, stream_);
       cu::matmul(output_, last_normed_.as<float>(), s.d_model, wanted, logits_.as<float>(), s.vocab, false,
                  matmul_scratch_, stream_, /*xq=*/nullptr, /*always_gemv=*/true);
+      mark("head (norm, matmul)");
     }
   }
 
@@ -538,8 +560,13 @@ class LlamaCudaModel final : public Model {
   // Recorded decode passes by (tokens, context bucket); SPLASH_CUDA_GRAPHS=0 turns them off
   // (to compare, or to debug kernel by kernel).
   bool use_graphs_ = graphs_enabled();
+  std::unique_ptr<cu::Timeline> profile_ = profile_requested() ? std::make_unique<cu::Timeline>() : nullptr;
   std::map<std::pair<int, int>, cu::Graph> decode_graphs_;
 
+  static bool profile_requested() {
+    const char* value = std::getenv("SPLASH_CUDA_PROFILE");
+    return value && std::string_view(value) == "1";
+  }
   static bool graphs_enabled() {
     const char* value = std::getenv("SPLASH_CUDA_GRAPHS");
     return !value || std::string_view(value) != "0";

@@ -1,0 +1,202 @@
+// The small GEMM: y = W x for a few to 64 activation rows (batched decode, a verify block of
+// draft tokens) on the tensor cores, reading the quantized weights where they lie (the GPU
+// layout of quant_blocks.cuh) once per pass. Between the GEMV (weights decoded once per 8
+// rows, dot products on the ALUs) and dequantize + cuBLAS (the whole matrix written out as
+// f16 every pass), it decodes each weight once into shared memory as f16 and lets mma.sync
+// apply it to every activation row.
+//
+// A thread block owns 128 weight rows (a warp per 16) over a range of 256-column tiles (split
+// K: enough blocks for every SM on short matrices; the splits add their sums atomically):
+//   1. each thread decodes 4 parts (32 weights each) of the tile, whose loads it issued
+//      during the previous tile's MMAs, and stores them as f16 in shared memory;
+//   2. the tile's activations (x, float) go to shared memory as f16;
+//   3. each warp runs 16 k-steps of m16n8k16 for its 16 rows against every 8 activation rows.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "kernels/cuda/cuda_error.h"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/quant_blocks.cuh"
+
+namespace splash::kernels::cuda {
+namespace {
+
+constexpr int kWarps = 8, kThreads = 32 * kWarps;
+constexpr int kBlockRows = 16 * kWarps;  // weight rows of a thread block
+constexpr int kTileCols = 256;           // one K-quant super-block, eight 32-weight blocks
+constexpr int kTileParts = kTileCols / 32;
+constexpr int kPitch = kTileCols + 8;  // halves per shared row: ldmatrix's 8 rows fall in distinct banks
+constexpr int kPartsPerThread = kBlockRows * kTileParts / kThreads;
+constexpr int kRowsPerSweep = kThreads / kTileParts;  // rows whose parts one sweep of the threads covers
+
+constexpr size_t shared_bytes(int token_tiles) {
+  return static_cast<size_t>(kBlockRows + 8 * token_tiles) * kPitch * sizeof(__half);
+}
+
+// Part `q` (0-7) of tile `tile`: its block, the part within the block, the block's first
+// column relative to the tile.
+template <typename B>
+__device__ __forceinline__ void tile_part(int tile, int q, int& block, int& part, int& column) {
+  if constexpr (B::kElements == kTileCols) block = tile, part = q, column = 0;
+  else block = tile * kTileParts + q, part = 0, column = 32 * q;
+}
+
+template <GgmlType T>
+__device__ __forceinline__ void decode_raw(const typename Block<T>::Raw& raw, int part, Run& a, Run& b) {
+  CodeRun ca, cb;
+  Block<T>::codes(raw, part, ca, cb);
+  to_floats<T == GgmlType::Q8_0>(ca, a), to_floats<T == GgmlType::Q8_0>(cb, b);
+}
+
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(kThreads, 2)
+    small_gemm_kernel(Rows<T> w, int rows, int cols, const float* __restrict__ x, int ldx, int n,
+                      float* __restrict__ y, int ldy, int accumulate, int tiles_per_split, int atomic) {
+  using B = Block<T>;
+  extern __shared__ uint4 shared[];
+  __half* weights = reinterpret_cast<__half*>(shared);  // [kBlockRows][kPitch]
+  __half* acts = weights + kBlockRows * kPitch;          // [8 NT][kPitch]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row_base = blockIdx.x * kBlockRows;
+  const int tiles = (cols + kTileCols - 1) / kTileCols, blocks_in_row = cols / B::kElements;
+  const int first = blockIdx.y * tiles_per_split, end = min(tiles, first + tiles_per_split);
+  const int q = threadIdx.x % kTileParts;  // this thread's part of every tile, in rows below
+  int row_of[kPartsPerThread];
+#pragma unroll
+  for (int i = 0; i < kPartsPerThread; ++i)
+    row_of[i] = min(row_base + threadIdx.x / kTileParts + kRowsPerSweep * i, rows - 1);
+
+  typename B::Raw raw[kPartsPerThread];
+  auto load_tile = [&](int tile) {
+    int block, part, column;
+    tile_part<B>(tile, q, block, part, column);
+    block = min(block, blocks_in_row - 1);  // past the row's end (a partial tile): zeros are stored instead
+#pragma unroll
+    for (int i = 0; i < kPartsPerThread; ++i) raw[i] = B::load(w.quants(row_of[i], block), w.header(row_of[i], block), part);
+  };
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+
+  if (first < end) load_tile(first);
+  wait_for_inputs();  // weights are on their way; x comes from the kernel before
+  for (int tile = first; tile < end; ++tile) {
+    {  // 1. this tile's weights, f16, into shared memory
+      int block, part, column;
+      tile_part<B>(tile, q, block, part, column);
+      int pa, pb;
+      B::columns(part, pa, pb);
+      const bool inside = block < blocks_in_row;
+#pragma unroll
+      for (int i = 0; i < kPartsPerThread; ++i) {
+        __half* to = weights + (threadIdx.x / kTileParts + kRowsPerSweep * i) * kPitch + column;
+        if (inside) {
+          Run a, b;
+          decode_raw<T>(raw[i], part, a, b);
+          store_run_f16(a, to + pa);
+          store_run_f16(b, to + pb);
+        } else {
+          const uint4 zero = make_uint4(0, 0, 0, 0);
+          reinterpret_cast<uint4*>(to + pa)[0] = reinterpret_cast<uint4*>(to + pa)[1] = zero;
+          reinterpret_cast<uint4*>(to + pb)[0] = reinterpret_cast<uint4*>(to + pb)[1] = zero;
+        }
+      }
+    }
+    if (tile + 1 < end) load_tile(tile + 1);  // in flight during this tile's MMAs
+    // 2. the tile's activations as f16 (rows past n and columns past cols: zeros)
+    for (int e = threadIdx.x; e < 8 * NT * (kTileCols / 4); e += kThreads) {
+      const int t = e / (kTileCols / 4), c = 4 * (e % (kTileCols / 4)), column = tile * kTileCols + c;
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (t < n && column < cols) v = *reinterpret_cast<const float4*>(x + static_cast<size_t>(t) * ldx + column);
+      *reinterpret_cast<uint2*>(acts + t * kPitch + c) = make_uint2(pack_half2(v.x, v.y), pack_half2(v.z, v.w));
+    }
+    __syncthreads();
+    // 3. the warp's 16 rows against every 8 activation rows
+    const __half* a_rows = weights + (16 * warp + lane % 16) * kPitch + (lane / 16) * 8;
+    const __half* b_rows = acts + (lane % 8) * kPitch + ((lane / 8) % 2) * 8;
+#pragma unroll 4
+    for (int k = 0; k < kTileCols / 16; ++k) {
+      uint32_t a[4];
+      ldmatrix_x4(a, a_rows + 16 * k);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        uint32_t b[2];
+        ldmatrix_x2(b, b_rows + 8 * j * kPitch + 16 * k);
+        mma_16x8x16(acc[j], a, b[0], b[1]);
+      }
+    }
+    __syncthreads();
+  }
+  allow_next_launch();
+  // Fragment: c0, c1 at (row g, tokens 2t, 2t + 1), c2, c3 at (row g + 8, the same tokens).
+  const int g = lane / 4, t2 = 2 * (lane % 4);
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = row_base + 16 * warp + g + 8 * (e / 2), token = 8 * j + t2 + e % 2;
+      if (row >= rows || token >= n) continue;
+      float* out = y + static_cast<size_t>(token) * ldy + row;
+      if (atomic) atomicAdd(out, acc[j][e]);
+      else *out = accumulate ? *out + acc[j][e] : acc[j][e];
+    }
+}
+
+template <GgmlType T, int NT>
+void launch_small_gemm(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
+                       int splits, Stream& stream) {
+  static const bool configured = [] {  // more than the default 48 KB of shared memory
+    return cudaFuncSetAttribute(small_gemm_kernel<T, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(shared_bytes(NT))) == cudaSuccess;
+  }();
+  if (!configured) cuda_fail("small_gemm: the shared memory the kernel needs is not available");
+  const int tiles = (w.cols + kTileCols - 1) / kTileCols;
+  const int row_blocks = (w.rows + kBlockRows - 1) / kBlockRows;
+  if (splits <= 0) splits = std::max(1, 2 * multiprocessor_count() / row_blocks);  // two blocks an SM
+  const int per_split = (tiles + std::min(splits, tiles) - 1) / std::min(splits, tiles);
+  splits = (tiles + per_split - 1) / per_split;
+  const auto s = static_cast<cudaStream_t>(stream.handle());
+  if (splits > 1 && !accumulate) {  // the splits add into zeros
+    const cudaError_t status = cudaMemset2DAsync(y, sizeof(float) * static_cast<size_t>(ldy), 0,
+                                                 sizeof(float) * static_cast<size_t>(w.rows), n, s);
+    if (status != cudaSuccess) cuda_fail(std::string("small_gemm: clearing y failed: ") + cudaGetErrorString(status));
+  }
+  launch_dependent_shared(small_gemm_kernel<T, NT>, dim3(row_blocks, splits), dim3(kThreads), shared_bytes(NT), s,
+                   rows_of<T>(w), w.rows, w.cols, x, ldx, n, y, ldy, accumulate ? 1 : 0, per_split,
+                   splits > 1 ? 1 : 0);
+}
+
+}  // namespace
+
+bool small_gemm_reads(GgmlType type) {
+  bool packed = false;
+  if (is_supported_weight_type(type)) dispatch_weight_type(type, [&]<GgmlType T>() { packed = Block<T>::kPacked; });
+  return packed;
+}
+
+void small_gemm(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
+                Stream& stream, int splits) {
+  if (n <= 0) return;
+  if (n > kSmallGemmLargestBatch) cuda_fail("small_gemm: more than " + std::to_string(kSmallGemmLargestBatch) + " rows");
+  if (ldx % 4 != 0) cuda_fail("small_gemm: activation rows must be 16-byte aligned");
+  dispatch_weight_type(w.type, [&]<GgmlType T>() {
+    if constexpr (!Block<T>::kPacked) {
+      cuda_fail("small_gemm: float weights go to cuBLAS as they are");
+    } else if (n <= 8) {
+      launch_small_gemm<T, 1>(w, x, ldx, n, y, ldy, accumulate, splits, stream);
+    } else if (n <= 16) {
+      launch_small_gemm<T, 2>(w, x, ldx, n, y, ldy, accumulate, splits, stream);
+    } else if (n <= 32) {
+      launch_small_gemm<T, 4>(w, x, ldx, n, y, ldy, accumulate, splits, stream);
+    } else {
+      launch_small_gemm<T, 8>(w, x, ldx, n, y, ldy, accumulate, splits, stream);
+    }
+  });
+}
+
+}  // namespace splash::kernels::cuda
