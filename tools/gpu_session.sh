@@ -209,6 +209,15 @@ phase_profile() {
   row profile "decode step by step at 1, 16, 64 sequences: profile_*.txt"
 }
 
+# ncu's full report on the small GEMM (gate_up Q4_K at 8 and 64 rows).
+phase_ncu() {
+  LD_LIBRARY_PATH="$SPLASH_LIBS" timeout 240 ncu --set full -k regex:small_gemm_kernel -c 4 \
+    .gpu/bin/splash_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='*SmallGemmForProfiler*' \
+    > "$OUT/ncu_small_gemm.txt" 2>&1
+  row ncu "rc=$? ncu_small_gemm.txt"
+  grep -E "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued|Issue Slots Busy|L2 Hit|Block Limit" "$OUT/ncu_small_gemm.txt" | head -80
+}
+
 make_8b() {  # make_8b PATH: the Qwen3-8B-shape random GGUF, unless this warm machine has it
   local model=$1
   [ -f "$model" ] && return 0
@@ -283,7 +292,11 @@ case "${1:-tests}" in
   real) phase_real ;;
   bench) phase_kernels; phase_bench ;;
   profile) phase_profile ;;
+  ncu) phase_ncu ;;
   work) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_kernels; phase_bench; phase_profile ;;
+  check) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"
+         gtest tuned_repeat 'CudaModelTest.Tuned*' SPLASH_GPU_FIXTURES="$KEEP/fixtures" GTEST_REPEAT=6
+         phase_ncu; phase_bench; phase_profile; phase_sanitizers ;;
   peer) phase_peer ;;
   bench8b) phase_bench8b ;;
   *) echo "usage: $0 tests|quick|serve|bench|profile|work|final|peer|bench8b|part N|real" >&2; exit 2 ;;

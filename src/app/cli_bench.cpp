@@ -206,7 +206,9 @@ void bench_parallel(model::Model& model, const BenchFlags& flags, const std::vec
 }
 
 void bench(BenchFlags flags) {
-  int longest = *std::max_element(flags.prompt_sizes.begin(), flags.prompt_sizes.end());
+  // The decode runs start after a 16-token prompt: at least that many tokens, whatever the
+  // prompt sizes.
+  int longest = std::max(16, *std::max_element(flags.prompt_sizes.begin(), flags.prompt_sizes.end()));
   for (const int depth : flags.decode_depths) longest = std::max(longest, depth + flags.decode_tokens + 1);
   if (!flags.parallel.empty()) {
     longest = std::max(longest, flags.parallel_prompt + flags.decode_tokens + 1);

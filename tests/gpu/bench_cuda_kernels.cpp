@@ -142,6 +142,22 @@ TEST_F(CudaKernelBench, DISABLED_Gemv) {
   }
 }
 
+// The small GEMM alone at gate_up Q4_K, 8 and 64 rows, a few launches: what ncu profiles
+// (tools/gpu_session.sh ncu).
+TEST_F(CudaKernelBench, DISABLED_SmallGemmForProfiler) {
+  cu::Stream stream;
+  const int rows = 24576, cols = 4096;
+  const size_t bytes = cu::weight_row_bytes(GgmlType::Q4_K, cols) * rows;
+  cu::DeviceBuffer w(bytes);
+  stream.fill(w.data(), 0x11, bytes);
+  const cu::DeviceWeight weight{GgmlType::Q4_K, w.as<uint8_t>(), rows, cols};
+  const auto dx = to_device(random_floats(rng_, static_cast<size_t>(64) * cols));
+  cu::DeviceBuffer y(static_cast<size_t>(64) * rows * sizeof(float));
+  for (const int n : {8, 64})
+    for (int i = 0; i < 2; ++i) cu::small_gemm(weight, dx.as<float>(), cols, n, y.as<float>(), rows, false, stream);
+  stream.synchronize("small_gemm");
+}
+
 TEST_F(CudaKernelBench, DISABLED_Attention) {
   cu::Stream stream;
   const int n_heads = 32, n_kv = 8, hd = 128, layers = 1;

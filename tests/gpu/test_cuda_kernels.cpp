@@ -5,6 +5,7 @@
 // type, decode and causal prefill, across context splits.
 #include <algorithm>
 #include <numeric>
+#include <tuple>
 
 #include "gpu_fixture.h"
 #include "kernels/cpu/half.h"
@@ -106,8 +107,9 @@ std::vector<double> int8_activations(const std::vector<float>& x, int n, int col
 
 bool is_float_type(GgmlType type) { return type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16; }
 
-// y = W x (+ y0) for every type, at decode widths (GEMV, 1-11 rows: one pass, a padded pass,
-// two passes) and prompt widths (40 and 77 rows: f16 copies + cuBLAS). Tolerances against
+// y = W x (+ y0) for every type, at decode widths (GEMV up to kGemvLargestBatch rows, then the
+// small GEMM for integer types: 8, 11, 40 rows) and prompt widths (77 rows: f16 copies +
+// cuBLAS). Tolerances against
 // float64: the GEMV of float types, 1e-5; of integer types, 1e-5 against the int8
 // activations it reads (the kernel's own arithmetic) and 1.5e-2 against the float ones
 // (the int8 rounding, a half step of amax/127 per group of 16); f16 operands, 3e-3.
@@ -178,12 +180,16 @@ TEST_F(CudaMatmulTest, DequantizeToF16IsTheCpuValueRounded) {
 // the int8 activations it reads (1e-5), with partial passes (3 of 4 rows, 5 of 8) and rows
 // that leave a thread block part empty.
 TEST_F(CudaMatmulTest, EveryGemvVariantAgainstFloat64) {
-  const int rows = 100, cols = 768;
   cu::Stream stream;
   cu::MatmulScratch scratch;
   const auto variants = cu::gemv_variants();
-  for (const GgmlType type : kWeightTypes) {
-    if (is_float_type(type)) continue;
+  // Also one block of 256 columns (the random test models' d_model: fewer parts than lanes).
+  for (const auto& [type, rows, cols] : [] {
+         std::vector<std::tuple<GgmlType, int, int>> cases;
+         for (const GgmlType type : kWeightTypes)
+           if (!is_float_type(type)) cases.emplace_back(type, 100, 768), cases.emplace_back(type, 72, 256);
+         return cases;
+       }()) {
     const auto bytes = random_matrix(type, rows, cols, rng_);
     const auto w = dequantized(type, bytes, rows, cols);
     const auto device_bytes = packed_on_device(type, bytes, rows, cols);
@@ -206,8 +212,8 @@ TEST_F(CudaMatmulTest, EveryGemvVariantAgainstFloat64) {
                static_cast<int>(v));
       stream.synchronize("gemv");
       EXPECT_LT(relative_error(to_host<float>(dy, ref.size()), ref), 1e-5)
-          << type_name(type) << " variant " << v << " (" << variants[v].tokens << " tokens, " << variants[v].rows
-          << " rows, " << variants[v].parts << " parts) n=" << n;
+          << type_name(type) << " " << rows << "x" << cols << " variant " << v << " (" << variants[v].tokens
+          << " tokens, " << variants[v].rows << " rows, " << variants[v].parts << " parts) n=" << n;
     }
   }
 }

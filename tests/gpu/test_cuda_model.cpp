@@ -86,16 +86,18 @@ TEST_F(CudaModelTest, RandomModelsMatchTheCpuPath) {
 }
 
 // Continuous batching: two sequences in one pass give each one's logits alone (same kernels,
-// rows independent: 1e-5). Together they stay within the GEMV's rows (kGemvLargestBatch), so
-// alone and together take the same path (above it the f16 tensor-core path differs by its
-// rounding).
+// rows independent: 1e-5). Alone and together they stay within the small GEMM's rows (above
+// the GEMV's, up to kSmallGemmLargestBatch), so both take the same path (the GEMV's int8
+// activations and the f16 tensor-core path each differ from it by their rounding).
 TEST_F(CudaModelTest, BatchOfTwoEqualsEachAlone) {
   const auto paths = fixture_models();
   if (paths.empty()) GTEST_SKIP() << "SPLASH_GPU_FIXTURES names no random-*.gguf";
   const auto file = gguf::File::open(paths.front());
   auto gpu = model::load_model(file, options(model::Device::Cuda, model::KvType::Q8, 256, 64));
   const int vocab = gpu->info().vocab;
-  std::vector<int32_t> a(12), b(kernels::cuda::kGemvLargestBatch - 12), table_a{5, 3, 9}, table_b{0, 7, 11};
+  std::vector<int32_t> a(kernels::cuda::kGemvLargestBatch + 3), b(kernels::cuda::kGemvLargestBatch + 9);
+  const std::vector<int32_t> table_a{5, 3, 9}, table_b{0, 7, 11};
+  static_assert(3 * kernels::cuda::kGemvLargestBatch + 12 <= kernels::cuda::kSmallGemmLargestBatch);
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<int32_t>((i * 31 + 1) % vocab);
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<int32_t>((i * 17 + 5) % vocab);
   auto alone = [&](const std::vector<int32_t>& tokens, const std::vector<int32_t>& table) {
@@ -111,13 +113,14 @@ TEST_F(CudaModelTest, BatchOfTwoEqualsEachAlone) {
   EXPECT_LT(logits_error(logits.subspan(vocab, vocab), ref_b), 1e-5);
   // Copy-on-write: a's first block copied to block 20; a decode step over the copy gives
   // the logits of the same step over the original.
-  gpu->copy_kv_block(table_a[0], 20, 12);
+  const int written = static_cast<int>(a.size());
+  gpu->copy_kv_block(table_a[0], 20, written);
   const int32_t next = 42;
   const std::vector<int32_t> copied{20, 3, 9};
-  const model::SequenceSlice over_copy{{&next, 1}, 12, copied, true};
+  const model::SequenceSlice over_copy{{&next, 1}, written, copied, true};
   auto first = gpu->forward({&over_copy, 1});
   const std::vector<float> via_copy(first.begin(), first.end());
-  const model::SequenceSlice over_original{{&next, 1}, 12, table_a, true};
+  const model::SequenceSlice over_original{{&next, 1}, written, table_a, true};
   EXPECT_LT(logits_error(gpu->forward({&over_original, 1}), via_copy), 1e-6);
 }
 

@@ -236,7 +236,10 @@ void Timeline::collect() {
 std::string Timeline::report() const {
   double total = 0.0;
   for (const Step& s : steps_) total += s.ms;
-  std::string out = "GPU time by step over " + std::to_string(passes_) + " passes (" + std::to_string(total) + " ms):\n";
+  char head[96];
+  std::snprintf(head, sizeof(head), "GPU time by step over %ld passes (%.3f ms a pass):\n", passes_,
+                total / static_cast<double>(std::max(passes_, 1L)));
+  std::string out = head;
   std::vector<Step> sorted = steps_;
   std::sort(sorted.begin(), sorted.end(), [](const Step& a, const Step& b) { return a.ms > b.ms; });
   for (const Step& s : sorted) {

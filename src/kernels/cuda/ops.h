@@ -75,10 +75,10 @@ struct MatmulScratch {
   DeviceBuffer weight_f16, activations_f16, activations_q8;
 };
 
-// Up to this many activation rows a matmul runs as GEMV passes (8 rows each) over the
-// quantized weights; more dequantize the matrix to f16 for one cuBLAS GEMM (on the H200 the
-// two meet at 16 rows: docs/PERF.md).
-constexpr int kGemvLargestBatch = 16;
+// Up to this many activation rows a matmul of an integer weight type runs as one GEMV pass
+// over the quantized weights (int8 activations, dp4a); more go to the small GEMM, where the
+// two meet on the H200 (docs/PERF.md: from 5 rows it is ahead at every Qwen3-8B matrix).
+constexpr int kGemvLargestBatch = 4;
 
 // From there up to this many rows, integer weight types go to the small GEMM (small_gemm.cu:
 // the quantized weights decoded once per pass into shared memory, f16 tensor cores).

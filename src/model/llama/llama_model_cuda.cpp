@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <memory>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -131,7 +130,8 @@ class LlamaCudaModel final : public Model {
   }
 
   ~LlamaCudaModel() override {
-    if (profile_) std::fputs(profile_->report().c_str(), stderr);
+    for (const auto& [tokens, timeline] : profiles_)
+      std::fprintf(stderr, "decode passes of %d tokens: %s", tokens, timeline.report().c_str());
   }
 
   const ModelInfo& info() const override { return info_; }
@@ -449,6 +449,7 @@ class LlamaCudaModel final : public Model {
 
   void run(std::span<const SequenceSlice> batch, int n, int wanted) {
     const cu::BatchLayout layout = upload_batch(batch, n, wanted);
+    timeline_ = profile_ && is_decode_pass(batch, n, wanted) ? &profiles_[n] : nullptr;
     if (use_graphs_ && !profile_ && is_decode_pass(batch, n, wanted)) {
       const std::pair<int, int> key{n, cu::decode_context_bucket(layout.decode_context)};
       auto graph = decode_graphs_.find(key);
@@ -469,14 +470,14 @@ class LlamaCudaModel final : public Model {
     if (wanted > 0)
       stream_.copy_to_host(logits_host_.data(), logits_.data(), static_cast<size_t>(wanted) * h_.shapes.vocab * sizeof(float));
     stream_.synchronize("the forward pass on the GPU");
-    if (profile_) profile_->collect();
+    if (timeline_) timeline_->collect();
   }
 
   // Every kernel of one pass, queued on the stream (or recorded into a graph).
   void launch_pass(std::span<const SequenceSlice> batch, const cu::BatchLayout& layout, int n, int wanted) {
     const auto& s = h_.shapes;
     const auto mark = [this](const char* step) {  // SPLASH_CUDA_PROFILE=1: where the time goes
-      if (profile_) profile_->mark(stream_, step);
+      if (timeline_) timeline_->mark(stream_, step);
     };
     mark("start");
     float* x = x_.as<float>();
@@ -560,7 +561,11 @@ class LlamaCudaModel final : public Model {
   // Recorded decode passes by (tokens, context bucket); SPLASH_CUDA_GRAPHS=0 turns them off
   // (to compare, or to debug kernel by kernel).
   bool use_graphs_ = graphs_enabled();
-  std::unique_ptr<cu::Timeline> profile_ = profile_requested() ? std::make_unique<cu::Timeline>() : nullptr;
+  // SPLASH_CUDA_PROFILE=1: decode passes run kernel by kernel with an event after each step,
+  // their times kept by pass size and printed when the model is unloaded.
+  bool profile_ = profile_requested();
+  std::map<int, cu::Timeline> profiles_;
+  cu::Timeline* timeline_ = nullptr;  // this pass's, when profiled
   std::map<std::pair<int, int>, cu::Graph> decode_graphs_;
 
   static bool profile_requested() {
