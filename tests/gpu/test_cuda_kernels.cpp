@@ -273,7 +273,7 @@ TEST_F(CudaMatmulTest, SmallGemmAgainstFloat64) {
 // rms_norm and silu_mul writing the int8 copy as they go: their float rows against float64
 // (1e-6), and the copy byte for byte what quantize_rows makes of those rows.
 TEST_F(CudaMatmulTest, FusedQuantizedCopiesMatchQuantizeRows) {
-  const int n = 5, d = 1024, ffn = 768;
+  const int n = cu::kGemvLargestBatch, d = 1024, ffn = 768;  // (the copies serve the GEMV)
   cu::Stream stream;
   const auto compare_copies = [&](cu::DeviceBuffer& fused, const float* rows_on_device, int cols, const char* what) {
     cu::DeviceBuffer separate;

@@ -194,11 +194,11 @@ TEST_F(CudaModelTest, TunedLaunchShapesAreRememberedAndReused) {
   model::Sequence tuned_seq(*second), plain_seq(*plain);
   auto want = plain_seq.forward(prompt);
   std::vector<float> want_copy(want.begin(), want.end());
-  EXPECT_LT(logits_error(tuned_seq.forward(prompt), want_copy), 1e-5) << "prompt";
+  EXPECT_LT(logits_error(tuned_seq.forward(prompt), want_copy), 1e-5) << "prompt; " << second->info().kernel_shapes;
   const int32_t next = 7;
   want = plain_seq.forward({&next, 1});
   want_copy.assign(want.begin(), want.end());
-  EXPECT_LT(logits_error(tuned_seq.forward({&next, 1}), want_copy), 1e-5) << "decode step";
+  EXPECT_LT(logits_error(tuned_seq.forward({&next, 1}), want_copy), 1e-5) << "decode step; " << second->info().kernel_shapes;
   std::filesystem::remove_all(dir);
 }
 

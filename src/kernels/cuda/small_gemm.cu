@@ -5,12 +5,11 @@
 // f16 every pass), it decodes each weight once into shared memory as f16 and lets mma.sync
 // apply it to every activation row.
 //
-// A thread block owns 128 weight rows (a warp per 16) over a range of 256-column tiles (split
-// K: enough blocks for every SM on short matrices; the splits add their sums atomically):
-//   1. each thread decodes 4 parts (32 weights each) of the tile, whose loads it issued
-//      during the previous tile's MMAs, and stores them as f16 in shared memory;
-//   2. the tile's activations (x, float) go to shared memory as f16;
-//   3. each warp runs 16 k-steps of m16n8k16 for its 16 rows against every 8 activation rows.
+// A thread block owns 128 weight rows (a warp per 16) over a range of 128-column tiles (split
+// K: enough blocks for every SM on short matrices; the splits add their sums atomically).
+// For each tile, each thread decodes 2 parts (32 weights each) into shared memory as f16 and
+// converts its share of the tile's activations (x, float) to f16 beside them; each warp then
+// runs 8 k-steps of m16n8k16 for its 16 rows against every 8 activation rows.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -28,21 +27,22 @@ namespace {
 
 constexpr int kWarps = 8, kThreads = 32 * kWarps;
 constexpr int kBlockRows = 16 * kWarps;  // weight rows of a thread block
-constexpr int kTileCols = 256;           // one K-quant super-block, eight 32-weight blocks
+constexpr int kTileCols = 128;           // half a K-quant super-block, four 32-weight blocks
 constexpr int kTileParts = kTileCols / 32;
 constexpr int kPitch = kTileCols + 8;  // halves per shared row: ldmatrix's 8 rows fall in distinct banks
 constexpr int kPartsPerThread = kBlockRows * kTileParts / kThreads;
 constexpr int kRowsPerSweep = kThreads / kTileParts;  // rows whose parts one sweep of the threads covers
 
-constexpr size_t shared_bytes(int token_tiles) {
-  return static_cast<size_t>(kBlockRows + 8 * token_tiles) * kPitch * sizeof(__half);
-}
+// Two stages, each a tile's weights [kBlockRows][kPitch] and activations [8 NT][kPitch], f16.
+constexpr int stage_halves(int token_tiles) { return (kBlockRows + 8 * token_tiles) * kPitch; }
+constexpr size_t shared_bytes(int token_tiles) { return 2 * sizeof(__half) * static_cast<size_t>(stage_halves(token_tiles)); }
 
-// Part `q` (0-7) of tile `tile`: its block, the part within the block, the block's first
-// column relative to the tile.
+// Part `q` (0-3) of tile `tile`: its block, the part within the block, and where the block's
+// column 0 lies relative to the tile's (a super-block spans two tiles: the second half's
+// parts 4-7 hold columns 128-255).
 template <typename B>
 __device__ __forceinline__ void tile_part(int tile, int q, int& block, int& part, int& column) {
-  if constexpr (B::kElements == kTileCols) block = tile, part = q, column = 0;
+  if constexpr (B::kElements == 2 * kTileCols) block = tile / 2, part = (tile % 2) * kTileParts + q, column = -kTileCols * (tile % 2);
   else block = tile * kTileParts + q, part = 0, column = 32 * q;
 }
 
@@ -53,14 +53,18 @@ __device__ __forceinline__ void decode_raw(const typename Block<T>::Raw& raw, in
   to_floats<T == GgmlType::Q8_0>(ca, a), to_floats<T == GgmlType::Q8_0>(cb, b);
 }
 
+// The pipeline: while the warps multiply tile t out of one stage, they decode tile t + 1
+// (whose loads were issued two tiles earlier) into the other; a tile's raw loads are issued
+// as soon as the registers they go to are decoded, so two tiles of weights are always in
+// flight; one barrier a tile.
 template <GgmlType T, int NT>
 __global__ void __launch_bounds__(kThreads, 2)
     small_gemm_kernel(Rows<T> w, int rows, int cols, const float* __restrict__ x, int ldx, int n,
                       float* __restrict__ y, int ldy, int accumulate, int tiles_per_split, int atomic) {
   using B = Block<T>;
+  using Raw = typename B::Raw;
   extern __shared__ uint4 shared[];
-  __half* weights = reinterpret_cast<__half*>(shared);  // [kBlockRows][kPitch]
-  __half* acts = weights + kBlockRows * kPitch;          // [8 NT][kPitch]
+  __half* const stages[2] = {reinterpret_cast<__half*>(shared), reinterpret_cast<__half*>(shared) + stage_halves(NT)};
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row_base = blockIdx.x * kBlockRows;
   const int tiles = (cols + kTileCols - 1) / kTileCols, blocks_in_row = cols / B::kElements;
@@ -71,55 +75,65 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int i = 0; i < kPartsPerThread; ++i)
     row_of[i] = min(row_base + threadIdx.x / kTileParts + kRowsPerSweep * i, rows - 1);
 
-  typename B::Raw raw[kPartsPerThread];
-  auto load_tile = [&](int tile) {
+  auto load = [&](int tile, Raw (&raw)[kPartsPerThread]) {
     int block, part, column;
     tile_part<B>(tile, q, block, part, column);
     block = min(block, blocks_in_row - 1);  // past the row's end (a partial tile): zeros are stored instead
 #pragma unroll
     for (int i = 0; i < kPartsPerThread; ++i) raw[i] = B::load(w.quants(row_of[i], block), w.header(row_of[i], block), part);
   };
+  // A tile into a stage: the weights decoded to f16, the activations converted (rows past n
+  // and columns past cols: zeros).
+  auto fill = [&](int tile, const Raw (&raw)[kPartsPerThread], __half* stage) {
+    constexpr int kActs = 8 * NT * (kTileCols / 4) / kThreads;  // float4s a thread converts
+    float4 v[kActs];
+    auto load_acts = [&] {
+#pragma unroll
+      for (int i = 0; i < kActs; ++i) {
+        const int e = threadIdx.x + kThreads * i;
+        const int t = e / (kTileCols / 4), column = tile * kTileCols + 4 * (e % (kTileCols / 4));
+        v[i] = t < n && column < cols ? *reinterpret_cast<const float4*>(x + static_cast<size_t>(t) * ldx + column)
+                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    };
+    constexpr bool kEarly = NT <= 4;  // their loads issued before the decoding (wider: too many registers)
+    if constexpr (kEarly) load_acts();
+    int block, part, column;
+    tile_part<B>(tile, q, block, part, column);
+    int pa, pb;
+    B::columns(part, pa, pb);
+    const bool inside = block < blocks_in_row;
+#pragma unroll
+    for (int i = 0; i < kPartsPerThread; ++i) {
+      __half* to = stage + (threadIdx.x / kTileParts + kRowsPerSweep * i) * kPitch + column;
+      if (inside) {
+        Run a, b;
+        decode_raw<T>(raw[i], part, a, b);
+        store_run_f16(a, to + pa);
+        store_run_f16(b, to + pb);
+      } else {
+        const uint4 zero = make_uint4(0, 0, 0, 0);
+        reinterpret_cast<uint4*>(to + pa)[0] = reinterpret_cast<uint4*>(to + pa)[1] = zero;
+        reinterpret_cast<uint4*>(to + pb)[0] = reinterpret_cast<uint4*>(to + pb)[1] = zero;
+      }
+    }
+    if constexpr (!kEarly) load_acts();
+    __half* acts = stage + kBlockRows * kPitch;
+#pragma unroll
+    for (int i = 0; i < kActs; ++i) {
+      const int e = threadIdx.x + kThreads * i;
+      *reinterpret_cast<uint2*>(acts + (e / (kTileCols / 4)) * kPitch + 4 * (e % (kTileCols / 4))) =
+          make_uint2(pack_half2(v[i].x, v[i].y), pack_half2(v[i].z, v[i].w));
+    }
+  };
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-
-  if (first < end) load_tile(first);
-  wait_for_inputs();  // weights are on their way; x comes from the kernel before
-  for (int tile = first; tile < end; ++tile) {
-    {  // 1. this tile's weights, f16, into shared memory
-      int block, part, column;
-      tile_part<B>(tile, q, block, part, column);
-      int pa, pb;
-      B::columns(part, pa, pb);
-      const bool inside = block < blocks_in_row;
+  // The warp's 16 rows of a stage against every 8 activation rows.
+  auto multiply = [&](const __half* stage) {
+    const __half* a_rows = stage + (16 * warp + lane % 16) * kPitch + (lane / 16) * 8;
+    const __half* b_rows = stage + kBlockRows * kPitch + (lane % 8) * kPitch + ((lane / 8) % 2) * 8;
 #pragma unroll
-      for (int i = 0; i < kPartsPerThread; ++i) {
-        __half* to = weights + (threadIdx.x / kTileParts + kRowsPerSweep * i) * kPitch + column;
-        if (inside) {
-          Run a, b;
-          decode_raw<T>(raw[i], part, a, b);
-          store_run_f16(a, to + pa);
-          store_run_f16(b, to + pb);
-        } else {
-          const uint4 zero = make_uint4(0, 0, 0, 0);
-          reinterpret_cast<uint4*>(to + pa)[0] = reinterpret_cast<uint4*>(to + pa)[1] = zero;
-          reinterpret_cast<uint4*>(to + pb)[0] = reinterpret_cast<uint4*>(to + pb)[1] = zero;
-        }
-      }
-    }
-    if (tile + 1 < end) load_tile(tile + 1);  // in flight during this tile's MMAs
-    // 2. the tile's activations as f16 (rows past n and columns past cols: zeros)
-    for (int e = threadIdx.x; e < 8 * NT * (kTileCols / 4); e += kThreads) {
-      const int t = e / (kTileCols / 4), c = 4 * (e % (kTileCols / 4)), column = tile * kTileCols + c;
-      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (t < n && column < cols) v = *reinterpret_cast<const float4*>(x + static_cast<size_t>(t) * ldx + column);
-      *reinterpret_cast<uint2*>(acts + t * kPitch + c) = make_uint2(pack_half2(v.x, v.y), pack_half2(v.z, v.w));
-    }
-    __syncthreads();
-    // 3. the warp's 16 rows against every 8 activation rows
-    const __half* a_rows = weights + (16 * warp + lane % 16) * kPitch + (lane / 16) * 8;
-    const __half* b_rows = acts + (lane % 8) * kPitch + ((lane / 8) % 2) * 8;
-#pragma unroll 4
     for (int k = 0; k < kTileCols / 16; ++k) {
       uint32_t a[4];
       ldmatrix_x4(a, a_rows + 16 * k);
@@ -130,6 +144,30 @@ __global__ void __launch_bounds__(kThreads, 2)
         mma_16x8x16(acc[j], a, b[0], b[1]);
       }
     }
+  };
+
+  Raw even[kPartsPerThread], odd[kPartsPerThread];  // the raw loads of even and odd tiles
+  if (first < end) load(first, even);
+  if (first + 1 < end) load(first + 1, odd);
+  wait_for_inputs();  // weights are on their way; x comes from the kernel before
+  if (first < end) {
+    fill(first, even, stages[0]);
+    if (first + 2 < end) load(first + 2, even);
+  }
+  __syncthreads();
+  for (int tile = first; tile < end; tile += 2) {  // tile is in stages[0] (relative to first)
+    if (tile + 1 < end) {
+      fill(tile + 1, odd, stages[1]);
+      if (tile + 3 < end) load(tile + 3, odd);
+    }
+    multiply(stages[0]);
+    __syncthreads();
+    if (tile + 1 >= end) break;
+    if (tile + 2 < end) {
+      fill(tile + 2, even, stages[0]);
+      if (tile + 4 < end) load(tile + 4, even);
+    }
+    multiply(stages[1]);
     __syncthreads();
   }
   allow_next_launch();
