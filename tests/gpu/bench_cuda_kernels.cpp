@@ -115,7 +115,7 @@ TEST_F(CudaKernelBench, DISABLED_Gemv) {
         cu::gemv(weights[next++ % copies], dx.as<float>(), cols, n, y.as<float>(), rows, false, scratch, stream);
       }, 10, 4);
       const double small_us = time_us(stream, [&] {
-        cu::small_gemm(weights[next++ % copies], dx.as<float>(), cols, n, y.as<float>(), rows, false, stream);
+        cu::small_gemm(weights[next++ % copies], dx.as<float>(), cols, n, y.as<float>(), rows, false, scratch, stream);
       }, 10, 4);
       const double tc_us = rows > 32768 ? 0.0 : time_us(stream, [&] {
         cu::matmul_tensor_cores(weights[next++ % copies], dx.as<float>(), cols, n, y.as<float>(), rows, false, scratch,
@@ -146,6 +146,7 @@ TEST_F(CudaKernelBench, DISABLED_Gemv) {
 // (tools/gpu_session.sh ncu).
 TEST_F(CudaKernelBench, DISABLED_SmallGemmForProfiler) {
   cu::Stream stream;
+  cu::MatmulScratch scratch;
   const int rows = 24576, cols = 4096;
   const size_t bytes = cu::weight_row_bytes(GgmlType::Q4_K, cols) * rows;
   cu::DeviceBuffer w(bytes);
@@ -154,7 +155,7 @@ TEST_F(CudaKernelBench, DISABLED_SmallGemmForProfiler) {
   const auto dx = to_device(random_floats(rng_, static_cast<size_t>(64) * cols));
   cu::DeviceBuffer y(static_cast<size_t>(64) * rows * sizeof(float));
   for (const int n : {8, 64})
-    for (int i = 0; i < 2; ++i) cu::small_gemm(weight, dx.as<float>(), cols, n, y.as<float>(), rows, false, stream);
+    for (int i = 0; i < 2; ++i) cu::small_gemm(weight, dx.as<float>(), cols, n, y.as<float>(), rows, false, scratch, stream);
   stream.synchronize("small_gemm");
 }
 

@@ -446,7 +446,7 @@ void dequantize_to_f16(const DeviceWeight& w, void* out_f16, Stream& stream) {
 void matmul(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
             MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq, bool always_gemv) {
   if (n <= kGemvLargestBatch) return gemv(w, x, ldx, n, y, ldy, accumulate, scratch, stream, xq);
-  if (n <= kSmallGemmLargestBatch && small_gemm_reads(w.type)) return small_gemm(w, x, ldx, n, y, ldy, accumulate, stream);
+  if (n <= kSmallGemmLargestBatch && small_gemm_reads(w.type)) return small_gemm(w, x, ldx, n, y, ldy, accumulate, scratch, stream);
   if (always_gemv) return gemv(w, x, ldx, n, y, ldy, accumulate, scratch, stream, xq);
   matmul_tensor_cores(w, x, ldx, n, y, ldy, accumulate, scratch, stream);
 }

@@ -73,6 +73,7 @@ QuantizedRows quantize_rows(const float* x, int ldx, int n, int cols, DeviceBuff
 // of integer weight types reads.
 struct MatmulScratch {
   DeviceBuffer weight_f16, activations_f16, activations_q8;
+  DeviceBuffer split_partials, split_arrivals;  // the small GEMM's split K
 };
 
 // Up to this many activation rows a matmul of an integer weight type runs as one GEMV pass
@@ -105,7 +106,10 @@ void matmul_tensor_cores(const DeviceWeight& w, const float* x, int ldx, int n, 
 // operands, float accumulation); `splits` of K (0: enough thread blocks for every SM).
 bool small_gemm_reads(GgmlType type);
 void small_gemm(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
-                Stream& stream, int splits = 0);
+                MatmulScratch& scratch, Stream& stream, int splits = 0);
+// Sizes the small GEMM's split-K scratch for any matrix up to `widest_rows` rows now (waits
+// for the stream), so that no pass allocates (a recorded one could not).
+void reserve_small_gemm(MatmulScratch& scratch, int widest_rows, Stream& stream);
 // w as f16 [rows][cols] (the tensor-core path's first half; tests check it exactly).
 void dequantize_to_f16(const DeviceWeight& w, void* out_f16, Stream& stream);
 

@@ -6,7 +6,8 @@
 // apply it to every activation row.
 //
 // A thread block owns 128 weight rows (a warp per 16) over a range of 128-column tiles (split
-// K: enough blocks for every SM on short matrices; the splits add their sums atomically).
+// K: enough blocks for every SM on short matrices; the last split of a row block to finish
+// adds up the others' sums in a fixed order, so results do not vary from run to run).
 // For each tile, each thread decodes 2 parts (32 weights each) into shared memory as f16 and
 // converts its share of the tile's activations (x, float) to f16 beside them; each warp then
 // runs 8 k-steps of m16n8k16 for its 16 rows against every 8 activation rows.
@@ -46,11 +47,26 @@ __device__ __forceinline__ void tile_part(int tile, int q, int& block, int& part
   else block = tile * kTileParts + q, part = 0, column = 32 * q;
 }
 
-template <GgmlType T>
-__device__ __forceinline__ void decode_raw(const typename Block<T>::Raw& raw, int part, Run& a, Run& b) {
-  CodeRun ca, cb;
-  Block<T>::codes(raw, part, ca, cb);
-  to_floats<T == GgmlType::Q8_0>(ca, a), to_floats<T == GgmlType::Q8_0>(cb, b);
+// A run's 16 codes as f16 weights d * q + m, in half2 arithmetic: each code byte becomes
+// the half 1024 + q (its bits under 1024's exponent), 1024 is taken off exactly, then one
+// fused multiply-add rounds d * q + m once (d and m held as halves: exact for the 32-weight
+// types, whose scales are halves; K-quant sub-block scales d * s round to a half first).
+template <bool kSigned>
+__device__ __forceinline__ void store_codes_f16(const CodeRun& r, __half* to) {
+  const __half2 d = __float2half2_rn(r.d), m = __float2half2_rn(r.m);
+  const __half2 offset = __float2half2_rn(kSigned ? 1152.0f : 1024.0f);  // Q8_0: bytes ^ 0x80 = q + 128
+  uint32_t words[8];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t codes = kSigned ? r.q[k] ^ 0x80808080u : r.q[k];
+    const uint32_t lo = __byte_perm(codes, 0x64646464u, 0x5140), hi = __byte_perm(codes, 0x64646464u, 0x5342);
+    const __half2 a = __hfma2(__hsub2(*reinterpret_cast<const __half2*>(&lo), offset), d, m);
+    const __half2 b = __hfma2(__hsub2(*reinterpret_cast<const __half2*>(&hi), offset), d, m);
+    words[2 * k] = *reinterpret_cast<const uint32_t*>(&a);
+    words[2 * k + 1] = *reinterpret_cast<const uint32_t*>(&b);
+  }
+  reinterpret_cast<uint4*>(to)[0] = make_uint4(words[0], words[1], words[2], words[3]);
+  reinterpret_cast<uint4*>(to)[1] = make_uint4(words[4], words[5], words[6], words[7]);
 }
 
 // The pipeline: while the warps multiply tile t out of one stage, they decode tile t + 1
@@ -58,9 +74,10 @@ __device__ __forceinline__ void decode_raw(const typename Block<T>::Raw& raw, in
 // as soon as the registers they go to are decoded, so two tiles of weights are always in
 // flight; one barrier a tile.
 template <GgmlType T, int NT>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)  // as many as fit in shared memory
     small_gemm_kernel(Rows<T> w, int rows, int cols, const float* __restrict__ x, int ldx, int n,
-                      float* __restrict__ y, int ldy, int accumulate, int tiles_per_split, int atomic) {
+                      float* __restrict__ y, int ldy, int accumulate, int tiles_per_split, int splits,
+                      float* __restrict__ partials, unsigned* __restrict__ arrivals) {
   using B = Block<T>;
   using Raw = typename B::Raw;
   extern __shared__ uint4 shared[];
@@ -107,10 +124,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int i = 0; i < kPartsPerThread; ++i) {
       __half* to = stage + (threadIdx.x / kTileParts + kRowsPerSweep * i) * kPitch + column;
       if (inside) {
-        Run a, b;
-        decode_raw<T>(raw[i], part, a, b);
-        store_run_f16(a, to + pa);
-        store_run_f16(b, to + pb);
+        CodeRun a, b;
+        B::codes(raw[i], part, a, b);
+        store_codes_f16<T == GgmlType::Q8_0>(a, to + pa);
+        store_codes_f16<T == GgmlType::Q8_0>(b, to + pb);
       } else {
         const uint4 zero = make_uint4(0, 0, 0, 0);
         reinterpret_cast<uint4*>(to + pa)[0] = reinterpret_cast<uint4*>(to + pa)[1] = zero;
@@ -173,40 +190,84 @@ __global__ void __launch_bounds__(kThreads, 2)
   allow_next_launch();
   // Fragment: c0, c1 at (row g, tokens 2t, 2t + 1), c2, c3 at (row g + 8, the same tokens).
   const int g = lane / 4, t2 = 2 * (lane % 4);
+  if (splits == 1) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = row_base + 16 * warp + g + 8 * (e / 2), token = 8 * j + t2 + e % 2;
+        if (row >= rows || token >= n) continue;
+        float* out = y + static_cast<size_t>(token) * ldy + row;
+        *out = accumulate ? *out + acc[j][e] : acc[j][e];
+      }
+    return;
+  }
+  // Split K: each split leaves its sums in `partials`; the last of a row block's splits to
+  // finish adds them up in split order (the same result every run) and writes y, then resets
+  // the row block's arrival count for the next launch.
+  constexpr int kRegion = 8 * NT * kBlockRows;  // floats of one block's partial sums: [token][row]
+  float* mine = partials + (static_cast<size_t>(blockIdx.y) * gridDim.x + blockIdx.x) * kRegion;
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = row_base + 16 * warp + g + 8 * (e / 2), token = 8 * j + t2 + e % 2;
-      if (row >= rows || token >= n) continue;
-      float* out = y + static_cast<size_t>(token) * ldy + row;
-      if (atomic) atomicAdd(out, acc[j][e]);
-      else *out = accumulate ? *out + acc[j][e] : acc[j][e];
-    }
+    for (int e = 0; e < 4; ++e) mine[(8 * j + t2 + e % 2) * kBlockRows + 16 * warp + g + 8 * (e / 2)] = acc[j][e];
+  __threadfence();
+  __syncthreads();
+  __shared__ bool last;
+  if (threadIdx.x == 0) last = atomicAdd(&arrivals[blockIdx.x], 1u) == static_cast<unsigned>(splits - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int e = threadIdx.x; e < n * kBlockRows; e += kThreads) {
+    const int token = e / kBlockRows, r = e % kBlockRows, row = row_base + r;
+    if (row >= rows) continue;
+    float sum = 0.0f;
+    for (int split = 0; split < splits; ++split)
+      sum += __ldcg(partials + (static_cast<size_t>(split) * gridDim.x + blockIdx.x) * kRegion + token * kBlockRows + r);
+    float* out = y + static_cast<size_t>(token) * ldy + row;
+    *out = accumulate ? *out + sum : sum;
+  }
+  if (threadIdx.x == 0) arrivals[blockIdx.x] = 0;
+}
+
+// The split of K: enough thread blocks for two an SM on short matrices, each over whole tiles.
+struct SplitK {
+  int splits, tiles_per_split, row_blocks;
+};
+SplitK split_k(int rows, int cols, int splits) {
+  const int tiles = (cols + kTileCols - 1) / kTileCols;
+  const int row_blocks = (rows + kBlockRows - 1) / kBlockRows;
+  if (splits <= 0) splits = std::max(1, 2 * multiprocessor_count() / row_blocks);
+  const int per_split = (tiles + std::min(splits, tiles) - 1) / std::min(splits, tiles);
+  return {(tiles + per_split - 1) / per_split, per_split, row_blocks};
+}
+
+// The partial sums and arrival counts split K needs, grown (counts zeroed) when short.
+void reserve_splits(MatmulScratch& scratch, size_t partial_floats, int row_blocks, Stream& stream) {
+  if (scratch.split_partials.size() < partial_floats * sizeof(float)) scratch.split_partials.resize(partial_floats * sizeof(float));
+  const size_t count_bytes = sizeof(unsigned) * static_cast<size_t>(row_blocks);
+  if (scratch.split_arrivals.size() < count_bytes) {
+    scratch.split_arrivals.resize(count_bytes);
+    stream.fill(scratch.split_arrivals.data(), 0, scratch.split_arrivals.size());
+    stream.synchronize("small_gemm: clearing its arrival counts");  // (never while a pass is recorded)
+  }
 }
 
 template <GgmlType T, int NT>
 void launch_small_gemm(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
-                       int splits, Stream& stream) {
+                       int splits, MatmulScratch& scratch, Stream& stream) {
   static const bool configured = [] {  // more than the default 48 KB of shared memory
     return cudaFuncSetAttribute(small_gemm_kernel<T, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(shared_bytes(NT))) == cudaSuccess;
   }();
   if (!configured) cuda_fail("small_gemm: the shared memory the kernel needs is not available");
-  const int tiles = (w.cols + kTileCols - 1) / kTileCols;
-  const int row_blocks = (w.rows + kBlockRows - 1) / kBlockRows;
-  if (splits <= 0) splits = std::max(1, 2 * multiprocessor_count() / row_blocks);  // two blocks an SM
-  const int per_split = (tiles + std::min(splits, tiles) - 1) / std::min(splits, tiles);
-  splits = (tiles + per_split - 1) / per_split;
-  const auto s = static_cast<cudaStream_t>(stream.handle());
-  if (splits > 1 && !accumulate) {  // the splits add into zeros
-    const cudaError_t status = cudaMemset2DAsync(y, sizeof(float) * static_cast<size_t>(ldy), 0,
-                                                 sizeof(float) * static_cast<size_t>(w.rows), n, s);
-    if (status != cudaSuccess) cuda_fail(std::string("small_gemm: clearing y failed: ") + cudaGetErrorString(status));
-  }
-  launch_dependent_shared(small_gemm_kernel<T, NT>, dim3(row_blocks, splits), dim3(kThreads), shared_bytes(NT), s,
-                   rows_of<T>(w), w.rows, w.cols, x, ldx, n, y, ldy, accumulate ? 1 : 0, per_split,
-                   splits > 1 ? 1 : 0);
+  const SplitK k = split_k(w.rows, w.cols, splits);
+  if (k.splits > 1)
+    reserve_splits(scratch, static_cast<size_t>(k.splits) * k.row_blocks * 8 * NT * kBlockRows, k.row_blocks, stream);
+  launch_dependent_shared(small_gemm_kernel<T, NT>, dim3(k.row_blocks, k.splits), dim3(kThreads), shared_bytes(NT),
+                          static_cast<cudaStream_t>(stream.handle()), rows_of<T>(w), w.rows, w.cols, x, ldx, n, y, ldy,
+                          accumulate ? 1 : 0, k.tiles_per_split, k.splits, scratch.split_partials.as<float>(),
+                          scratch.split_arrivals.as<unsigned>());
 }
 
 }  // namespace
@@ -217,8 +278,15 @@ bool small_gemm_reads(GgmlType type) {
   return packed;
 }
 
+void reserve_small_gemm(MatmulScratch& scratch, int widest_rows, Stream& stream) {
+  // Split K happens only below 2 x SMs row blocks, with splits x row blocks <= 2 x SMs.
+  const int row_blocks = std::min((widest_rows + kBlockRows - 1) / kBlockRows, 2 * multiprocessor_count());
+  reserve_splits(scratch, static_cast<size_t>(2 * multiprocessor_count()) * kSmallGemmLargestBatch * kBlockRows,
+                 row_blocks, stream);
+}
+
 void small_gemm(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
-                Stream& stream, int splits) {
+                MatmulScratch& scratch, Stream& stream, int splits) {
   if (n <= 0) return;
   if (n > kSmallGemmLargestBatch) cuda_fail("small_gemm: more than " + std::to_string(kSmallGemmLargestBatch) + " rows");
   if (ldx % 4 != 0) cuda_fail("small_gemm: activation rows must be 16-byte aligned");
@@ -226,13 +294,13 @@ void small_gemm(const DeviceWeight& w, const float* x, int ldx, int n, float* y,
     if constexpr (!Block<T>::kPacked) {
       cuda_fail("small_gemm: float weights go to cuBLAS as they are");
     } else if (n <= 8) {
-      launch_small_gemm<T, 1>(w, x, ldx, n, y, ldy, accumulate, splits, stream);
+      launch_small_gemm<T, 1>(w, x, ldx, n, y, ldy, accumulate, splits, scratch, stream);
     } else if (n <= 16) {
-      launch_small_gemm<T, 2>(w, x, ldx, n, y, ldy, accumulate, splits, stream);
+      launch_small_gemm<T, 2>(w, x, ldx, n, y, ldy, accumulate, splits, scratch, stream);
     } else if (n <= 32) {
-      launch_small_gemm<T, 4>(w, x, ldx, n, y, ldy, accumulate, splits, stream);
+      launch_small_gemm<T, 4>(w, x, ldx, n, y, ldy, accumulate, splits, scratch, stream);
     } else {
-      launch_small_gemm<T, 8>(w, x, ldx, n, y, ldy, accumulate, splits, stream);
+      launch_small_gemm<T, 8>(w, x, ldx, n, y, ldy, accumulate, splits, scratch, stream);
     }
   });
 }

@@ -338,6 +338,7 @@ class LlamaCudaModel final : public Model {
     matmul_scratch_.weight_f16.resize(sizes.weight_f16);
     matmul_scratch_.activations_f16.resize(sizes.activations_f16);
     matmul_scratch_.activations_q8.resize(sizes.activations_q8);
+    cu::reserve_small_gemm(matmul_scratch_, std::max({qkv_width(), 2 * s.ffn, s.d_model}), stream_);
     attention_scratch_.partials.resize(sizes.attention);
     stream_.synchronize("allocating the KV cache and scratch");
   }
