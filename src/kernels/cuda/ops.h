@@ -110,6 +110,7 @@ void small_gemm(const DeviceWeight& w, const float* x, int ldx, int n, float* y,
 // Sizes the small GEMM's split-K scratch for any matrix up to `widest_rows` rows now (waits
 // for the stream), so that no pass allocates (a recorded one could not).
 void reserve_small_gemm(MatmulScratch& scratch, int widest_rows, Stream& stream);
+size_t small_gemm_scratch_bytes(int widest_rows);  // what reserve_small_gemm holds
 // w as f16 [rows][cols] (the tensor-core path's first half; tests check it exactly).
 void dequantize_to_f16(const DeviceWeight& w, void* out_f16, Stream& stream);
 

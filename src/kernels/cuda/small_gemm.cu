@@ -38,6 +38,26 @@ constexpr int kRowsPerSweep = kThreads / kTileParts;  // rows whose parts one sw
 constexpr int stage_halves(int token_tiles) { return (kBlockRows + 8 * token_tiles) * kPitch; }
 constexpr size_t shared_bytes(int token_tiles) { return 2 * sizeof(__half) * static_cast<size_t>(stage_halves(token_tiles)); }
 
+// From 32 rows the activations are converted to f16 once (activations_to_f16_kernel) rather
+// than by every row block: the thread blocks of one matmul read them n x cols x rows / 128
+// times over, from L2.
+template <int NT>
+constexpr bool kHalfActivations = NT >= 4;
+
+__global__ void activations_to_f16_kernel(const float* __restrict__ x, int ldx, int n, int cols,
+                                          __half* __restrict__ out) {
+  const size_t index = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // 8 columns each
+  const int eighths = cols / 8;
+  wait_for_inputs();
+  allow_next_launch();
+  if (index >= static_cast<size_t>(n) * eighths) return;
+  const int t = static_cast<int>(index / eighths), c = 8 * static_cast<int>(index % eighths);
+  const float4 a = *reinterpret_cast<const float4*>(x + static_cast<size_t>(t) * ldx + c);
+  const float4 b = *reinterpret_cast<const float4*>(x + static_cast<size_t>(t) * ldx + c + 4);
+  *reinterpret_cast<uint4*>(out + static_cast<size_t>(t) * cols + c) =
+      make_uint4(pack_half2(a.x, a.y), pack_half2(a.z, a.w), pack_half2(b.x, b.y), pack_half2(b.z, b.w));
+}
+
 // Part `q` (0-3) of tile `tile`: its block, the part within the block, and where the block's
 // column 0 lies relative to the tile's (a super-block spans two tiles: the second half's
 // parts 4-7 hold columns 128-255).
@@ -75,7 +95,7 @@ __device__ __forceinline__ void store_codes_f16(const CodeRun& r, __half* to) {
 // flight; one barrier a tile.
 template <GgmlType T, int NT>
 __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)  // as many as fit in shared memory
-    small_gemm_kernel(Rows<T> w, int rows, int cols, const float* __restrict__ x, int ldx, int n,
+    small_gemm_kernel(Rows<T> w, int rows, int cols, const float* __restrict__ x, const __half* __restrict__ x16, int ldx, int n,
                       float* __restrict__ y, int ldy, int accumulate, int tiles_per_split, int splits,
                       float* __restrict__ partials, unsigned* __restrict__ arrivals) {
   using B = Block<T>;
@@ -102,8 +122,19 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)  // as many as fit 
   // A tile into a stage: the weights decoded to f16, the activations converted (rows past n
   // and columns past cols: zeros).
   auto fill = [&](int tile, const Raw (&raw)[kPartsPerThread], __half* stage) {
-    constexpr int kActs = 8 * NT * (kTileCols / 4) / kThreads;  // float4s a thread converts
-    float4 v[kActs];
+    __half* acts = stage + kBlockRows * kPitch;
+    if constexpr (kHalfActivations<NT>) {  // already f16 ([n][cols]): copied, 8 to a load
+#pragma unroll
+      for (int i = 0; i < 8 * NT * (kTileCols / 8) / kThreads; ++i) {
+        const int e = threadIdx.x + kThreads * i;
+        const int t = e / (kTileCols / 8), c = 8 * (e % (kTileCols / 8)), column = tile * kTileCols + c;
+        *reinterpret_cast<uint4*>(acts + t * kPitch + c) =
+            t < n && column < cols ? *reinterpret_cast<const uint4*>(x16 + static_cast<size_t>(t) * cols + column)
+                                   : make_uint4(0, 0, 0, 0);
+      }
+    }
+    constexpr int kActs = kHalfActivations<NT> ? 0 : 8 * NT * (kTileCols / 4) / kThreads;  // float4s a thread converts
+    float4 v[kActs > 0 ? kActs : 1];
     auto load_acts = [&] {
 #pragma unroll
       for (int i = 0; i < kActs; ++i) {
@@ -113,8 +144,7 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)  // as many as fit 
                                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
     };
-    constexpr bool kEarly = NT <= 4;  // their loads issued before the decoding (wider: too many registers)
-    if constexpr (kEarly) load_acts();
+    load_acts();  // issued before the decoding
     int block, part, column;
     tile_part<B>(tile, q, block, part, column);
     int pa, pb;
@@ -134,8 +164,6 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)  // as many as fit 
         reinterpret_cast<uint4*>(to + pb)[0] = reinterpret_cast<uint4*>(to + pb)[1] = zero;
       }
     }
-    if constexpr (!kEarly) load_acts();
-    __half* acts = stage + kBlockRows * kPitch;
 #pragma unroll
     for (int i = 0; i < kActs; ++i) {
       const int e = threadIdx.x + kThreads * i;
@@ -234,10 +262,11 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)  // as many as fit 
 struct SplitK {
   int splits, tiles_per_split, row_blocks;
 };
-SplitK split_k(int rows, int cols, int splits) {
+SplitK split_k(int rows, int cols, int token_tiles, int splits) {
   const int tiles = (cols + kTileCols - 1) / kTileCols;
   const int row_blocks = (rows + kBlockRows - 1) / kBlockRows;
-  if (splits <= 0) splits = std::max(1, 2 * multiprocessor_count() / row_blocks);
+  // (the last split reads splits x 8 NT x 128 partial sums alone: at most 256 x 128)
+  if (splits <= 0) splits = std::clamp(2 * multiprocessor_count() / row_blocks, 1, std::max(1, 32 / token_tiles));
   const int per_split = (tiles + std::min(splits, tiles) - 1) / std::min(splits, tiles);
   return {(tiles + per_split - 1) / per_split, per_split, row_blocks};
 }
@@ -261,11 +290,20 @@ void launch_small_gemm(const DeviceWeight& w, const float* x, int ldx, int n, fl
                                 static_cast<int>(shared_bytes(NT))) == cudaSuccess;
   }();
   if (!configured) cuda_fail("small_gemm: the shared memory the kernel needs is not available");
-  const SplitK k = split_k(w.rows, w.cols, splits);
+  const SplitK k = split_k(w.rows, w.cols, NT, splits);
   if (k.splits > 1)
     reserve_splits(scratch, static_cast<size_t>(k.splits) * k.row_blocks * 8 * NT * kBlockRows, k.row_blocks, stream);
-  launch_dependent_shared(small_gemm_kernel<T, NT>, dim3(k.row_blocks, k.splits), dim3(kThreads), shared_bytes(NT),
-                          static_cast<cudaStream_t>(stream.handle()), rows_of<T>(w), w.rows, w.cols, x, ldx, n, y, ldy,
+  const auto s = static_cast<cudaStream_t>(stream.handle());
+  const __half* x16 = nullptr;
+  if constexpr (kHalfActivations<NT>) {
+    scratch.activations_f16.resize(sizeof(__half) * static_cast<size_t>(n) * w.cols);
+    const size_t threads = static_cast<size_t>(n) * (w.cols / 8);
+    launch_dependent(activations_to_f16_kernel, dim3(static_cast<unsigned>((threads + 255) / 256)), dim3(256), s, x, ldx,
+                     n, w.cols, scratch.activations_f16.as<__half>());
+    x16 = scratch.activations_f16.as<__half>();
+  }
+  launch_dependent_shared(small_gemm_kernel<T, NT>, dim3(k.row_blocks, k.splits), dim3(kThreads), shared_bytes(NT), s,
+                          rows_of<T>(w), w.rows, w.cols, x, x16, ldx, n, y, ldy,
                           accumulate ? 1 : 0, k.tiles_per_split, k.splits, scratch.split_partials.as<float>(),
                           scratch.split_arrivals.as<unsigned>());
 }
@@ -278,8 +316,13 @@ bool small_gemm_reads(GgmlType type) {
   return packed;
 }
 
+// Split K happens only below 2 x SMs row blocks, with splits x row blocks <= 2 x SMs.
+size_t small_gemm_scratch_bytes(int widest_rows) {
+  const size_t row_blocks = std::min((widest_rows + kBlockRows - 1) / kBlockRows, 2 * multiprocessor_count());
+  return sizeof(float) * 2 * multiprocessor_count() * kSmallGemmLargestBatch * kBlockRows + sizeof(unsigned) * row_blocks;
+}
+
 void reserve_small_gemm(MatmulScratch& scratch, int widest_rows, Stream& stream) {
-  // Split K happens only below 2 x SMs row blocks, with splits x row blocks <= 2 x SMs.
   const int row_blocks = std::min((widest_rows + kBlockRows - 1) / kBlockRows, 2 * multiprocessor_count());
   reserve_splits(scratch, static_cast<size_t>(2 * multiprocessor_count()) * kSmallGemmLargestBatch * kBlockRows,
                  row_blocks, stream);

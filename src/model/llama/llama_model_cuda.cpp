@@ -83,9 +83,10 @@ struct ScratchSizes {
   size_t weight_f16 = 0;       // the tensor-core path's f16 copy of the largest (stacked) matrix
   size_t activations_f16 = 0;  // and of its widest activations
   size_t activations_q8 = 0;   // the GEMV's int8 activations (the head: up to kMaxBatchSequences rows of the widest)
+  size_t split_k = 0;          // the small GEMM's partial sums
   size_t attention = 0;    // split partials
   size_t inputs = 0;       // token ids, positions, block tables
-  size_t total() const { return activations + weight_f16 + activations_f16 + activations_q8 + attention + inputs; }
+  size_t total() const { return activations + weight_f16 + activations_f16 + activations_q8 + split_k + attention + inputs; }
 };
 
 ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
@@ -100,6 +101,7 @@ ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
   const int widest = static_cast<int>(std::max<size_t>({size_t(s.d_model), size_t(s.ffn), q}));
   sizes.activations_f16 = static_cast<size_t>(kMaxBatchTokens) * widest * 2;
   sizes.activations_q8 = cu::quantized_activation_bytes(kMaxBatchSequences, widest);
+  sizes.split_k = cu::small_gemm_scratch_bytes(std::max({static_cast<int>(q + 2 * kv), 2 * s.ffn, s.d_model}));
   sizes.attention = cu::attention_scratch_bytes(s.n_heads, s.head_dim);
   const size_t table_entries = static_cast<size_t>(kMaxBatchSequences) * ((context + kKvBlockTokens - 1) / kKvBlockTokens);
   // ids, positions, table offsets, logits rows, attention's decode list and tiles, tables
