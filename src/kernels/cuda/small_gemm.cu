@@ -246,14 +246,22 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)  // as many as fit 
   __syncthreads();
   if (!last) return;
   __threadfence();
-  for (int e = threadIdx.x; e < n * kBlockRows; e += kThreads) {
-    const int token = e / kBlockRows, r = e % kBlockRows, row = row_base + r;
-    if (row >= rows) continue;
-    float sum = 0.0f;
-    for (int split = 0; split < splits; ++split)
-      sum += __ldcg(partials + (static_cast<size_t>(split) * gridDim.x + blockIdx.x) * kRegion + token * kBlockRows + r);
-    float* out = y + static_cast<size_t>(token) * ldy + row;
-    *out = accumulate ? *out + sum : sum;
+  for (int e = threadIdx.x; e < n * (kBlockRows / 4); e += kThreads) {  // four rows a thread
+    const int token = e / (kBlockRows / 4), r = 4 * (e % (kBlockRows / 4));
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int split = 0; split < splits; ++split) {
+      const float4 p = __ldcg(reinterpret_cast<const float4*>(
+          partials + (static_cast<size_t>(split) * gridDim.x + blockIdx.x) * kRegion + token * kBlockRows + r));
+      sum.x += p.x, sum.y += p.y, sum.z += p.z, sum.w += p.w;
+    }
+    const float sums[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = row_base + r + i;
+      if (row >= rows) break;
+      float* out = y + static_cast<size_t>(token) * ldy + row;
+      *out = accumulate ? *out + sums[i] : sums[i];
+    }
   }
   if (threadIdx.x == 0) arrivals[blockIdx.x] = 0;
 }
@@ -265,8 +273,8 @@ struct SplitK {
 SplitK split_k(int rows, int cols, int token_tiles, int splits) {
   const int tiles = (cols + kTileCols - 1) / kTileCols;
   const int row_blocks = (rows + kBlockRows - 1) / kBlockRows;
-  // (the last split reads splits x 8 NT x 128 partial sums alone: at most 256 x 128)
-  if (splits <= 0) splits = std::clamp(2 * multiprocessor_count() / row_blocks, 1, std::max(1, 32 / token_tiles));
+  // (the last split reads splits x 8 NT x 128 partial sums alone: at most 512 x 128)
+  if (splits <= 0) splits = std::clamp(2 * multiprocessor_count() / row_blocks, 1, std::max(1, 64 / token_tiles));
   const int per_split = (tiles + std::min(splits, tiles) - 1) / std::min(splits, tiles);
   return {(tiles + per_split - 1) / per_split, per_split, row_blocks};
 }
