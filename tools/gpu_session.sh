@@ -10,6 +10,7 @@
 #                                  nearly spent)
 #   tools/gpu_session.sh profile   where a decode step's time goes, step by step (8B shape)
 #   tools/gpu_session.sh work      GPU tests, kernel timings, the 8B benchmark and the profile
+#   tools/gpu_session.sh confirm   GPU tests and the 8B benchmark (after a change)
 #   tools/gpu_session.sh part N    keeps .gpu/parts/<model>.partN (carried in this call) for later
 #   tools/gpu_session.sh real      joins the parts, checks the sha256, greedy identity on the
 #                                  real model against the CPU path
@@ -293,6 +294,7 @@ case "${1:-tests}" in
   bench) phase_kernels; phase_bench ;;
   profile) phase_profile ;;
   ncu) phase_ncu ;;
+  confirm) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_bench ;;
   work) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_kernels; phase_bench; phase_profile ;;
   check) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"
          gtest tuned_repeat 'CudaModelTest.Tuned*' SPLASH_GPU_FIXTURES="$KEEP/fixtures" GTEST_REPEAT=6
