@@ -251,7 +251,7 @@ import json; print('; '.join(f\"{'pp'+str(r['n_prompt']) if r['n_prompt'] else '
 import json; print('; '.join(f\"d{r['n_depth']}: {r['avg_ts']:.1f} tok/s\" for r in json.load(open('$OUT/peer_depth.json'))))" 2>&1)"
   LD_LIBRARY_PATH="$bin" timeout 300 "$bin/llama-batched-bench" -m "$model" -ngl 99 -fa on -c 45056 -b 2048 -ub 512 \
     -npp 512 -ntg 128 -npl 1,4,16,64 > "$OUT/peer_batched.txt" 2> "$OUT/peer_batched.err"
-  row "llama-batched-bench 512+128 x 1/4/16/64" "rc=$? $(grep -E '^\|\s+512' "$OUT/peer_batched.txt" | awk -F'|' '{printf "B=%s S_TG=%s; ", $4, $10}')"
+  row "llama-batched-bench 512+128 x 1/4/16/64" "rc=$? $(grep -E '^\|\s+512' "$OUT/peer_batched.txt" | awk -F'|' '{printf "B=%s S_TG=%s; ", $4, $9}')"
 }
 
 # splash on the Qwen3-8B-shape file alone (the second call of a side-by-side after phase peer).
