@@ -1,15 +1,36 @@
-// `splash pull`: fetch and verify the default model now (instead of on first use) and
-// print where it is cached.
+// `splash pull [NAME]`: fetch and verify a model now (instead of on first use) and print
+// where it is cached; `splash models`: the catalogue, and which of it is here.
 #include <fmt/format.h>
+
+#include <memory>
+#include <string>
 
 #include "app/commands.h"
 #include "app/model_loading.h"
+#include "common/error.h"
+#include "hub/model_cache.h"
+#include "hub/model_catalogue.h"
 
 namespace splash::app {
 
 void add_pull_command(CLI::App& app) {
-  auto* command = app.add_subcommand("pull", "Fetch and verify the default model; print its path");
-  command->callback([] { fmt::print("{}\n", resolve_model_path("")); });
+  auto name = std::make_shared<std::string>();
+  auto* pull = app.add_subcommand("pull", "Fetch and verify a model by name (default: the default model); print its path");
+  pull->add_option("name", *name, "A name from `splash models`");
+  pull->callback([name] {
+    if (name->empty()) return fmt::print("{}\n", resolve_model_path(""));
+    const auto* model = hub::find_catalogue_model(*name);
+    if (!model) fail("no model named '{}' can be pulled; the names: {}", *name, hub::catalogue_names());
+    fmt::print("{}\n", pull_catalogue_model(*model));
+  });
+
+  auto* models = app.add_subcommand("models", "List the models `splash pull` and --model fetch by name");
+  models->callback([] {
+    fmt::print("{:<22} {:>9}  {:<8} {}\n", "name", "size", "here", "model");
+    for (const auto& model : hub::model_catalogue())
+      fmt::print("{:<22} {:>6} MB  {:<8} {}\n", model.name, model.file_size / 1'000'000,
+                 hub::is_cached(model) ? "cached" : "-", model.title);
+  });
 }
 
 }  // namespace splash::app

@@ -3,21 +3,36 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <filesystem>
 
 #include "common/error.h"
 #include "engine/image_feature_cache.h"
 
 #include "hub/model_cache.h"
+#include "hub/model_catalogue.h"
 #include "hub/model_source.h"
 #include "hub/progress.h"
 #include "hub/splash_home.h"
 
 namespace splash::app {
 
+std::string pull_catalogue_model(const hub::CatalogueModel& model) {
+  return hub::ensure_catalogue_model(model, [](const std::string& label) { return hub::terminal_progress(label); })
+      .string();
+}
+
 std::string resolve_model_path(const std::string& model_flag) {
-  if (!model_flag.empty()) return model_flag;
-  const auto& source = hub::default_model_source();
-  return hub::ensure_model(source, hub::terminal_progress(source.name)).string();
+  if (model_flag.empty()) {
+    const auto& source = hub::default_model_source();
+    return hub::ensure_model(source, hub::terminal_progress(source.name)).string();
+  }
+  std::error_code error;
+  if (std::filesystem::exists(model_flag, error)) return model_flag;  // a file (or package) named so wins
+  if (const auto* model = hub::find_catalogue_model(model_flag)) return pull_catalogue_model(*model);
+  if (model_flag.find('/') == std::string::npos && !model_flag.ends_with(".gguf"))
+    fail("unknown model '{}': no such file, and no model of that name can be pulled (the names: {})", model_flag,
+         hub::catalogue_names());
+  return model_flag;  // the loader says what is wrong with the path
 }
 
 std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::LoadOptions& options,

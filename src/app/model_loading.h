@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "hub/model_catalogue.h"
+
 #include "chat/chat_format.h"
 #include "engine/memory_plan.h"
 #include "formats/gguf.h"
@@ -27,8 +29,11 @@ struct LoadedModel {
   std::string vision_path;
 };
 
-// The --model flag, or the default model, fetched and verified on first use.
+// The --model flag (a file, or a catalogue name: fetched and verified on first use), or the
+// default model.
 std::string resolve_model_path(const std::string& model_flag);
+// A catalogue model's file, fetched first when missing, with progress on the terminal.
+std::string pull_catalogue_model(const hub::CatalogueModel& model);
 
 // Opens the GGUF and loads tokenizer, chat format and (unless tokenizer_only) the weights,
 // with the context the memory plan allows (max_memory: --max-memory, if given), and the

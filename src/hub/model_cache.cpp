@@ -363,4 +363,90 @@ fs::path ensure_model(const ModelSource& source, const ProgressFn& progress) {
   return model;
 }
 
+bool is_cached(const CatalogueModel& model) {
+  std::error_code error;
+  const auto size = fs::file_size(models_dir() / model.file_name, error);
+  return !error && size == model.file_size;
+}
+
+fs::path ensure_catalogue_model(const CatalogueModel& model,
+                                const std::function<ProgressFn(const std::string&)>& progress_for) {
+  if (model.pieces.empty()) fail("catalogue model '{}' has no pieces", model.name);
+  if (model.pieces.size() == 1) return ensure_model(model.pieces.front(), progress_for(model.title));
+  if (!is_plain_file_name(model.file_name) || !is_lowercase_sha256(model.file_sha256) || model.file_size == 0)
+    fail("catalogue model '{}' is invalid: its file name, size or sha256", model.name);
+  for (const auto& piece : model.pieces) validate_source(piece);
+  // What the stamp and the validity check read: the joined file's name, size and hash.
+  ModelSource joined;
+  joined.name = model.title;
+  joined.file_name = model.file_name;
+  joined.file_sha256 = model.file_sha256;
+  joined.file_size = model.file_size;
+
+  const fs::path dir = prepare_models_dir();
+  const fs::path file = dir / model.file_name, stamp = sibling(file, ".verified");
+  if (stamp_matches(file, stamp, joined)) return file;
+  const ProgressFn progress = progress_for(model.title);
+  DirectoryLock lock(sibling(file, ".lock"), progress);
+  if (stamp_matches(file, stamp, joined)) return file;
+  std::error_code ignored;
+  fs::remove(stamp, ignored);
+  const auto remove_pieces = [&] {
+    for (const auto& piece : model.pieces)
+      for (const char* suffix : {"", ".verified", ".lock"}) fs::remove(sibling(dir / piece.file_name, suffix), ignored);
+  };
+  if (fs::exists(file, ignored)) {
+    if (existing_file_is_valid(file, joined)) {
+      write_stamp(file, stamp, joined);
+      remove_pieces();
+      return file;
+    }
+    fs::remove(file, ignored);
+  }
+  fs::remove(sibling(file, ".partial"), ignored);
+  require_free_space(dir, model.file_size, joined);  // (each piece checks its own room as it comes)
+
+  std::vector<fs::path> pieces;
+  for (const auto& piece : model.pieces) pieces.push_back(ensure_model(piece, progress_for(piece.name)));
+  AtomicFile out(file);
+  Sha256 hasher;
+  std::vector<char> buffer(1 << 20);
+  std::uint64_t written = 0;
+  const auto started = Clock::now();
+  const auto report = [&](bool finished) {
+    if (!progress) return;
+    const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    progress(Progress{.stage = "joining the pieces",
+                      .done_bytes = written,
+                      .total_bytes = model.file_size,
+                      .bytes_per_second = seconds > 0 ? static_cast<double>(written) / seconds : 0,
+                      .finished = finished});
+  };
+  for (const auto& path : pieces) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail("cannot read {} (a piece of {}): run again to fetch it", path.string(), model.name);
+    while (in) {
+      in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+      const auto got = static_cast<std::size_t>(in.gcount());
+      if (got == 0) break;
+      written += got;
+      out.write(buffer.data(), got);
+      hasher.update(buffer.data(), got);
+    }
+    report(false);
+  }
+  const std::string sha = hasher.finish_hex();
+  if (written != model.file_size || sha != model.file_sha256) {
+    remove_pieces();
+    fail("the pieces of {} joined into {} bytes with sha256 {}, not the pinned {} bytes and {}; the pieces were "
+         "removed, run again to fetch them",
+         model.name, written, sha, model.file_size, model.file_sha256);
+  }
+  out.commit();
+  report(true);
+  write_stamp(file, stamp, joined);
+  remove_pieces();
+  return file;
+}
+
 }  // namespace splash::hub

@@ -5,6 +5,10 @@
 //                                         splash::hub::terminal_progress("SmolLM2-135M-Instruct"));
 #include <filesystem>
 
+#include <functional>
+#include <string>
+
+#include "hub/model_catalogue.h"
 #include "hub/model_source.h"
 #include "hub/progress.h"
 
@@ -20,5 +24,15 @@ std::filesystem::path cached_model_path(const ModelSource& source);
 // downloads, the others wait on "<file>.lock" and then reuse its result.
 // Throws splash::Error with a message that says what to do; leaves no partial files.
 std::filesystem::path ensure_model(const ModelSource& source, const ProgressFn& progress);
+
+// A catalogue model's verified file, fetched first when missing. A model in one piece is
+// ensure_model() of it. A model in pieces has each fetched and verified by ensure_model (so a
+// run that is stopped keeps the pieces it finished, and the next one resumes from there),
+// then joined into the file, which appears only once its size and SHA-256 match; the pieces
+// are removed after. `progress_for(label)` gives the progress of each piece and of the join.
+std::filesystem::path ensure_catalogue_model(const CatalogueModel& model,
+                                             const std::function<ProgressFn(const std::string&)>& progress_for);
+// Whether the model's file is in the cache with its pinned size (verified on use).
+bool is_cached(const CatalogueModel& model);
 
 }  // namespace splash::hub

