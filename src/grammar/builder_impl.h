@@ -19,6 +19,7 @@ struct GrammarBuilder::Impl {
     std::vector<Id> kids;      // seq, choice; repeat: {item}
   };
   std::vector<Node> nodes;
+  std::vector<std::string> nothing_at;  // where a schema admits no value (`false`), for the message
 
   // Shared sub-grammars, made once per builder.
   Id json_value = -1, json_object = -1, json_string = -1, json_ws = -1, utf8 = -1;

@@ -52,6 +52,9 @@ class Grammar {
   int32_t root = 0;
 
   int32_t rule_count() const { return static_cast<int32_t>(rule_begin.size()) - 1; }
+  // Whether any byte string matches: the root derives some string of terminals (a grammar
+  // that admits nothing — a JSON Schema `false` where a value must be — cannot be honoured).
+  bool admits_output() const;
   // A readable dump (one rule per line), for debugging and tests.
   std::string to_string() const;
 };

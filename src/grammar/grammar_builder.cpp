@@ -574,7 +574,32 @@ class Lowerer {
 
 std::shared_ptr<const Grammar> GrammarBuilder::build(Id root) {
   impl_->at(root);
-  return Lowerer(*impl_).run(root);
+  auto grammar = Lowerer(*impl_).run(root);
+  if (!grammar->admits_output()) {
+    std::string parts;
+    for (const auto& at : impl_->nothing_at) parts += (parts.empty() ? "" : ", ") + at;
+    fail("no output can satisfy this schema or grammar{}", parts.empty() ? "" : " (a value is required where the schema is false: " + parts + ")");
+  }
+  return grammar;
+}
+
+// Productive rules by fixpoint: a rule is productive when one of its alternatives has only
+// non-empty byte classes and productive rules.
+bool Grammar::admits_output() const {
+  std::vector<char> productive(static_cast<size_t>(std::max(rule_count(), 0)), 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int32_t r = 0; r < rule_count(); ++r) {
+      if (productive[r]) continue;
+      for (int32_t a = rule_begin[r]; a < rule_begin[r + 1] && !productive[r]; ++a) {
+        bool ok = true;
+        for (int32_t i = alt_starts[a]; code[i].op != Op::end && ok; ++i)
+          ok = code[i].op == Op::term ? !classes[code[i].arg].empty() : productive[code[i].arg] != 0;
+        if (ok) productive[r] = 1, changed = true;
+      }
+    }
+  }
+  return root >= 0 && root < rule_count() && productive[root];
 }
 
 std::string Grammar::to_string() const {

@@ -211,7 +211,11 @@ class SchemaCompiler {
 
   Id schema(const Json& s, const std::string& path, int depth) {
     if (depth > kMaxSchemaDepth) fail("JSON Schema nested deeper than {} levels at {}", kMaxSchemaDepth, where(path));
-    if (s.is_boolean()) return s.template get<bool>() ? b_.json_value() : b_.choice({});
+    if (s.is_boolean()) {
+      if (s.template get<bool>()) return b_.json_value();
+      b_.impl().nothing_at.push_back(where(path));  // harmless unless a value must be there
+      return b_.choice({});
+    }
     if (!s.is_object()) fail("JSON Schema at {} must be an object or a boolean", where(path));
     for (auto it = s.begin(); it != s.end(); ++it) {
       if (!kKeywords.count(it.key()) && !kAnnotations.count(it.key())) {

@@ -740,6 +740,27 @@ def test_chat_unsupported_schema_keyword_is_400(oai, served_id, keyword, schema)
     assert f"'{keyword}'" in str(info.value), info.value
 
 
+def test_a_schema_nothing_satisfies_is_400_in_every_protocol(oai, claude, server, served_id):
+    """A `false` schema where a value must be: refused, naming the place, not answered with
+    an empty reply that pretends to be one."""
+    with pytest.raises(openai.BadRequestError) as info:
+        oai.chat.completions.create(model=served_id, messages=[{"role": "user", "content": "x"}], max_tokens=4,
+                                    response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": False}})
+    assert "no output can satisfy" in str(info.value), info.value
+    impossible = {"type": "object", "properties": {"city": False}, "required": ["city"]}
+    with pytest.raises(anthropic.BadRequestError) as info:
+        claude.messages.create(model=served_id, max_tokens=16, messages=[{"role": "user", "content": "x"}],
+                               tools=[{"name": "get_weather", "input_schema": impossible}],
+                               tool_choice={"type": "tool", "name": "get_weather"})
+    assert "/properties/city" in str(info.value), info.value
+    r = requests.post(f"{server}/v1/responses", timeout=TIMEOUT, json={
+        "model": served_id, "input": "x", "max_output_tokens": 8,
+        "text": {"format": {"type": "json_schema", "name": "s", "schema": impossible}}})
+    assert r.status_code == 400, r.text
+    assert "/properties/city" in r.json()["error"]["message"], r.text
+    assert requests.get(f"{server}/health", timeout=10).status_code == 200
+
+
 def test_chat_unknown_tool_choice_is_400(oai, served_id):
     with pytest.raises(openai.BadRequestError) as info:
         oai.chat.completions.create(model=served_id, messages=[{"role": "user", "content": "x"}], max_tokens=4,

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "grammar/grammar_builder.h"
+#include "grammar/lark.h"
 #include "grammar/matcher.h"
 #include "grammar/token_trie.h"
 #include "test_grammar_util.h"
@@ -89,8 +90,8 @@ TEST(GrammarBuilder, ChoiceAndCompletionWithContinuation) {
   EXPECT_TRUE(m.is_dead());
   EXPECT_FALSE(matches(g, "ca"));
   EXPECT_FALSE(prefix_ok(g, "cow"));
-  GrammarBuilder none;
-  EXPECT_FALSE(Matcher(none.build(none.choice({}))).can_accept("a"));
+  GrammarBuilder none;  // a grammar matching nothing is refused at build (AGrammarThatAdmitsNothingIsRefused)
+  EXPECT_THROW(none.build(none.choice({})), Error);
 }
 
 TEST(GrammarBuilder, NondeterministicRegexThenNewline) {
@@ -134,6 +135,20 @@ TEST(GrammarBuilder, RejectsLeftRecursionAndUndefinedRules) {
   const auto s = b3.rule("s");
   b3.define(s, b3.choice({b3.literal(""), b3.sequence({b3.optional(b3.literal("a")), s})}));
   EXPECT_TRUE(matches(b3.build(s), "aaa"));
+}
+
+// A grammar whose start derives no string at all (every way out needs a rule that never
+// ends) is refused at build, whatever built it.
+TEST(GrammarBuilder, AGrammarThatAdmitsNothingIsRefused) {
+  GrammarBuilder b;
+  const auto loop = b.rule("loop");
+  b.define(loop, b.sequence({b.literal("x"), loop}));  // only infinite strings
+  EXPECT_THROW(b.build(b.choice({b.sequence({b.literal("a"), loop}), b.choice({})})), Error);
+  GrammarBuilder b2;
+  EXPECT_THROW(b2.build(b2.choice({})), Error);
+  GrammarBuilder b3;
+  EXPECT_TRUE(matches(b3.build(b3.literal("")), ""));  // the empty string is some output
+  EXPECT_THROW(compile_lark("start: a\na: \"x\" a\n"), Error);
 }
 
 TEST(GrammarBuilder, HugeLiteralChoiceBecomesTrie) {

@@ -338,6 +338,29 @@ TEST(JsonSchema, UnsupportedKeywordIsNamedWithPath) {
   EXPECT_FALSE(matches(g, "3"));
 }
 
+// A schema no value satisfies is refused (the request gets a 400), naming where `false`
+// stands where a value is required; `false` where a value may be left out only excludes it.
+TEST(JsonSchema, ASchemaNothingSatisfiesIsRefusedNamingThePlace) {
+  const auto refused = [](const char* schema) -> std::string {
+    try {
+      compile_json_schema(json::parse(schema));
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  EXPECT_NE(refused("false").find("no output can satisfy"), std::string::npos) << refused("false");
+  const std::string required = refused(R"({"type":"object","properties":{"a":false},"required":["a"]})");
+  EXPECT_NE(required.find("/properties/a"), std::string::npos) << required;
+  EXPECT_NE(refused(R"({"type":"array","prefixItems":[false]})").find("accepted"), std::string::npos);  // [] is fine
+  EXPECT_NE(refused(R"({"anyOf":[false,false]})").find("no output can satisfy"), std::string::npos);
+  const auto optional = compile_json_schema(json::parse(R"({"type":"object","properties":{"a":false,"b":{"type":"integer"}}})"));
+  EXPECT_TRUE(matches(optional, R"({"b":1})"));
+  EXPECT_FALSE(matches(optional, R"({"a":1})"));
+  const auto one_of = compile_json_schema(json::parse(R"({"anyOf":[false,{"type":"integer"}]})"));
+  EXPECT_TRUE(matches(one_of, "7"));
+}
+
 TEST(JsonSchema, HostileDeepNestingFailsCleanly) {
   json s;
   json* cur = &s;
