@@ -31,9 +31,10 @@ run: build
 bench: build
 	@$(BUILD)/splash bench
 
-# Fetches the default model and exports its path for the tests.
+# Fetches the test model (SmolLM2-135M: small and fast; the default model is the 1.5B coder).
+TEST_MODEL = smollm2-135m
 model: build
-	@$(BUILD)/splash pull > /dev/null
+	@$(BUILD)/splash pull $(TEST_MODEL) > /dev/null
 
 # Everything: unit tests (Release and ASan+UBSan), end-to-end and reference tests, a fuzz run.
 test: setup
@@ -42,24 +43,24 @@ test: setup
 	@$(MAKE) --no-print-directory unit-test gpu-test asan-test fuzz e2e-test FUZZ_SECONDS=$(FUZZ_SECONDS)
 
 unit-test: build
-	@SPLASH_TEST_MODEL=$$($(BUILD)/splash pull) $(BUILD)/tests/unit/splash_unit_tests --gtest_brief=1
+	@SPLASH_TEST_MODEL=$$($(BUILD)/splash pull $(TEST_MODEL)) $(BUILD)/tests/unit/splash_unit_tests --gtest_brief=1
 
 # The GPU tests (built with the CUDA backend, when nvcc is there): on a machine without a GPU
 # every test skips; on the GPU machine tools/gpu_session.sh runs them with their fixtures.
 gpu-test: build
 	@if [ -x $(BUILD)/tests/gpu/splash_gpu_tests ]; then \
-	  SPLASH_TEST_MODEL=$$($(BUILD)/splash pull) $(BUILD)/tests/gpu/splash_gpu_tests --gtest_brief=1; \
+	  SPLASH_TEST_MODEL=$$($(BUILD)/splash pull $(TEST_MODEL)) $(BUILD)/tests/gpu/splash_gpu_tests --gtest_brief=1; \
 	else echo "gpu-test: built without the CUDA backend (no nvcc)"; fi
 
 asan-test: setup
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSPLASH_SANITIZE=ON > /dev/null
 	@ninja -C $(ASAN_BUILD) -j $(JOBS) splash_unit_tests
-	@SPLASH_TEST_MODEL=$$($(BUILD)/splash pull) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	@SPLASH_TEST_MODEL=$$($(BUILD)/splash pull $(TEST_MODEL)) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(ASAN_BUILD)/tests/unit/splash_unit_tests --gtest_brief=1
 
 e2e-test: build
 	@scripts/setup.sh --python
-	@SPLASH_BIN=$(abspath $(BUILD))/splash SPLASH_TEST_MODEL=$$($(BUILD)/splash pull) .venv/bin/python -m pytest -q tests/e2e
+	@SPLASH_BIN=$(abspath $(BUILD))/splash SPLASH_TEST_MODEL=$$($(BUILD)/splash pull $(TEST_MODEL)) .venv/bin/python -m pytest -q tests/e2e
 
 # Each libFuzzer target runs FUZZ_SECONDS from a seed corpus: the GGUF reader, the OpenAI
 # Chat Completions parser, the Anthropic Messages / OpenAI Responses parsers (with the

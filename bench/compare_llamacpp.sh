@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PEER_PYTHON=${PEER_PYTHON:-/tmp/venv-bench/bin/python}
-MODEL=${1:-$(build/splash pull)}
+MODEL=${1:-$(build/splash pull smollm2-135m)}
 THREADS=${THREADS:-$(nproc)}
 SIZES=${SIZES:-512,2048}
 splash_json=$(build/splash bench -m "$MODEL" --threads "$THREADS" --prompt-sizes "$SIZES" --json 2>/dev/null | tee /dev/stderr | tail -n 1)

@@ -21,7 +21,7 @@ if [[ $# -gt 0 && "$1" == "--" ]]; then shift; fi
 EXTRA=("$@")
 DEFAULT_MODEL=/root/.cache/splash/models/SmolLM2-135M-Instruct.Q4_1.gguf
 if [[ -z "$MODEL" ]]; then
-  if [[ -f "$DEFAULT_MODEL" ]]; then MODEL=$DEFAULT_MODEL; else MODEL=$(build/splash pull); fi
+  if [[ -f "$DEFAULT_MODEL" ]]; then MODEL=$DEFAULT_MODEL; else MODEL=$(build/splash pull smollm2-135m); fi
 fi
 THREADS=${THREADS:-$(nproc)}
 SPLASH_PORT=${SPLASH_PORT:-8090}

@@ -21,7 +21,7 @@ ldd "$BUILD/splash" | awk '/=>/ {print $3}' |
 # Compressed: the tree, the binaries and the libraries together must fit one call's carry.
 tar -C .gpu -cJf .gpu/lib.tar.xz lib && rm -rf .gpu/lib
 .venv/bin/pip download -q --no-deps gguf=="$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("gguf"))')" -d .gpu/whl
-model=$("$BUILD/splash" pull)
+model=$("$BUILD/splash" pull smollm2-135m)
 [ -f .gpu/tokenizer-smollm2.gguf ] || .venv/bin/python tools/tokenizer_gguf.py "$model" .gpu/tokenizer-smollm2.gguf
 split -n 2 -d -a 1 "$model" .gpu/parts/smollm2.part
 sha256sum "$model" | cut -d' ' -f1 > .gpu/parts/sha256

@@ -6,7 +6,7 @@ default model) and every supported weight type against the numpy reference
 (tests/e2e/test_random_model.py). The tokenizer metadata and chat template are copied from a
 real GGUF (SmolLM2's), so the engine's tokenizer and chat format load; hence vocab 49152.
 
-    .venv/bin/python tools/make_random_llama.py --tokenizer-from "$(build/splash pull)" \
+    .venv/bin/python tools/make_random_llama.py --tokenizer-from "$(build/splash pull smollm2-135m)" \
         --out /tmp/random.gguf                      # the default type mix ("a")
     ... --mix b                                     # the same roles with the types rotated
     ... --all Q6_K                                  # every matrix one type (to isolate a type)

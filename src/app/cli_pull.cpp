@@ -15,7 +15,7 @@ namespace splash::app {
 
 void add_pull_command(CLI::App& app) {
   auto name = std::make_shared<std::string>();
-  auto* pull = app.add_subcommand("pull", "Fetch and verify a model by name (default: the default model); print its path");
+  auto* pull = app.add_subcommand("pull", "Fetch and verify a model by name (default: the default model, qwen2.5-coder-1.5b); print its path");
   pull->add_option("name", *name, "A name from `splash models`");
   pull->callback([name] {
     if (name->empty()) return fmt::print("{}\n", resolve_model_path(""));

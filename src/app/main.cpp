@@ -17,7 +17,7 @@ namespace splash::app {
 void add_model_flags(CLI::App& command, ModelFlags& flags) {
   command.add_option("-m,--model", flags.model,
                      "GGUF model file, or a model to fetch by name (`splash models` lists them; default: "
-                     "SmolLM2-135M-Instruct, fetched on first use)");
+                     "qwen2.5-coder-1.5b, Qwen2.5-Coder-1.5B-Instruct, fetched on first use)");
   command.add_option("-c,--max-context", flags.load.max_context, "Largest context in tokens (default: the model's)")
       ->check(CLI::Range(16, 1 << 20));
   command.add_option("-t,--threads", flags.load.threads, "Threads (default: all cores)")->check(CLI::Range(1, 1024));

@@ -23,8 +23,9 @@ std::string pull_catalogue_model(const hub::CatalogueModel& model) {
 
 std::string resolve_model_path(const std::string& model_flag) {
   if (model_flag.empty()) {
-    const auto& source = hub::default_model_source();
-    return hub::ensure_model(source, hub::terminal_progress(source.name)).string();
+    const auto* model = hub::find_catalogue_model(kDefaultModel);
+    if (!model) fail("the default model '{}' is missing from the catalogue", kDefaultModel);
+    return pull_catalogue_model(*model);
   }
   std::error_code error;
   if (std::filesystem::exists(model_flag, error)) return model_flag;  // a file (or package) named so wins

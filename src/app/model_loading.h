@@ -29,6 +29,10 @@ struct LoadedModel {
   std::string vision_path;
 };
 
+// The model served when --model is not given: a coding model that can drive an agent (the
+// tests name the small SmolLM2-135M, `smollm2-135m`, wherever a small model does the job).
+inline constexpr const char* kDefaultModel = "qwen2.5-coder-1.5b";
+
 // The --model flag (a file, or a catalogue name: fetched and verified on first use), or the
 // default model.
 std::string resolve_model_path(const std::string& model_flag);

@@ -6,8 +6,9 @@
 // listed here, so adding a model without its kernels fails to compile.
 namespace splash::kernels {
 
-// SmolLM2-135M (model/llama/smollm2_shapes.h): d_model 576, ffn 1536.
-inline constexpr int kShippedWidths[] = {576, 1536};
+// SmolLM2-135M (model/llama/smollm2_shapes.h): d_model 576, ffn 1536; Qwen2.5-Coder-1.5B:
+// d_model and the attention width 1536, ffn 8960.
+inline constexpr int kShippedWidths[] = {576, 1536, 8960};
 
 constexpr bool is_shipped_width(int k) {
   for (int width : kShippedWidths)

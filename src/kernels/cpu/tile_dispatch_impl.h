@@ -26,9 +26,12 @@ constexpr TileSet float_set(std::index_sequence<I...>) {
 template <PackedKind KIND>
 TileSet int_set_for_width(int k) {
   constexpr auto blocks = std::make_index_sequence<kTokenBlockCount>();
-  static_assert(kShippedWidths[0] == 576 && kShippedWidths[1] == 1536, "instantiate the new shipped widths here");
+  static_assert(std::size(kShippedWidths) == 3 && kShippedWidths[0] == 576 && kShippedWidths[1] == 1536 &&
+                    kShippedWidths[2] == 8960,
+                "instantiate the new shipped widths here");
   if (k == 576) return int_set<KIND, 576>(blocks);
   if (k == 1536) return int_set<KIND, 1536>(blocks);
+  if (k == 8960) return int_set<KIND, 8960>(blocks);
   return int_set<KIND, 0>(blocks);
 }
 

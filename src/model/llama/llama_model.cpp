@@ -380,6 +380,8 @@ std::unique_ptr<Model> load_llama(const gguf::File& file, const LoadOptions& opt
   const Hyperparameters h = read_hyperparameters(file);
   if (h.architecture == "llama" && matches(h.shapes, SmolLM2_135M{}))
     return std::make_unique<LlamaModel<SmolLM2_135M>>(file, h, options);
+  if (h.architecture == "qwen2" && matches(h.shapes, Qwen25Coder_1_5B{}))
+    return std::make_unique<LlamaModel<Qwen25Coder_1_5B>>(file, h, options);
   return std::make_unique<LlamaModel<RuntimeShapes>>(file, h, options);
 }
 
