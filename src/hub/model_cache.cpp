@@ -209,6 +209,18 @@ std::string zip_open_error(int code) {
   return message;
 }
 
+// A stage's progress with its average rate since `started`.
+void report_rate(const ProgressFn& progress, std::string_view stage, std::uint64_t done, std::uint64_t total,
+                 Clock::time_point started, bool finished) {
+  if (!progress) return;
+  const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  progress(Progress{.stage = stage,
+                    .done_bytes = done,
+                    .total_bytes = total,
+                    .bytes_per_second = seconds > 0 ? static_cast<double>(done) / seconds : 0,
+                    .finished = finished});
+}
+
 // Streams the member into "<file>.partial", checking size and sha on the way, and only
 // renames it to <file> when both match.
 void extract_member(const ModelSource& source, const fs::path& archive_path,
@@ -256,15 +268,7 @@ void extract_member(const ModelSource& source, const fs::path& archive_path,
   std::uint64_t written = 0;
   const auto started = Clock::now();
   auto last_report = started;
-  const auto report = [&](bool finished) {
-    if (!progress) return;
-    const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
-    progress(Progress{.stage = "extracting",
-                      .done_bytes = written,
-                      .total_bytes = source.file_size,
-                      .bytes_per_second = seconds > 0 ? static_cast<double>(written) / seconds : 0,
-                      .finished = finished});
-  };
+  const auto report = [&](bool finished) { report_rate(progress, "extracting", written, source.file_size, started, finished); };
   for (;;) {
     const zip_int64_t got = zip_fread(member.get(), buffer.data(), buffer.size());
     // libzip checks the CRC at the end of the stream, so a damaged member fails here.
@@ -414,13 +418,7 @@ fs::path ensure_catalogue_model(const CatalogueModel& model,
   std::uint64_t written = 0;
   const auto started = Clock::now();
   const auto report = [&](bool finished) {
-    if (!progress) return;
-    const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
-    progress(Progress{.stage = "joining the pieces",
-                      .done_bytes = written,
-                      .total_bytes = model.file_size,
-                      .bytes_per_second = seconds > 0 ? static_cast<double>(written) / seconds : 0,
-                      .finished = finished});
+    report_rate(progress, "joining the pieces", written, model.file_size, started, finished);
   };
   for (const auto& path : pieces) {
     std::ifstream in(path, std::ios::binary);
