@@ -168,8 +168,8 @@ print(r['usage']['completion_tokens'] > 0 and 'H200' in json.dumps(s) and chunks
 }
 
 # Kernel timings at the 8B shapes (printed by the disabled benchmark tests).
-phase_kernels() {
-  gpu_tests --gtest_also_run_disabled_tests --gtest_filter='CudaKernelBench.*' > "$OUT/kernels.log" 2>&1
+phase_kernels() {  # phase_kernels [FILTER]
+  gpu_tests --gtest_also_run_disabled_tests --gtest_filter="CudaKernelBench.${1:-*}" > "$OUT/kernels.log" 2>&1
   grep '\[ bench \]' "$OUT/kernels.log"
   row kernels "$(grep -c '\[ bench \]' "$OUT/kernels.log") timings in kernels.log"
 }
@@ -207,7 +207,11 @@ phase_profile() {
       $([ $n -gt 1 ] && echo "--parallel $n --parallel-prompt 16") > "$OUT/profile_$n.txt" 2>&1
     echo "== $n sequences"; grep -A14 "GPU time by step" "$OUT/profile_$n.txt"
   done
-  row profile "decode step by step at 1, 16, 64 sequences: profile_*.txt"
+  # A 4096-token prompt in one pass (kernel by kernel), for prefill's shares.
+  SPLASH_CUDA_PROFILE=1 splash bench --device cuda -m "$model" --prompt-sizes 4096 --decode-tokens 1 --repetitions 1 \
+    > "$OUT/profile_prefill.txt" 2>&1
+  grep -A16 "passes of 4096" "$OUT/profile_prefill.txt"
+  row profile "decode step by step at 1, 16, 64 sequences, a 4096-token prefill: profile_*.txt"
 }
 
 # ncu's full report on the small GEMM (gate_up Q4_K at 8 and 64 rows).
@@ -295,7 +299,7 @@ case "${1:-tests}" in
   profile) phase_profile ;;
   ncu) phase_ncu ;;
   confirm) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_bench ;;
-  work) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_kernels; phase_bench; phase_profile ;;
+  work) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_kernels "${2:-*}"; phase_bench; phase_profile ;;
   check) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"
          gtest tuned_repeat 'CudaModelTest.Tuned*' SPLASH_GPU_FIXTURES="$KEEP/fixtures" GTEST_REPEAT=6
          phase_ncu; phase_bench; phase_profile; phase_sanitizers ;;

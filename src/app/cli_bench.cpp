@@ -186,8 +186,8 @@ void bench_parallel(model::Model& model, const BenchFlags& flags, const std::vec
     for (int i = 0; i < n; ++i)
       for (int b = 0; b < blocks_each; ++b) tables[i].push_back(i * blocks_each + b);
     for (int i = 0; i < n; ++i)
-      for (int start = 0; start < prompt; start += model::kMaxBatchTokens) {
-        const int count = std::min(model::kMaxBatchTokens, prompt - start);
+      for (int start = 0; start < prompt; start += model.info().max_batch_tokens) {
+        const int count = std::min(model.info().max_batch_tokens, prompt - start);
         const model::SequenceSlice slice{{tokens.data() + start, static_cast<size_t>(count)}, start, tables[i],
                                          start + count == prompt};
         model.forward({&slice, 1});

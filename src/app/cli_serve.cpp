@@ -104,7 +104,7 @@ void serve(ServeFlags flags) {
                       {"max_context_tokens", loaded->plan.max_context},
                       {"max_sequences_at_full_context", loaded->plan.max_sequences},
                       {"max_batch_sequences", model::kMaxBatchSequences},
-                      {"max_batch_tokens", model::kMaxBatchTokens}}}};
+                      {"max_batch_tokens", loaded->model->info().max_batch_tokens}}}};
   if (loaded->vision) {
     const auto& v = loaded->vision->info();
     served.details["vision"] = {{"projector", v.projector},       {"mmproj_path", loaded->vision_path},

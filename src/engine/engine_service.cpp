@@ -465,7 +465,8 @@ void EngineService::step() {
   };
   std::vector<Slot> slots;
   std::vector<bool> in_batch(running_.size(), false);
-  int budget = model::kMaxBatchTokens;
+  const int pass_tokens = model_.info().max_batch_tokens;
+  int budget = pass_tokens;
   auto newest_victim = [&](const Running* asking) -> Running* {
     for (size_t i = running_.size(); i-- > 0;) {
       Running* candidate = running_[i].get();
@@ -559,7 +560,7 @@ void EngineService::step() {
     }
     std::lock_guard lock(mutex_);
     counters_.batch_size = static_cast<int>(batch.size());
-    counters_.batch_tokens = model::kMaxBatchTokens - budget;
+    counters_.batch_tokens = pass_tokens - budget;
     ++counters_.steps;
   }
 

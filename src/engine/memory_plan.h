@@ -18,6 +18,7 @@ struct MemoryPlan {
   size_t budget_bytes = 0;
   std::string budget_source;
   size_t weight_bytes = 0, mapped_bytes = 0, activation_bytes = 0, runtime_bytes = 0, kv_bytes = 0;
+  int batch_tokens = 0;  // the tokens of the pass the activations are sized for
   int max_context = 0;      // the longest sequence (prompt + reply)
   int kv_blocks = 0;        // the paged KV pool
   std::string kv_type = "q8";

@@ -24,7 +24,8 @@ BatchCount check_batch(std::span<const SequenceSlice> batch, const ModelInfo& in
     count.wanted += slice.want_logits ? 1 : 0;
   }
   if (count.tokens == 0) fail("forward: no tokens");
-  if (count.tokens > kMaxBatchTokens) fail("forward: {} tokens in one pass (at most {})", count.tokens, kMaxBatchTokens);
+  if (count.tokens > info.max_batch_tokens)
+    fail("forward: {} tokens in one pass (at most {})", count.tokens, info.max_batch_tokens);
   if (batch.size() > kMaxBatchSequences)
     fail("forward: {} sequences in one pass (at most {})", batch.size(), kMaxBatchSequences);
   return count;

@@ -13,6 +13,12 @@
 
 namespace splash::model {
 
+// The tokens of a forward pass every backend takes (the CPU's largest pass; a model's own
+// largest is ModelInfo::max_batch_tokens, never less). While other sequences decode, the
+// scheduler keeps a prompt's chunks at about this size, so their next token waits for one
+// short pass.
+inline constexpr int kMaxBatchTokens = 512;
+
 struct ModelInfo {
   std::string architecture;  // "llama"
   std::string name;          // general.name
@@ -29,6 +35,10 @@ struct ModelInfo {
   std::string isa;           // "avx512" or "avx2"; "cuda" on the GPU
   int threads = 0;
   std::string device = "cpu";  // "cpu", or the GPU's summary ("NVIDIA H200 (sm_90, ...)")
+  // The most tokens one forward pass of this instance takes (its scratch is sized for it):
+  // kMaxBatchTokens on the CPU, more on the GPU, where every prefill pass turns each quantized
+  // matrix into f16 once and a longer pass shares that among more tokens.
+  int max_batch_tokens = kMaxBatchTokens;
 };
 
 using kernels::KvType;
@@ -52,9 +62,6 @@ struct LoadOptions {
   std::string tuning_cache_dir = {};
 };
 
-// The most tokens one forward pass takes (the scratch memory of the memory plan is sized
-// for it); the scheduler's per-step budget and single-sequence prefill chunks stay below it.
-inline constexpr int kMaxBatchTokens = 512;
 // The most sequences in one pass (bounds the logits buffer).
 inline constexpr int kMaxBatchSequences = 64;
 
@@ -78,6 +85,7 @@ struct MemoryNeeds {
   size_t mapped_bytes = 0;        // file pages read at run time (e.g. a tied embedding table)
   size_t kv_bytes_per_block = 0;  // keys + values of every layer for kKvBlockTokens positions
   size_t activation_bytes = 0;    // scratch of one prefill chunk
+  int max_batch_tokens = kMaxBatchTokens;  // the tokens of that chunk
   int native_context = 0;
 };
 
@@ -85,7 +93,7 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelInfo& info() const = 0;
-  // Runs every slice's tokens (at most kMaxBatchTokens in all) in one pass, writing their
+  // Runs every slice's tokens (at most info().max_batch_tokens in all) in one pass, writing their
   // keys and values into their blocks, and returns the logits of the slices that want them,
   // [slices wanting logits][vocab], in batch order. Throws splash::Error on a token id out
   // of range, a position past the context or a block table too short.

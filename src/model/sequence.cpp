@@ -19,8 +19,9 @@ std::span<const float> Sequence::forward(std::span<const int32_t> tokens, std::s
   if (!embeddings.empty() && embeddings.size() != tokens.size())
     fail("forward: {} embedding entries for {} tokens", embeddings.size(), tokens.size());
   std::span<const float> logits;
-  for (size_t start = 0; start < tokens.size(); start += kMaxBatchTokens) {
-    const size_t count = std::min<size_t>(kMaxBatchTokens, tokens.size() - start);
+  const size_t chunk = static_cast<size_t>(model_.info().max_batch_tokens);
+  for (size_t start = 0; start < tokens.size(); start += chunk) {
+    const size_t count = std::min(chunk, tokens.size() - start);
     const SequenceSlice slice{tokens.subspan(start, count), position_, blocks_, start + count == tokens.size(),
                               embeddings.empty() ? embeddings : embeddings.subspan(start, count)};
     logits = model_.forward({&slice, 1});

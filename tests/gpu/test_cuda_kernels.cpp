@@ -492,7 +492,12 @@ INSTANTIATE_TEST_SUITE_P(KvTypes, CudaAttentionTest,
                                            AttentionCase{cu::KvElement::I8, 128, true, 2e-2, 14, 2},
                                            AttentionCase{cu::KvElement::F32, 64, true, 1e-5, 12, 1},
                                            AttentionCase{cu::KvElement::F16, 128, false, 2e-3, 3, 3},
-                                           AttentionCase{cu::KvElement::F32, 128, true, 1e-5, 9, 3}));
+                                           AttentionCase{cu::KvElement::F32, 128, true, 1e-5, 9, 3},
+                                           // the tensor-core decode at head size 64 and with
+                                           // groups over 8 heads (both row halves of the tile)
+                                           AttentionCase{cu::KvElement::I8, 64, false, 2e-2, 12, 1},
+                                           AttentionCase{cu::KvElement::F16, 64, true, 2e-3, 9, 3},
+                                           AttentionCase{cu::KvElement::I8, 128, true, 2e-2, 16, 1}));
 
 }  // namespace
 }  // namespace splash::testing

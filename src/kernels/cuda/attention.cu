@@ -508,6 +508,247 @@ __global__ void __launch_bounds__(mma_warps<HD>() * 32)
   }
 }
 
+// --- decode tokens on the tensor cores ---------------------------------------------------
+// A thread block per (decode token, kv head, context split), a warp per paged KV block (16
+// positions) at a time, the warps of a block taking the split's blocks in turn. The group's
+// query heads are the 16 rows of mma.sync m16n8k16's A operand: S = Q K^T over the block's
+// two 8-position tiles, then O += P V with P straight from S's fragments. A dot product does
+// not care in which order its dimensions are summed, so each thread's dimensions are
+// permuted to be contiguous in memory: for K, a quarter of the row of one position of each
+// tile (logical k 2c, 2c+1, 2c+8, 2c+9 of step s are its dimensions 4s..4s+3); for V, an
+// eighth of the rows of its four positions (its output column n of tile t is dimension
+// n * HD / 8 + t). So every load is a contiguous vector, and each K/V byte is read once for
+// the whole group. int8 K enters the product as its integer codes (exact in f16), its scale
+// multiplying the scores; int8 V is scaled into f16 as it is converted (as in the prefill
+// kernel). The next block's loads are issued before the current one is computed.
+constexpr int kMmaDecodeWarps = 4;
+
+template <int Bytes>
+struct Vec {  // Bytes of one contiguous run, as 32-bit words
+  uint32_t w[Bytes / 4];
+};
+template <int Bytes>
+__device__ __forceinline__ void load_vec(Vec<Bytes>& v, const uint8_t* p) {
+  static_assert(Bytes % 8 == 0, "runs of 8 bytes or more");
+  if constexpr (Bytes % 16 == 0) {
+#pragma unroll
+    for (int i = 0; i < Bytes / 16; ++i) reinterpret_cast<uint4*>(v.w)[i] = reinterpret_cast<const uint4*>(p)[i];
+  } else {
+    *reinterpret_cast<uint2*>(v.w) = *reinterpret_cast<const uint2*>(p);
+  }
+}
+
+// Two int8 codes (bytes lo and lo + 1 of `word`, already biased by 128) as exact f16 values:
+// each under 1024's exponent (1024 + code), less 1024 + 128.
+__device__ __forceinline__ uint32_t biased_bytes_to_half2(uint32_t biased, int selector) {
+  const uint32_t h = __byte_perm(biased, 0x64646464u, selector);
+  const __half2 v = __hsub2(*reinterpret_cast<const __half2*>(&h), __halves2half2(__ushort_as_half(0x6480), __ushort_as_half(0x6480)));
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+template <int HD, KvElement E>
+struct DecodeBlockLoads {
+  using Element = typename KvElementOf<E>::type;
+  static constexpr int kKBytes = HD / 4 * static_cast<int>(sizeof(Element));  // one position's part of K
+  static constexpr int kVBytes = HD / 8 * static_cast<int>(sizeof(Element));  // one position's part of V
+  Vec<kKBytes> k[2];  // positions g and 8 + g
+  Vec<kVBytes> v[4];  // positions 2c, 2c + 1, 8 + 2c, 9 + 2c
+  float2 k_scale[2], v_scale[2];  // positions (2c, 2c + 1) and (8 + 2c, 9 + 2c)
+
+  __device__ __forceinline__ void load(const KvPool& pool, int layer, int block, int kv_head, int g, int c) {
+    const uint8_t* keys = pool.data + kv_index(pool, layer, block, 0, kv_head, 0) * sizeof(Element);
+    const uint8_t* values = pool.data + kv_index(pool, layer, block, 1, kv_head, 0) * sizeof(Element);
+    constexpr int kRow = HD * static_cast<int>(sizeof(Element));
+#pragma unroll
+    for (int j = 0; j < 2; ++j) load_vec(k[j], keys + (8 * j + g) * kRow + c * kKBytes);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) load_vec(v[j], values + (8 * (j / 2) + 2 * c + j % 2) * kRow + g * kVBytes);
+    if constexpr (E == KvElement::I8) {
+      const float* ks = pool.scales + kv_scale_index(pool, layer, block, 0, kv_head, 0);
+      const float* vs = pool.scales + kv_scale_index(pool, layer, block, 1, kv_head, 0);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        k_scale[j] = *reinterpret_cast<const float2*>(ks + 8 * j + 2 * c);
+        v_scale[j] = *reinterpret_cast<const float2*>(vs + 8 * j + 2 * c);
+      }
+    }
+  }
+  // K's B fragment of q.k step s for the tile of position j * 8 + g.
+  __device__ __forceinline__ void k_fragment(int j, int s, uint32_t& b0, uint32_t& b1) const {
+    if constexpr (E == KvElement::I8) {
+      const uint32_t biased = k[j].w[s] ^ 0x80808080u;
+      b0 = biased_bytes_to_half2(biased, 0x4140);
+      b1 = biased_bytes_to_half2(biased, 0x4342);
+    } else {
+      b0 = k[j].w[2 * s], b1 = k[j].w[2 * s + 1];
+    }
+  }
+  // V's B fragments of p.v for every output tile: b[t][0] positions (2c, 2c + 1), b[t][1]
+  // positions (8 + 2c, 9 + 2c), dimension g * HD / 8 + t.
+  __device__ __forceinline__ void v_fragments(uint32_t (&b)[HD / 8][2]) const {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const Vec<kVBytes>&a = v[2 * j], &n = v[2 * j + 1];
+      if constexpr (E == KvElement::I8) {
+        const __half2 scale = __floats2half2_rn(v_scale[j].x, v_scale[j].y);
+#pragma unroll
+        for (int w = 0; w < kVBytes / 4; ++w) {
+          const uint32_t x = a.w[w] ^ 0x80808080u, y = n.w[w] ^ 0x80808080u;
+          const uint32_t lo = __byte_perm(x, y, 0x5140), hi = __byte_perm(x, y, 0x7362);  // (x, y) byte pairs
+          const uint32_t pairs[4] = {biased_bytes_to_half2(lo, 0x4140), biased_bytes_to_half2(lo, 0x4342),
+                                     biased_bytes_to_half2(hi, 0x4140), biased_bytes_to_half2(hi, 0x4342)};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const __half2 scaled = __hmul2(*reinterpret_cast<const __half2*>(&pairs[e]), scale);
+            b[4 * w + e][j] = *reinterpret_cast<const uint32_t*>(&scaled);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int w = 0; w < kVBytes / 4; ++w) {
+          b[2 * w][j] = __byte_perm(a.w[w], n.w[w], 0x5410);
+          b[2 * w + 1][j] = __byte_perm(a.w[w], n.w[w], 0x7632);
+        }
+      }
+    }
+  }
+};
+
+template <int HD, KvElement E, bool kTall>
+__global__ void __launch_bounds__(kMmaDecodeWarps * 32)
+    attention_decode_mma_kernel(const float* __restrict__ qkv, int ld, int n_heads, BatchLayout batch, KvPool pool,
+                                int layer, int chunk, int splits, float scale, float* __restrict__ partials,
+                                float* __restrict__ out) {
+  constexpr int kSteps = HD / 16, kTiles = HD / 8, kKDims = HD / 4;
+  constexpr int kRows = kTall ? 16 : 8;  // query heads a block holds (rows g + 8 only when tall)
+  const int group = n_heads / pool.n_kv_heads;
+  const int index = blockIdx.x, kv_head = blockIdx.y, split = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  wait_for_inputs();
+  allow_next_launch();
+  const int t = batch.decode_tokens[index];
+  const int length = batch.positions[t] + 1;
+  const int start = split * chunk, end = min(start + chunk, length);  // chunk: whole KV blocks
+  const int32_t* table = batch.block_tables + batch.table_offsets[t];
+
+  // The group's queries (scaled by 1/sqrt(d) and log2(e)) as A fragments: row g holds head g.
+  uint32_t qa[kSteps][4];
+  {
+    const float f = scale * 1.4426950408889634f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = g + 8 * h;
+      const bool valid = r < group && (kTall || h == 0);
+      const float* q = qkv + static_cast<size_t>(t) * ld + static_cast<size_t>(kv_head * group + (valid ? r : 0)) * HD +
+                       c * kKDims;
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        const float4 v = valid ? *reinterpret_cast<const float4*>(q + 4 * s) : make_float4(0.f, 0.f, 0.f, 0.f);
+        qa[s][h] = pack_half2(v.x * f, v.y * f);
+        qa[s][2 + h] = pack_half2(v.z * f, v.w * f);
+      }
+    }
+  }
+
+  float o[kTiles][4] = {};
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  const int first_block = start / kKvBlockTokens, end_block = (end + kKvBlockTokens - 1) / kKvBlockTokens;
+  DecodeBlockLoads<HD, E> current, next;
+  int kb = first_block + warp;
+  if (kb < end_block) current.load(pool, layer, table[kb], kv_head, g, c);
+  for (; kb < end_block; kb += kMmaDecodeWarps) {
+    if (kb + kMmaDecodeWarps < end_block) next.load(pool, layer, table[kb + kMmaDecodeWarps], kv_head, g, c);
+    float sc[2][4] = {};
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        uint32_t b0, b1;
+        current.k_fragment(j, s, b0, b1);
+        mma_16x8x16(sc[j], qa[s], b0, b1);
+      }
+    // Scale (int8 keys), mask past the split's end, and the online softmax per row.
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int p = kb * kKvBlockTokens + 8 * j + 2 * c + e;
+        const float key_scale = E == KvElement::I8 ? (e ? current.k_scale[j].y : current.k_scale[j].x) : 1.0f;
+        sc[j][e] = p < end ? sc[j][e] * key_scale : -INFINITY;
+        sc[j][2 + e] = p < end ? sc[j][2 + e] * key_scale : -INFINITY;
+      }
+    float correction[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float best = fmaxf(fmaxf(sc[0][2 * h], sc[0][2 * h + 1]), fmaxf(sc[1][2 * h], sc[1][2 * h + 1]));
+      best = fmaxf(best, __shfl_xor_sync(0xFFFFFFFFu, best, 1));
+      best = fmaxf(fmaxf(best, __shfl_xor_sync(0xFFFFFFFFu, best, 2)), row_max[h]);  // finite: slot 0 is in range
+      correction[h] = exp2f(row_max[h] - best);
+      row_max[h] = best;
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) sum += (sc[j][2 * h + e] = exp2f(sc[j][2 * h + e] - best));
+      row_sum[h] = row_sum[h] * correction[h] + sum;  // the quad's partial sums, added up at the end
+    }
+    if (__any_sync(0xFFFFFFFFu, correction[0] != 1.0f || (kTall && correction[1] != 1.0f)))
+#pragma unroll
+      for (int d = 0; d < kTiles; ++d) {
+        o[d][0] *= correction[0], o[d][1] *= correction[0];
+        if constexpr (kTall) o[d][2] *= correction[1], o[d][3] *= correction[1];
+      }
+    const uint32_t pa[4] = {pack_half2(sc[0][0], sc[0][1]), pack_half2(sc[0][2], sc[0][3]),
+                            pack_half2(sc[1][0], sc[1][1]), pack_half2(sc[1][2], sc[1][3])};
+    uint32_t vb[kTiles][2];
+    current.v_fragments(vb);
+#pragma unroll
+    for (int d = 0; d < kTiles; ++d) mma_16x8x16(o[d], pa, vb[d][0], vb[d][1]);
+    current = next;
+  }
+
+  // The block's warps, merged by log-sum-exp through shared memory: [warp][row][dims, max, sum].
+  __shared__ float state[kMmaDecodeWarps][kRows][HD + 2];
+#pragma unroll
+  for (int h = 0; h < (kTall ? 2 : 1); ++h) {
+    float total = row_sum[h];
+    total += __shfl_xor_sync(0xFFFFFFFFu, total, 1);
+    total += __shfl_xor_sync(0xFFFFFFFFu, total, 2);
+    float* row = state[warp][g + 8 * h];
+#pragma unroll
+    for (int d = 0; d < kTiles; ++d) {
+      row[(2 * c) * kTiles + d] = o[d][2 * h];
+      row[(2 * c + 1) * kTiles + d] = o[d][2 * h + 1];
+    }
+    if (c == 0) row[HD] = row_max[h], row[HD + 1] = total;
+  }
+  __syncthreads();
+  const int heads = min(group, kRows);
+  for (int i = threadIdx.x; i < heads * HD; i += kMmaDecodeWarps * 32) {
+    const int r = i / HD, d = i % HD;
+    float best = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kMmaDecodeWarps; ++w) best = fmaxf(best, state[w][r][HD]);
+    float total = 0.0f, value = 0.0f;
+    if (best != -INFINITY)
+#pragma unroll
+      for (int w = 0; w < kMmaDecodeWarps; ++w) {
+        const float f = exp2f(state[w][r][HD] - best);
+        total += f * state[w][r][HD + 1];
+        value += f * state[w][r][d];
+      }
+    const int head = kv_head * group + r;
+    if (splits == 1) {
+      out[static_cast<size_t>(t) * n_heads * HD + static_cast<size_t>(head) * HD + d] = total > 0.0f ? value / total : 0.0f;
+      continue;
+    }
+    // The SIMT kernel's partials: [max (natural log), sum, acc[HD]] per (token, head, split).
+    float* partial = partials + ((static_cast<size_t>(index) * n_heads + head) * splits + split) * (HD + 2);
+    if (d == 0) partial[0] = best * 0.6931471805599453f, partial[1] = total;
+    partial[2 + d] = value;
+  }
+}
+
 template <int HD>
 __global__ void merge_splits_kernel(const float* __restrict__ partials, int splits, int n_heads,
                                     const int32_t* __restrict__ decode_tokens, float* __restrict__ out) {
@@ -576,41 +817,59 @@ void attention(const float* qkv, int ld, float* out, int n_heads, const BatchLay
     cuda_fail("attention: a group of " + std::to_string(group) + " query heads does not fit a tile");
   const float scale = 1.0f / std::sqrt(static_cast<float>(pool.head_dim));
   cudaStream_t s = static_cast<cudaStream_t>(stream.handle());
-  float* partials = scratch.partials.as<float>();
-  // Decode splits: as many as keep every split at least kMinSplitPositions long, within the
-  // partials the scratch holds, for the context's bucket (so the launch is the same for
-  // every context of the bucket).
+  // Decode splits: as many as keep every split at least kMinSplitPositions long (whole KV
+  // blocks), within the partials the scratch holds, for the context's bucket (so the launch
+  // is the same for every context of the bucket), and enough thread blocks to fill the GPU
+  // about once.
   const int context = decode_context_bucket(batch.decode_context);
-  int splits = 1, chunk = context;
-  if (batch.n_decode > 0) {
+  auto decode_splits = [&](int blocks_per_split, int blocks_per_sm, int& chunk) {
     const size_t rows = static_cast<size_t>(batch.n_decode) * n_heads;
     const int budget_splits = static_cast<int>(std::max<size_t>(1, kMaxPartials / rows));
-    // Enough blocks to fill the GPU about once (a split is at least kMinSplitPositions long).
-    const int blocks_per_split = batch.n_decode * pool.n_kv_heads * ((group + kDecodeHeads - 1) / kDecodeHeads);
-    const int wanted_splits = std::max(1, kDecodeBlocksPerSm * multiprocessor_count() / blocks_per_split);
-    splits = std::max(1, std::min({(context + kMinSplitPositions - 1) / kMinSplitPositions, budget_splits, wanted_splits}));
+    const int wanted_splits = std::max(1, blocks_per_sm * multiprocessor_count() / blocks_per_split);
+    int splits = std::max(1, std::min({(context + kMinSplitPositions - 1) / kMinSplitPositions, budget_splits, wanted_splits}));
     chunk = (context + splits - 1) / splits;
+    chunk = (chunk + kKvBlockTokens - 1) / kKvBlockTokens * kKvBlockTokens;
     splits = (context + chunk - 1) / chunk;
-    if (splits > 1) {
-      scratch.partials.resize(attention_scratch_bytes(n_heads, pool.head_dim));
-      partials = scratch.partials.as<float>();
-    }
-  }
+    if (splits > 1) scratch.partials.resize(attention_scratch_bytes(n_heads, pool.head_dim));
+    return splits;
+  };
+  auto merge = [&]<int HD>(int splits) {
+    if (splits > 1)
+      launch_dependent(merge_splits_kernel<HD>, dim3(static_cast<unsigned>(batch.n_decode * n_heads)), dim3(HD), s,
+                       scratch.partials.as<float>(), splits, n_heads, batch.decode_tokens, out);
+  };
   auto launch = [&]<int HD>() {
     dispatch_kv_element(pool.element, [&]<KvElement E>() {
-      if (batch.n_decode > 0) {
+      // Decode tokens: the tensor cores for int8 and f16 pools (groups up to 16 heads, head
+      // sizes up to 128); the SIMT kernel for the rest.
+      bool decoded = batch.n_decode == 0;
+      if constexpr (E != KvElement::F32 && HD <= 128) {
+        auto decode = [&]<bool kTall>() {
+          static const int per_sm = blocks_per_sm(attention_decode_mma_kernel<HD, E, kTall>, kMmaDecodeWarps * 32);
+          int chunk = 0;
+          const int splits = decode_splits(batch.n_decode * pool.n_kv_heads, per_sm, chunk);
+          const dim3 grid(batch.n_decode, pool.n_kv_heads, splits);
+          launch_dependent(attention_decode_mma_kernel<HD, E, kTall>, grid, dim3(kMmaDecodeWarps * 32), s, qkv, ld,
+                           n_heads, batch, pool, layer, chunk, splits, scale, scratch.partials.as<float>(), out);
+          merge.template operator()<HD>(splits);
+        };
+        if (!decoded && group <= 8) decode.template operator()<false>(), decoded = true;
+        else if (!decoded && group <= 16) decode.template operator()<true>(), decoded = true;
+      }
+      if (!decoded) {
         auto decode = [&]<int G>() {
-          const dim3 grid(batch.n_decode, pool.n_kv_heads * ((group + G - 1) / G), splits);
+          int chunk = 0;
+          const int head_blocks = (group + G - 1) / G;
+          const int splits = decode_splits(batch.n_decode * pool.n_kv_heads * head_blocks, kDecodeBlocksPerSm, chunk);
+          const dim3 grid(batch.n_decode, pool.n_kv_heads * head_blocks, splits);
           launch_dependent(attention_decode_kernel<HD, E, G>, grid, dim3(kDecodeWarps * 32), s, qkv, ld, n_heads, batch,
-                           pool, layer, chunk, splits, scale, partials, out);
+                           pool, layer, chunk, splits, scale, scratch.partials.as<float>(), out);
+          merge.template operator()<HD>(splits);
         };
         if (group == 1) decode.template operator()<1>();
         else if (group == 2) decode.template operator()<2>();
         else if (group <= 4) decode.template operator()<4>();
-        else decode.template operator()<8>();
-        if (splits > 1)
-          launch_dependent(merge_splits_kernel<HD>, dim3(static_cast<unsigned>(batch.n_decode * n_heads)), dim3(HD), s,
-                           partials, splits, n_heads, batch.decode_tokens, out);
+        else decode.template operator()<kDecodeHeads>();
       }
       if (batch.n_tiles > 0) {
         const dim3 grid(batch.n_tiles, pool.n_kv_heads);

@@ -7,6 +7,7 @@
 // for a kernel launched plainly, and CUDA graphs record the dependency as it is.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -33,6 +34,15 @@ void launch_dependent_shared(void (*kernel)(Params...), dim3 grid, dim3 block, s
   config.numAttrs = 1;
   const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (status != cudaSuccess) cuda_fail(std::string("kernel launch failed: ") + cudaGetErrorString(status));
+}
+
+// Thread blocks of `threads` threads of the kernel one multiprocessor holds at once.
+template <typename... Params>
+int blocks_per_sm(void (*kernel)(Params...), int threads, size_t shared = 0) {
+  int blocks = 0;
+  const cudaError_t status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, shared);
+  if (status != cudaSuccess) cuda_fail(std::string("occupancy query failed: ") + cudaGetErrorString(status));
+  return std::max(blocks, 1);
 }
 
 template <typename... Params, typename... Args>

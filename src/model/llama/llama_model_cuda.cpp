@@ -76,8 +76,14 @@ size_t gpu_bytes(const gguf::TensorInfo& t) {
   return aligned(cu::weight_row_bytes(t.type, static_cast<int>(t.dims[0])) * t.dims[1]);
 }
 
-// The device scratch of one forward pass, for kMaxBatchTokens tokens; the memory plan counts
-// exactly these bytes.
+// The most tokens of one pass on the GPU. Each prefill pass turns every quantized matrix
+// into f16 once for cuBLAS (about a third of a 512-token pass at Qwen3-8B's shapes); 4096
+// tokens share that among eight times as many. The scheduler still keeps a prompt's chunks
+// near kMaxBatchTokens while other sequences decode.
+constexpr int kCudaMaxBatchTokens = 4096;
+
+// The device scratch of one forward pass, for kCudaMaxBatchTokens tokens; the memory plan
+// counts exactly these bytes.
 struct ScratchSizes {
   size_t activations = 0;  // float rows: x, normed, qkv, attn, gate_up, hidden, last rows, logits
   size_t weight_f16 = 0;       // the tensor-core path's f16 copy of the largest (stacked) matrix
@@ -94,18 +100,18 @@ ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
   const size_t q = static_cast<size_t>(s.n_heads) * s.head_dim, kv = static_cast<size_t>(s.n_kv_heads) * s.head_dim;
   const size_t per_token = 2 * s.d_model + (q + 2 * kv) + q + 2 * s.ffn + s.ffn;
   ScratchSizes sizes;
-  sizes.activations = sizeof(float) * (kMaxBatchTokens * per_token + kMaxBatchSequences * (2 * s.d_model + s.vocab));
+  sizes.activations = sizeof(float) * (kCudaMaxBatchTokens * per_token + kMaxBatchSequences * (2 * s.d_model + s.vocab));
   const size_t largest = std::max({(q + 2 * kv) * s.d_model, s.d_model * q, 2 * static_cast<size_t>(s.ffn) * s.d_model,
                                    static_cast<size_t>(s.d_model) * s.ffn});
   sizes.weight_f16 = largest * 2;
   const int widest = static_cast<int>(std::max<size_t>({size_t(s.d_model), size_t(s.ffn), q}));
-  sizes.activations_f16 = static_cast<size_t>(kMaxBatchTokens) * widest * 2;
+  sizes.activations_f16 = static_cast<size_t>(kCudaMaxBatchTokens) * widest * 2;
   sizes.activations_q8 = cu::quantized_activation_bytes(kMaxBatchSequences, widest);
   sizes.split_k = cu::small_gemm_scratch_bytes(std::max({static_cast<int>(q + 2 * kv), 2 * s.ffn, s.d_model}));
   sizes.attention = cu::attention_scratch_bytes(s.n_heads, s.head_dim);
   const size_t table_entries = static_cast<size_t>(kMaxBatchSequences) * ((context + kKvBlockTokens - 1) / kKvBlockTokens);
   // ids, positions, table offsets, logits rows, attention's decode list and tiles, tables
-  sizes.inputs = sizeof(int32_t) * (6 * kMaxBatchTokens + kMaxBatchSequences + table_entries);
+  sizes.inputs = sizeof(int32_t) * (6 * kCudaMaxBatchTokens + kMaxBatchSequences + table_entries);
   return sizes;
 }
 
@@ -124,6 +130,7 @@ class LlamaCudaModel final : public Model {
       : file_(file), h_(h) {
     fill_model_info(file, h, options.max_context, info_);
     info_.isa = "cuda";
+    info_.max_batch_tokens = kCudaMaxBatchTokens;
     info_.device = device.summary;
     info_.kernel_shapes = "run-time shapes (CUDA kernels for any GGUF of the family)";
     load_weights();
@@ -133,7 +140,7 @@ class LlamaCudaModel final : public Model {
 
   ~LlamaCudaModel() override {
     for (const auto& [tokens, timeline] : profiles_)
-      std::fprintf(stderr, "decode passes of %d tokens: %s", tokens, timeline.report().c_str());
+      std::fprintf(stderr, "passes of %d tokens: %s", tokens, timeline.report().c_str());
   }
 
   const ModelInfo& info() const override { return info_; }
@@ -322,7 +329,7 @@ class LlamaCudaModel final : public Model {
 
     // Scratch for the largest pass, allocated now so a pass never allocates (and the plan's
     // numbers are what is held).
-    const size_t n = kMaxBatchTokens;
+    const size_t n = kCudaMaxBatchTokens;
     auto floats = [](cu::DeviceBuffer& b, size_t count) { b.resize(count * sizeof(float)); };
     floats(x_, n * s.d_model);
     floats(normed_, n * s.d_model);
@@ -452,7 +459,7 @@ class LlamaCudaModel final : public Model {
 
   void run(std::span<const SequenceSlice> batch, int n, int wanted) {
     const cu::BatchLayout layout = upload_batch(batch, n, wanted);
-    timeline_ = profile_ && is_decode_pass(batch, n, wanted) ? &profiles_[n] : nullptr;
+    timeline_ = profile_ ? &profiles_[n] : nullptr;
     if (use_graphs_ && !profile_ && is_decode_pass(batch, n, wanted)) {
       const std::pair<int, int> key{n, cu::decode_context_bucket(layout.decode_context)};
       auto graph = decode_graphs_.find(key);
@@ -564,8 +571,9 @@ class LlamaCudaModel final : public Model {
   // Recorded decode passes by (tokens, context bucket); SPLASH_CUDA_GRAPHS=0 turns them off
   // (to compare, or to debug kernel by kernel).
   bool use_graphs_ = graphs_enabled();
-  // SPLASH_CUDA_PROFILE=1: decode passes run kernel by kernel with an event after each step,
-  // their times kept by pass size and printed when the model is unloaded.
+  // SPLASH_CUDA_PROFILE=1: passes run kernel by kernel with an event after each step, their
+  // times kept by pass size (decode passes of n sequences, prompt chunks of n tokens) and
+  // printed when the model is unloaded.
   bool profile_ = profile_requested();
   std::map<int, cu::Timeline> profiles_;
   cu::Timeline* timeline_ = nullptr;  // this pass's, when profiled
@@ -604,6 +612,7 @@ MemoryNeeds estimate_llama_memory_cuda(const gguf::File& file, KvType kv_type) {
   // The block tables' share of the inputs grows with the context; the native window bounds it
   // well enough (a few hundred KiB at 128K).
   needs.activation_bytes = scratch_sizes(h, h.native_context).total();
+  needs.max_batch_tokens = kCudaMaxBatchTokens;
   needs.native_context = h.native_context;
   return needs;
 }
