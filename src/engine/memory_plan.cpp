@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "engine/constraint_cache.h"
+
 namespace splash::engine {
 namespace {
 
@@ -30,7 +32,7 @@ std::string MemoryPlan::table() const {
   row("weights (packed)", weight_bytes, "");
   row("weights (mapped file)", mapped_bytes, "read from the GGUF mapping as needed");
   row("activations", activation_bytes, fmt::format("one {}-token batch", batch_tokens));
-  row("runtime", runtime_bytes, "threads, buffers, tokenizer");
+  row("runtime", runtime_bytes, "threads, buffers, tokenizer, compiled grammars");
   row("KV cache", kv_bytes,
       fmt::format("{} blocks of {} tokens ({}): {} sequence(s) at the full {}-token context", kv_blocks,
                   kBlockTokens, kv_type, max_sequences, max_context));
@@ -64,7 +66,7 @@ MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memor
   plan.mapped_bytes = needs.mapped_bytes;
   plan.activation_bytes = needs.activation_bytes;
   plan.batch_tokens = needs.max_batch_tokens;
-  plan.runtime_bytes = kRuntimeBytes;
+  plan.runtime_bytes = kRuntimeBytes + kConstraintCacheBytes;
   const size_t fixed = plan.weight_bytes + plan.mapped_bytes + plan.activation_bytes + plan.runtime_bytes;
   // --max-context may exceed the model's trained window (as llama.cpp's -c may): positions
   // past it are computed the same way, but the model was never trained on them, so quality

@@ -2,12 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <list>
-#include <mutex>
-#include <unordered_map>
 
 #include "chat/tool_prompt.h"
 #include "common/error.h"
+#include "engine/constraint_cache.h"
 #include "grammar/grammar_builder.h"
 
 namespace splash::engine {
@@ -107,47 +105,6 @@ std::shared_ptr<const OutputConstraints> compile_uncached(const ChatRequest& req
   return out;
 }
 
-// Agents send the same tools with every request: compiled grammars are kept, keyed by
-// everything they are compiled from, least recently used out first.
-class ConstraintCache {
- public:
-  std::shared_ptr<const OutputConstraints> get(const ChatRequest& request) {
-    nlohmann::json key = {{"choice", static_cast<int>(request.tool_choice)},
-                          {"name", request.tool_choice_name},
-                          {"parallel", request.parallel_tool_calls},
-                          {"format", static_cast<int>(request.output_format.kind)},
-                          {"schema", request.output_format.schema},
-                          {"grammar", request.output_format.grammar}};
-    auto& tools = key["tools"] = nlohmann::json::array();
-    for (const auto& t : request.tools)
-      tools.push_back({static_cast<int>(t.kind), t.name, t.parameters, t.lark_grammar});
-    const std::string text = key.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    {
-      std::lock_guard lock(mutex_);
-      if (auto it = index_.find(text); it != index_.end()) {
-        order_.splice(order_.begin(), order_, it->second);
-        return it->second->second;
-      }
-    }
-    auto compiled = compile_uncached(request);  // outside the lock: compiling can take a while
-    std::lock_guard lock(mutex_);
-    if (index_.count(text)) return compiled;
-    order_.emplace_front(text, compiled);
-    index_[text] = order_.begin();
-    if (order_.size() > kCapacity) {
-      index_.erase(order_.back().first);
-      order_.pop_back();
-    }
-    return compiled;
-  }
-
- private:
-  static constexpr size_t kCapacity = 32;
-  std::mutex mutex_;
-  std::list<std::pair<std::string, std::shared_ptr<const OutputConstraints>>> order_;
-  std::unordered_map<std::string, decltype(order_)::iterator> index_;
-};
-
 bool is_special(const tokenizer::Tokenizer& tokenizer, int32_t id) {
   const auto type = tokenizer.token_type(id);
   return type == tokenizer::TokenType::control || type == tokenizer::TokenType::unknown ||
@@ -197,8 +154,19 @@ std::shared_ptr<const OutputConstraints> compile_output_constraints(const ChatRe
       std::none_of(request.tools.begin(), request.tools.end(),
                    [&](const chat::ToolSpec& t) { return t.name == request.tool_choice_name; }))
     fail("tool_choice names '{}', which is not one of the tools", request.tool_choice_name);
+  return constraint_cache().get(request, compile_uncached);
+}
+
+size_t OutputConstraints::memory_bytes() const {
+  size_t bytes = sizeof(*this);
+  for (const auto* g : {&call_body, &first_call, &next_call, &text, &bare_call})
+    if (*g) bytes += (*g)->memory_bytes();
+  return bytes;
+}
+
+ConstraintCache& constraint_cache() {
   static ConstraintCache cache;
-  return cache.get(request);
+  return cache;
 }
 
 std::shared_ptr<const grammar::TokenTrie> build_token_trie(const tokenizer::Tokenizer& tokenizer) {

@@ -46,6 +46,8 @@ struct OutputConstraints {
   // ```json fence), as small models often write instead of <tool_call>: after that opening,
   // a known function's name, `", "arguments": ` and its arguments, `}`, an optional fence.
   std::shared_ptr<const grammar::Grammar> bare_call;
+
+  size_t memory_bytes() const;  // what these grammars hold
 };
 
 // Where a reply's first bytes stand against the bare JSON call opening
@@ -60,7 +62,10 @@ BareCallOpening match_bare_call_opening(std::string_view reply_start);
 
 // Null when the request constrains nothing. Throws splash::Error for a schema or grammar
 // this engine cannot compile (naming the keyword) or a tool_choice naming no tool.
+// Compiled constraints are kept in the process's constraint_cache() (constraint_cache.h).
 std::shared_ptr<const OutputConstraints> compile_output_constraints(const ChatRequest& request);
+class ConstraintCache;
+ConstraintCache& constraint_cache();
 
 // The vocabulary, as constrained decoding sees it: each token's bytes, with special tokens
 // left out (a grammar never produces them).

@@ -55,6 +55,7 @@ class Grammar {
   // Whether any byte string matches: the root derives some string of terminals (a grammar
   // that admits nothing — a JSON Schema `false` where a value must be — cannot be honoured).
   bool admits_output() const;
+  size_t memory_bytes() const;  // what the grammar holds (its vectors' capacity and names)
   // A readable dump (one rule per line), for debugging and tests.
   std::string to_string() const;
 };

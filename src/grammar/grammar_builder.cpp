@@ -602,6 +602,14 @@ bool Grammar::admits_output() const {
   return root >= 0 && root < rule_count() && productive[root];
 }
 
+size_t Grammar::memory_bytes() const {
+  size_t bytes = sizeof(*this) + code.capacity() * sizeof(Elem) + classes.capacity() * sizeof(ByteSet) +
+                 (rule_begin.capacity() + alt_starts.capacity()) * sizeof(int32_t) +
+                 rule_names.capacity() * sizeof(std::string);
+  for (const auto& name : rule_names) bytes += name.capacity() > 15 ? name.capacity() + 1 : 0;  // past SSO
+  return bytes;
+}
+
 std::string Grammar::to_string() const {
   auto class_text = [](const ByteSet& s) {
     std::string out = "[";

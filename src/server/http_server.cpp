@@ -18,6 +18,7 @@
 #include "api/openai_chat.h"
 #include "common/error.h"
 #include "common/json_depth.h"
+#include "engine/constraint_cache.h"
 #include "server/agent_routes.h"
 #include "server/reply_stream.h"
 #include "server/request_guard.h"
@@ -289,6 +290,12 @@ void HttpServer::register_routes() {
       status["vision"]["feature_cache"] = {
           {"hits", images.hits}, {"misses", images.misses}, {"images", images.images}, {"bytes", images.bytes}};
     }
+    const auto grammars = engine::constraint_cache().stats();
+    status["constraint_cache"] = {{"entries", grammars.entries},
+                                  {"bytes", grammars.bytes},
+                                  {"budget_bytes", engine::kConstraintCacheBytes},
+                                  {"hits", grammars.hits},
+                                  {"misses", grammars.misses}};
     status["uptime_seconds"] = uptime;
     status["accepting_requests"] = engine_.accepting();
     send_json(res, status);

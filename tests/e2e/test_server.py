@@ -291,6 +291,22 @@ def test_alias_serves_the_model(client):
     assert reply.choices[0].message.content is not None
 
 
+def test_compiled_schemas_are_kept_within_their_budget(client, server):
+    # The same schema twice: compiled once, the second request a hit of the grammar cache.
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+              "required": ["city"], "additionalProperties": False}
+    fmt = {"type": "json_schema", "json_schema": {"name": "place", "schema": schema, "strict": True}}
+    before = status(server)["constraint_cache"]
+    for _ in range(2):
+        reply = client.chat.completions.create(model="splash-model", messages=[{"role": "user", "content": "A city?"}],
+                                               max_tokens=24, response_format=fmt)
+        assert reply.choices[0].message.content is not None
+    after = status(server)["constraint_cache"]
+    assert after["hits"] >= before["hits"] + 1, (before, after)
+    assert 0 < after["bytes"] <= after["budget_bytes"], after
+    assert after["entries"] >= 1, after
+
+
 def test_status_fields(server):
     body = status(server)
     for key in ("model", "maximum_context_tokens", "memory", "requests_running", "requests_queued",

@@ -2,6 +2,7 @@
 // context, and the --max-memory size parser (outside input).
 #include <gtest/gtest.h>
 
+#include "engine/constraint_cache.h"
 #include "engine/memory_plan.h"
 #include "formats/gguf.h"
 #include "model/model.h"
@@ -42,7 +43,7 @@ TEST(MemoryPlan, RequestedContextIsHonouredAndCapped) {
 
 TEST(MemoryPlan, TightBudgetShrinksTheContext) {
   const auto needs = small_model();
-  const size_t fixed = needs.weight_bytes + needs.mapped_bytes + needs.activation_bytes + 128 * MiB;
+  const size_t fixed = needs.weight_bytes + needs.mapped_bytes + needs.activation_bytes + 128 * MiB + kConstraintCacheBytes;
   const auto plan = plan_memory(needs, fixed + 3000 * needs.kv_bytes_per_block / 16, 0);
   EXPECT_TRUE(plan.fits);
   EXPECT_EQ(plan.max_context, 3000 / 16 * 16);
