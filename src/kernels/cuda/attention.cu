@@ -24,6 +24,16 @@ constexpr int kMinSplitPositions = 64;  // short splits: decode is latency-bound
 constexpr int kSmallestContextBucket = 256;
 constexpr int kDecodeBlocksPerSm = 4;  // decode blocks that fill the GPU about once
 
+// The positions of each of a decode token's `splits` splits: its own context shared out
+// (whole KV blocks, at least kMinSplitPositions), worked out on the device from its length,
+// so every split is busy at any context of the launch's bucket (splits shaped for the bucket
+// itself left half of them empty just past a power of two: 32K + a few tokens is in the
+// 64K bucket).
+__device__ __forceinline__ int split_positions(int length, int splits) {
+  const int even = (length + splits - 1) / splits;
+  return max(kMinSplitPositions, (even + kKvBlockTokens - 1) / kKvBlockTokens * kKvBlockTokens);
+}
+
 // Decode: a thread block per (token, kv head, up to kDecodeHeads query heads of its group,
 // context split). Every lane holds D dimensions of all those heads' queries; a K or V row is
 // read by HD / D lanes (16-byte or smaller vector loads), so one warp load covers several
@@ -95,7 +105,7 @@ __device__ __forceinline__ void merge_state(float& m, float& l, float (&acc)[D],
 template <int HD, KvElement E, int G>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     attention_decode_kernel(const float* __restrict__ qkv, int ld, int n_heads, BatchLayout batch, KvPool pool,
-                            int layer, int chunk, int splits, float scale, float* __restrict__ partials,
+                            int layer, int splits, float scale, float* __restrict__ partials,
                             float* __restrict__ out) {
   constexpr int D = decode_dims<HD, G>(), kLanesPerRow = HD / D, kRows = 32 / kLanesPerRow;
   using Element = typename KvElementOf<E>::type;
@@ -112,6 +122,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   allow_next_launch();
   const int t = batch.decode_tokens[index];
   const int length = batch.positions[t] + 1;
+  const int chunk = split_positions(length, splits);
   const int start = split * chunk, end = min(start + chunk, length);
   const int32_t* table = batch.block_tables + batch.table_offsets[t];
 
@@ -619,7 +630,7 @@ struct DecodeBlockLoads {
 template <int HD, KvElement E, bool kTall>
 __global__ void __launch_bounds__(kMmaDecodeWarps * 32)
     attention_decode_mma_kernel(const float* __restrict__ qkv, int ld, int n_heads, BatchLayout batch, KvPool pool,
-                                int layer, int chunk, int splits, float scale, float* __restrict__ partials,
+                                int layer, int splits, float scale, float* __restrict__ partials,
                                 float* __restrict__ out) {
   constexpr int kSteps = HD / 16, kTiles = HD / 8, kKDims = HD / 4;
   constexpr int kRows = kTall ? 16 : 8;  // query heads a block holds (rows g + 8 only when tall)
@@ -630,7 +641,8 @@ __global__ void __launch_bounds__(kMmaDecodeWarps * 32)
   allow_next_launch();
   const int t = batch.decode_tokens[index];
   const int length = batch.positions[t] + 1;
-  const int start = split * chunk, end = min(start + chunk, length);  // chunk: whole KV blocks
+  const int chunk = split_positions(length, splits);  // whole KV blocks
+  const int start = split * chunk, end = min(start + chunk, length);
   const int32_t* table = batch.block_tables + batch.table_offsets[t];
 
   // The group's queries (scaled by 1/sqrt(d) and log2(e)) as A fragments: row g holds head g.
@@ -659,7 +671,7 @@ __global__ void __launch_bounds__(kMmaDecodeWarps * 32)
   // computed: two ahead for int8, one for f16 (twice the bytes a block; more would spill).
   constexpr int kAhead = E == KvElement::I8 ? 2 : 1;
   // The warp's blocks are first_block + warp + i * kMmaDecodeWarps, i = 0, 1, ...; lane l
-  // holds the id of block i = chunk * 32 + l of the current chunk, read once for 32 blocks,
+  // holds the id of block i = 32 k + l of the current group of 32, read once for 32 blocks,
   // so a block's K/V loads never wait behind a read of the block table.
   const int warp_blocks = (end_block - first_block - warp + kMmaDecodeWarps - 1) / kMmaDecodeWarps;
   int ids = 0;
@@ -861,20 +873,17 @@ void attention(const float* qkv, int ld, float* out, int n_heads, const BatchLay
     cuda_fail("attention: a group of " + std::to_string(group) + " query heads does not fit a tile");
   const float scale = 1.0f / std::sqrt(static_cast<float>(pool.head_dim));
   cudaStream_t s = static_cast<cudaStream_t>(stream.handle());
-  // Decode splits: as many as keep every split at least kMinSplitPositions long (whole KV
-  // blocks), within the partials the scratch holds, for the context's bucket (so the launch
-  // is the same for every context of the bucket), and enough thread blocks to fill the GPU
-  // about once.
+  // Decode splits: for the context's bucket (so the launch is the same for every context of
+  // the bucket; each token's splits share out its own context, split_positions), as many
+  // as keep a split of the bucket at least kMinSplitPositions long, within the partials the
+  // scratch holds, and enough thread blocks to fill the GPU about once.
   const int context = decode_context_bucket(batch.decode_context);
-  auto decode_splits = [&](int blocks_per_split, int blocks_per_sm, int& chunk) {
+  auto decode_splits = [&](int blocks_per_split, int blocks_per_sm) {
     const size_t rows = static_cast<size_t>(batch.n_decode) * n_heads;
     const int budget_splits = static_cast<int>(std::max<size_t>(1, kMaxPartials / rows));
     const int wanted_splits = std::max(1, blocks_per_sm * multiprocessor_count() / blocks_per_split);
-    int splits = std::max(1, std::min({(context + kMinSplitPositions - 1) / kMinSplitPositions, budget_splits,
-                                       wanted_splits, kMaxMergeSplits}));
-    chunk = (context + splits - 1) / splits;
-    chunk = (chunk + kKvBlockTokens - 1) / kKvBlockTokens * kKvBlockTokens;
-    splits = (context + chunk - 1) / chunk;
+    const int splits = std::max(1, std::min({(context + kMinSplitPositions - 1) / kMinSplitPositions, budget_splits,
+                                             wanted_splits, kMaxMergeSplits}));
     if (splits > 1) scratch.partials.resize(attention_scratch_bytes(n_heads, pool.head_dim));
     return splits;
   };
@@ -891,11 +900,10 @@ void attention(const float* qkv, int ld, float* out, int n_heads, const BatchLay
       if constexpr (E != KvElement::F32 && HD <= 128) {
         auto decode = [&]<bool kTall>() {
           static const int per_sm = blocks_per_sm(attention_decode_mma_kernel<HD, E, kTall>, kMmaDecodeWarps * 32);
-          int chunk = 0;
-          const int splits = decode_splits(batch.n_decode * pool.n_kv_heads, per_sm, chunk);
+          const int splits = decode_splits(batch.n_decode * pool.n_kv_heads, per_sm);
           const dim3 grid(batch.n_decode, pool.n_kv_heads, splits);
           launch_dependent(attention_decode_mma_kernel<HD, E, kTall>, grid, dim3(kMmaDecodeWarps * 32), s, qkv, ld,
-                           n_heads, batch, pool, layer, chunk, splits, scale, scratch.partials.as<float>(), out);
+                           n_heads, batch, pool, layer, splits, scale, scratch.partials.as<float>(), out);
           merge.template operator()<HD>(splits);
         };
         if (!decoded && group <= 8) decode.template operator()<false>(), decoded = true;
@@ -903,12 +911,11 @@ void attention(const float* qkv, int ld, float* out, int n_heads, const BatchLay
       }
       if (!decoded) {
         auto decode = [&]<int G>() {
-          int chunk = 0;
           const int head_blocks = (group + G - 1) / G;
-          const int splits = decode_splits(batch.n_decode * pool.n_kv_heads * head_blocks, kDecodeBlocksPerSm, chunk);
+          const int splits = decode_splits(batch.n_decode * pool.n_kv_heads * head_blocks, kDecodeBlocksPerSm);
           const dim3 grid(batch.n_decode, pool.n_kv_heads * head_blocks, splits);
           launch_dependent(attention_decode_kernel<HD, E, G>, grid, dim3(kDecodeWarps * 32), s, qkv, ld, n_heads, batch,
-                           pool, layer, chunk, splits, scale, scratch.partials.as<float>(), out);
+                           pool, layer, splits, scale, scratch.partials.as<float>(), out);
           merge.template operator()<HD>(splits);
         };
         if (group == 1) decode.template operator()<1>();
