@@ -8,13 +8,17 @@
 #include <zip.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "common/error.h"
@@ -373,6 +377,76 @@ bool is_cached(const CatalogueModel& model) {
   return !error && size == model.file_size;
 }
 
+namespace {
+
+constexpr int kParallelPieces = 4;  // pieces downloaded at once
+
+// The pieces of a model not yet in the cache, fetched kParallelPieces at a time (ensure_model
+// each: verified, resumable piece by piece), their downloads reported as one: the bytes of
+// every piece fetched in this run against all of theirs. After a failure no new piece is
+// started, the ones under way finish (a later run keeps them), and the first error is thrown.
+std::vector<fs::path> fetch_pieces(const CatalogueModel& model, const fs::path& dir, const ProgressFn& progress) {
+  const size_t n = model.pieces.size();
+  std::vector<fs::path> paths(n);
+  std::vector<std::uint64_t> done(n, 0);
+  std::vector<size_t> missing;
+  std::uint64_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const ModelSource& piece = model.pieces[i];
+    const fs::path file = dir / piece.file_name;
+    if (stamp_matches(file, sibling(file, ".verified"), piece)) {
+      paths[i] = file;
+    } else {
+      missing.push_back(i);
+      total += piece.archive_size;
+    }
+  }
+  if (missing.empty()) return paths;
+  std::mutex mutex;  // guards done, the reports and error
+  const auto started = Clock::now();
+  auto last_report = started;
+  std::exception_ptr error;
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  const auto report = [&](bool finished) {  // under the mutex
+    std::uint64_t sum = 0;
+    for (const auto d : done) sum += d;
+    report_rate(progress, "downloading", sum, total, started, finished);
+  };
+  const auto worker = [&] {
+    for (size_t k = next++; k < missing.size() && !failed; k = next++) {
+      const size_t i = missing[k];
+      try {
+        const fs::path path = ensure_model(model.pieces[i], [&, i](const Progress& p) {
+          if (p.stage != "downloading") return;
+          std::lock_guard lock(mutex);
+          done[i] = p.done_bytes;
+          if (Clock::now() - last_report > std::chrono::milliseconds(200)) {
+            last_report = Clock::now();
+            report(false);
+          }
+        });
+        std::lock_guard lock(mutex);
+        paths[i] = path;
+        done[i] = model.pieces[i].archive_size;
+      } catch (...) {
+        std::lock_guard lock(mutex);
+        if (!error) error = std::current_exception();
+        failed = true;
+      }
+    }
+  };
+  std::vector<std::thread> workers;
+  for (int w = 0; w < std::min<int>(kParallelPieces, static_cast<int>(missing.size())); ++w) workers.emplace_back(worker);
+  for (auto& t : workers) t.join();
+  if (error) std::rethrow_exception(error);
+  std::lock_guard lock(mutex);
+  report(true);
+  return paths;
+}
+
+}  // namespace
+
 fs::path ensure_catalogue_model(const CatalogueModel& model,
                                 const std::function<ProgressFn(const std::string&)>& progress_for) {
   if (model.pieces.empty()) fail("catalogue model '{}' has no pieces", model.name);
@@ -410,8 +484,7 @@ fs::path ensure_catalogue_model(const CatalogueModel& model,
   fs::remove(sibling(file, ".partial"), ignored);
   require_free_space(dir, model.file_size, joined);  // (each piece checks its own room as it comes)
 
-  std::vector<fs::path> pieces;
-  for (const auto& piece : model.pieces) pieces.push_back(ensure_model(piece, progress_for(piece.name)));
+  const std::vector<fs::path> pieces = fetch_pieces(model, dir, progress);
   AtomicFile out(file);
   Sha256 hasher;
   std::vector<char> buffer(1 << 20);

