@@ -297,6 +297,7 @@ case "${1:-tests}" in
   real) phase_real ;;
   bench) phase_kernels; phase_bench ;;
   profile) phase_profile ;;
+  kernels) phase_kernels "${2:-*}" ;;
   ncu) phase_ncu ;;
   confirm) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_bench ;;
   work) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_kernels "${2:-*}"; phase_bench; phase_profile ;;
@@ -305,7 +306,7 @@ case "${1:-tests}" in
          phase_ncu; phase_bench; phase_profile; phase_sanitizers ;;
   peer) phase_peer ;;
   bench8b) phase_bench8b ;;
-  *) echo "usage: $0 tests|quick|serve|bench|profile|work|final|peer|bench8b|part N|real" >&2; exit 2 ;;
+  *) echo "usage: $0 tests|quick|serve|bench|profile|kernels [FILTER]|work|final|peer|bench8b|part N|real" >&2; exit 2 ;;
 esac
 echo
 cat "$SUMMARY"

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <string>
 #include <tuple>
 
 #include "gpu_fixture.h"
@@ -138,6 +139,45 @@ TEST_F(CudaKernelBench, DISABLED_Gemv) {
     for (const int n : {1, 8}) {
       const double us = time_us(stream, [&] { cu::quantize_rows(dx.as<float>(), cols, n, cols, q8, stream); }, 20, 8);
       std::printf("[ bench ] quantize_rows %d x %d: %.1f us\n", n, cols, us);
+    }
+  }
+}
+
+// The small GEMM's split of K at the Qwen3-8B matrices: the automatic choice against every
+// forced split, weights rotated past L2, four calls queued back to back per timing.
+TEST_F(CudaKernelBench, DISABLED_SmallGemmSplits) {
+  const double bandwidth = cu::measure_copy_bandwidth();
+  cu::Stream stream;
+  cu::MatmulScratch scratch;
+  for (const auto& [name, type, rows, cols] : {std::tuple{"gate_up", GgmlType::Q4_K, 24576, 4096},
+                                                std::tuple{"qkv", GgmlType::Q4_K, 6144, 4096},
+                                                std::tuple{"o", GgmlType::Q4_K, 4096, 4096},
+                                                std::tuple{"down", GgmlType::Q6_K, 4096, 12288}}) {
+    const size_t bytes = cu::weight_row_bytes(type, cols) * rows;
+    const int copies = static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / bytes + 1, 2, 16));
+    cu::DeviceBuffer w(bytes * copies);
+    stream.fill(w.data(), 0x11, bytes * copies);
+    std::vector<cu::DeviceWeight> weights;
+    for (int c = 0; c < copies; ++c) weights.push_back({type, w.as<uint8_t>() + bytes * c, rows, cols});
+    const auto dx = to_device(random_floats(rng_, static_cast<size_t>(64) * cols));
+    cu::DeviceBuffer y(static_cast<size_t>(64) * rows * sizeof(float));
+    int next = 0;
+    for (const int n : {3, 4, 8, 16, 32, 64}) {
+      std::string line;
+      for (const int splits : {0, 1, 2, 3, 4, 6, 8, 12, 16}) {
+        const double us = time_us(stream, [&] {
+          cu::small_gemm(weights[next++ % copies], dx.as<float>(), cols, n, y.as<float>(), rows, false, scratch, stream,
+                         splits);
+        }, 10, 4);
+        char cell[64];
+        if (splits == 0)
+          std::snprintf(cell, sizeof(cell), " auto %6.1f us (%3.0f%% of copy) |", us, 100.0 * bytes / (us * 1e-6) / bandwidth);
+        else
+          std::snprintf(cell, sizeof(cell), " %d: %6.1f", splits, us);
+        line += cell;
+      }
+      std::printf("[ bench ] small GEMM %s %s %dx%d, %2d rows:%s\n", name, std::string(type_name(type)).c_str(), rows,
+                  cols, n, line.c_str());
     }
   }
 }

@@ -443,7 +443,10 @@ TEST_P(CudaAttentionTest, PrefillAndDecodeAgainstFloat64) {
   // Prefill: every token at once (the 1-token sequence as a decode, the others in tiles).
   cu::DeviceBuffer out(static_cast<size_t>(n) * n_heads * hd * sizeof(float));
   stream.fill(out.data(), 0xFF, out.size());
-  cu::attention(d_qkv.as<float>(), qkv_w, out.as<float>(), n_heads, all, pool, layer, scratch, stream);
+  cu::DeviceBuffer fused_q8;  // the int8 copy the split merge writes beside a decode pass's rows
+  const cu::QuantizedRowsBuffer fused = cu::quantized_rows_in(fused_q8, n, n_heads * hd);
+  // (a pass with prompt tiles leaves the copy to the matmul)
+  EXPECT_FALSE(cu::attention(d_qkv.as<float>(), qkv_w, out.as<float>(), n_heads, all, pool, layer, scratch, stream, &fused));
   stream.synchronize("attention (prefill)");
   const auto prefill = to_host<float>(out, static_cast<size_t>(n) * n_heads * hd);
   std::vector<float> checked;
@@ -481,9 +484,19 @@ TEST_P(CudaAttentionTest, PrefillAndDecodeAgainstFloat64) {
   const cu::BatchLayout& decode = decode_batch.layout;
   cu::DeviceBuffer decode_out(3 * n_heads * hd * sizeof(float));
   stream.fill(decode_out.data(), 0xFF, decode_out.size());
-  cu::attention(dq.as<float>(), qkv_w, decode_out.as<float>(), n_heads, decode, pool, layer, scratch, stream);
+  const cu::QuantizedRowsBuffer decode_fused = cu::quantized_rows_in(fused_q8, 3, n_heads * hd);
+  stream.fill(fused_q8.data(), 0xFF, fused_q8.size());  // poisoned: every byte compared below is written
+  EXPECT_TRUE(cu::attention(dq.as<float>(), qkv_w, decode_out.as<float>(), n_heads, decode, pool, layer, scratch, stream,
+                            &decode_fused))
+      << "the 3000-position context is merged from splits";
   stream.synchronize("attention (decode)");
   EXPECT_LT(relative_error(to_host<float>(decode_out, 3 * n_heads * hd), expected), param.tolerance) << "decode";
+  // The merge's int8 copy, byte for byte what quantize_rows makes of the rows it wrote.
+  cu::DeviceBuffer separate_q8;
+  cu::quantize_rows(decode_out.as<float>(), n_heads * hd, 3, n_heads * hd, separate_q8, stream);
+  stream.synchronize("quantize_rows");
+  const size_t q8_bytes = cu::quantized_activation_bytes(3, n_heads * hd);
+  EXPECT_EQ(to_host<uint8_t>(fused_q8, q8_bytes), to_host<uint8_t>(separate_q8, q8_bytes)) << "the merge's int8 copy";
 }
 
 INSTANTIATE_TEST_SUITE_P(KvTypes, CudaAttentionTest,

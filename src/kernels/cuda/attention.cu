@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cuda/activation_q8.cuh"
 #include "kernels/cuda/cuda_error.h"
 #include "kernels/cuda/kv_store.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -786,9 +787,13 @@ __global__ void __launch_bounds__(kMmaDecodeWarps * 32)
 // thread reading every split's max in a dependent loop cost ~2 us a layer at 33 splits).
 constexpr int kMaxMergeSplits = 1024;
 
+// With `codes` (a pass of decode tokens only), the merged rows' int8 copy too, as
+// quantize_rows makes it (activation_q8.cuh: a group of 16 dimensions never spans two heads),
+// so the output projection's GEMV reads it without a kernel of its own.
 template <int HD>
 __global__ void merge_splits_kernel(const float* __restrict__ partials, int splits, int n_heads,
-                                    const int32_t* __restrict__ decode_tokens, float* __restrict__ out) {
+                                    const int32_t* __restrict__ decode_tokens, float* __restrict__ out,
+                                    int8_t* __restrict__ codes, float* __restrict__ scales, float* __restrict__ sums) {
   __shared__ float weight[kMaxMergeSplits];
   __shared__ float warp_best[HD / 32], warp_total[HD / 32];
   const size_t row = blockIdx.x;  // decode token index * n_heads + head
@@ -823,7 +828,27 @@ __global__ void merge_splits_kernel(const float* __restrict__ partials, int spli
 #pragma unroll 8
   for (int s = 0; s < splits; ++s) value += weight[s] * p[s * (HD + 2) + 2 + threadIdx.x];
   const size_t t = decode_tokens[row / n_heads], head = row % n_heads;
-  out[t * n_heads * HD + head * HD + threadIdx.x] = total > 0.0f ? value / total : 0.0f;
+  const float merged = total > 0.0f ? value / total : 0.0f;
+  const size_t at = t * n_heads * HD + head * HD + threadIdx.x;
+  out[at] = merged;
+  if (codes == nullptr) return;
+  // Group threadIdx.x / 16: its 16 lanes' amax and code sum by shuffles (store_q8_group's
+  // arithmetic, so the bytes are quantize_rows' bytes).
+  float amax = fabsf(merged);
+#pragma unroll
+  for (int offset = 8; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
+  const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+  const int q = __float2int_rn(merged * inverse);
+  int sum = q;
+#pragma unroll
+  for (int offset = 8; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
+  codes[at] = static_cast<int8_t>(q);
+  if (lane % kQ8Group == 0) {
+    const size_t group = at / kQ8Group;
+    const float group_scale = amax / 127.0f;
+    scales[group] = group_scale;
+    sums[group] = group_scale * static_cast<float>(sum);
+  }
 }
 
 }  // namespace
@@ -862,9 +887,9 @@ AttentionWork attention_work(std::span<const SliceSpan> slices, int n_heads, int
   return work;
 }
 
-void attention(const float* qkv, int ld, float* out, int n_heads, const BatchLayout& batch, const KvPool& pool,
-               int layer, AttentionScratch& scratch, Stream& stream) {
-  if (batch.n_tokens == 0) return;
+bool attention(const float* qkv, int ld, float* out, int n_heads, const BatchLayout& batch, const KvPool& pool,
+               int layer, AttentionScratch& scratch, Stream& stream, const QuantizedRowsBuffer* quantized) {
+  if (batch.n_tokens == 0) return false;
   if (n_heads % pool.n_kv_heads != 0 || n_heads / pool.n_kv_heads > 32)
     cuda_fail("attention: " + std::to_string(n_heads) + " query heads over " + std::to_string(pool.n_kv_heads) +
               " kv heads has no CUDA kernel");
@@ -887,10 +912,16 @@ void attention(const float* qkv, int ld, float* out, int n_heads, const BatchLay
     if (splits > 1) scratch.partials.resize(attention_scratch_bytes(n_heads, pool.head_dim));
     return splits;
   };
+  // The int8 copy comes with the merge, in a pass of decode tokens only.
+  const bool quantize = quantized != nullptr && batch.n_tiles == 0;
+  bool quantized_out = false;
   auto merge = [&]<int HD>(int splits) {
-    if (splits > 1)
-      launch_dependent(merge_splits_kernel<HD>, dim3(static_cast<unsigned>(batch.n_decode * n_heads)), dim3(HD), s,
-                       scratch.partials.as<float>(), splits, n_heads, batch.decode_tokens, out);
+    if (splits <= 1) return;
+    launch_dependent(merge_splits_kernel<HD>, dim3(static_cast<unsigned>(batch.n_decode * n_heads)), dim3(HD), s,
+                     scratch.partials.as<float>(), splits, n_heads, batch.decode_tokens, out,
+                     quantize ? quantized->codes : nullptr, quantize ? quantized->scales : nullptr,
+                     quantize ? quantized->sums : nullptr);
+    quantized_out = quantize;
   };
   auto launch = [&]<int HD>() {
     dispatch_kv_element(pool.element, [&]<KvElement E>() {
@@ -934,11 +965,12 @@ void attention(const float* qkv, int ld, float* out, int n_heads, const BatchLay
     });
   };
   switch (pool.head_dim) {
-    case 64: return launch.template operator()<64>();
-    case 128: return launch.template operator()<128>();
-    case 256: return launch.template operator()<256>();
+    case 64: launch.template operator()<64>(); break;
+    case 128: launch.template operator()<128>(); break;
+    case 256: launch.template operator()<256>(); break;
     default: cuda_fail("attention: head size " + std::to_string(pool.head_dim) + " has no CUDA kernel (64, 128, 256)");
   }
+  return quantized_out;
 }
 
 }  // namespace splash::kernels::cuda

@@ -204,7 +204,9 @@ struct AttentionScratch {
   DeviceBuffer partials;
 };
 size_t attention_scratch_bytes(int n_heads, int head_dim);
-void attention(const float* qkv, int ld, float* out, int n_heads, const BatchLayout& batch, const KvPool& pool,
-               int layer, AttentionScratch& scratch, Stream& stream);
+// With `quantized`, in a pass of decode tokens only whose splits are merged, out's int8 copy
+// too (as quantize_rows makes it, n_heads x head_dim wide); returns whether it was written.
+bool attention(const float* qkv, int ld, float* out, int n_heads, const BatchLayout& batch, const KvPool& pool,
+               int layer, AttentionScratch& scratch, Stream& stream, const QuantizedRowsBuffer* quantized = nullptr);
 
 }  // namespace splash::kernels::cuda

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_error.h"
 #include "kernels/cuda/launch.cuh"
@@ -92,7 +93,8 @@ __device__ __forceinline__ void store_codes_f16(const CodeRun& r, __half* to) {
 // The pipeline: while the warps multiply tile t out of one stage, they decode tile t + 1
 // (whose loads were issued two tiles earlier) into the other; a tile's raw loads are issued
 // as soon as the registers they go to are decoded, so two tiles of weights are always in
-// flight; one barrier a tile.
+// flight; tile t + 1's activations are loaded before the decoding and stored after the
+// multiply (an L2 round trip that no longer stalls the warps); one barrier a tile.
 template <GgmlType T, int NT>
 __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)  // as many as fit in shared memory
     small_gemm_kernel(Rows<T> w, int rows, int cols, const float* __restrict__ x, const __half* __restrict__ x16, int ldx, int n,
@@ -119,32 +121,40 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)  // as many as fit 
 #pragma unroll
     for (int i = 0; i < kPartsPerThread; ++i) raw[i] = B::load(w.quants(row_of[i], block), w.header(row_of[i], block), part);
   };
-  // A tile into a stage: the weights decoded to f16, the activations converted (rows past n
-  // and columns past cols: zeros).
-  auto fill = [&](int tile, const Raw (&raw)[kPartsPerThread], __half* stage) {
-    __half* acts = stage + kBlockRows * kPitch;
-    if constexpr (kHalfActivations<NT>) {  // already f16 ([n][cols]): copied, 8 to a load
+  // A tile's activations, loaded into registers an iteration before they are stored into the
+  // tile's stage (rows past n and columns past cols: zeros), so their L2 latency hides behind
+  // a tile's decoding and multiplying: f16 rows 8 to a load (kHalfActivations), else floats 4
+  // to a load, converted as they are stored.
+  constexpr int kActLoads = kHalfActivations<NT> ? 8 * NT * (kTileCols / 8) / kThreads : 8 * NT * (kTileCols / 4) / kThreads;
+  using ActLoad = std::conditional_t<kHalfActivations<NT>, uint4, float4>;
+  constexpr int kActWidth = kHalfActivations<NT> ? 8 : 4;  // columns a load holds
+  auto load_acts = [&](int tile, ActLoad (&v)[kActLoads]) {
 #pragma unroll
-      for (int i = 0; i < 8 * NT * (kTileCols / 8) / kThreads; ++i) {
-        const int e = threadIdx.x + kThreads * i;
-        const int t = e / (kTileCols / 8), c = 8 * (e % (kTileCols / 8)), column = tile * kTileCols + c;
-        *reinterpret_cast<uint4*>(acts + t * kPitch + c) =
-            t < n && column < cols ? *reinterpret_cast<const uint4*>(x16 + static_cast<size_t>(t) * cols + column)
-                                   : make_uint4(0, 0, 0, 0);
-      }
-    }
-    constexpr int kActs = kHalfActivations<NT> ? 0 : 8 * NT * (kTileCols / 4) / kThreads;  // float4s a thread converts
-    float4 v[kActs > 0 ? kActs : 1];
-    auto load_acts = [&] {
-#pragma unroll
-      for (int i = 0; i < kActs; ++i) {
-        const int e = threadIdx.x + kThreads * i;
-        const int t = e / (kTileCols / 4), column = tile * kTileCols + 4 * (e % (kTileCols / 4));
+    for (int i = 0; i < kActLoads; ++i) {
+      const int e = threadIdx.x + kThreads * i;
+      const int t = e / (kTileCols / kActWidth), column = tile * kTileCols + kActWidth * (e % (kTileCols / kActWidth));
+      if constexpr (kHalfActivations<NT>)
+        v[i] = t < n && column < cols ? *reinterpret_cast<const uint4*>(x16 + static_cast<size_t>(t) * cols + column)
+                                      : make_uint4(0, 0, 0, 0);
+      else
         v[i] = t < n && column < cols ? *reinterpret_cast<const float4*>(x + static_cast<size_t>(t) * ldx + column)
                                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
-    };
-    load_acts();  // issued before the decoding
+    }
+  };
+  auto store_acts = [&](const ActLoad (&v)[kActLoads], __half* stage) {
+    __half* acts = stage + kBlockRows * kPitch;
+#pragma unroll
+    for (int i = 0; i < kActLoads; ++i) {
+      const int e = threadIdx.x + kThreads * i;
+      __half* to = acts + (e / (kTileCols / kActWidth)) * kPitch + kActWidth * (e % (kTileCols / kActWidth));
+      if constexpr (kHalfActivations<NT>)
+        *reinterpret_cast<uint4*>(to) = v[i];
+      else
+        *reinterpret_cast<uint2*>(to) = make_uint2(pack_half2(v[i].x, v[i].y), pack_half2(v[i].z, v[i].w));
+    }
+  };
+  // A tile's weights into a stage, decoded to f16 (past the row's end: zeros).
+  auto fill_weights = [&](int tile, const Raw (&raw)[kPartsPerThread], __half* stage) {
     int block, part, column;
     tile_part<B>(tile, q, block, part, column);
     int pa, pb;
@@ -163,12 +173,6 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)  // as many as fit 
         reinterpret_cast<uint4*>(to + pa)[0] = reinterpret_cast<uint4*>(to + pa)[1] = zero;
         reinterpret_cast<uint4*>(to + pb)[0] = reinterpret_cast<uint4*>(to + pb)[1] = zero;
       }
-    }
-#pragma unroll
-    for (int i = 0; i < kActs; ++i) {
-      const int e = threadIdx.x + kThreads * i;
-      *reinterpret_cast<uint2*>(acts + (e / (kTileCols / 4)) * kPitch + 4 * (e % (kTileCols / 4))) =
-          make_uint2(pack_half2(v[i].x, v[i].y), pack_half2(v[i].z, v[i].w));
     }
   };
   float acc[NT][4];
@@ -192,27 +196,34 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)  // as many as fit 
   };
 
   Raw even[kPartsPerThread], odd[kPartsPerThread];  // the raw loads of even and odd tiles
+  ActLoad acts[kActLoads];
   if (first < end) load(first, even);
   if (first + 1 < end) load(first + 1, odd);
   wait_for_inputs();  // weights are on their way; x comes from the kernel before
   if (first < end) {
-    fill(first, even, stages[0]);
+    load_acts(first, acts);
+    fill_weights(first, even, stages[0]);
     if (first + 2 < end) load(first + 2, even);
+    store_acts(acts, stages[0]);
   }
   __syncthreads();
   for (int tile = first; tile < end; tile += 2) {  // tile is in stages[0] (relative to first)
     if (tile + 1 < end) {
-      fill(tile + 1, odd, stages[1]);
+      load_acts(tile + 1, acts);
+      fill_weights(tile + 1, odd, stages[1]);
       if (tile + 3 < end) load(tile + 3, odd);
     }
     multiply(stages[0]);
+    if (tile + 1 < end) store_acts(acts, stages[1]);  // (stages[1] was last read before the barrier above)
     __syncthreads();
     if (tile + 1 >= end) break;
     if (tile + 2 < end) {
-      fill(tile + 2, even, stages[0]);
+      load_acts(tile + 2, acts);
+      fill_weights(tile + 2, even, stages[0]);
       if (tile + 4 < end) load(tile + 4, even);
     }
     multiply(stages[1]);
+    if (tile + 2 < end) store_acts(acts, stages[0]);
     __syncthreads();
   }
   allow_next_launch();
@@ -266,22 +277,39 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)  // as many as fit 
   if (threadIdx.x == 0) arrivals[blockIdx.x] = 0;
 }
 
-// The split of K: enough thread blocks for two an SM on short matrices, each over whole tiles.
+// Split K's partial sums, [split][row block][token][row], in all: the budget of the split choice.
+constexpr size_t kSplitPartialBytes = size_t{32} << 20;
+
+// The split of K. A pass takes about (waves of resident thread blocks) x (tiles a block
+// walks): latency-bound at few rows, where a block's speed barely depends on its neighbours,
+// tensor-bound at 64, where an SM's blocks share its tensor cores and more, shorter blocks
+// balance the SMs. The split making that least (the fewest splits among equals), within the
+// partial sums' budget; `splits` > 0 forces one (tests, the benchmark).
 struct SplitK {
   int splits, tiles_per_split, row_blocks;
 };
-SplitK split_k(int rows, int cols, int token_tiles, int splits) {
+SplitK split_k(int rows, int cols, int token_tiles, int splits, int resident_blocks) {
   const int tiles = (cols + kTileCols - 1) / kTileCols;
   const int row_blocks = (rows + kBlockRows - 1) / kBlockRows;
+  const long slots = static_cast<long>(resident_blocks) * multiprocessor_count();
+  const size_t region_bytes = sizeof(float) * 8 * token_tiles * kBlockRows * row_blocks;  // one split's partials
   // (the last split reads splits x 8 NT x 128 partial sums alone: at most 512 x 128)
-  if (splits <= 0) splits = std::clamp(2 * multiprocessor_count() / row_blocks, 1, std::max(1, 64 / token_tiles));
+  const int most = std::min({tiles, std::max(1, 64 / token_tiles), static_cast<int>(kSplitPartialBytes / region_bytes)});
+  if (splits <= 0) {
+    long best_cost = -1;
+    for (int s = 1; s <= std::max(1, most); ++s) {
+      const int per_split = (tiles + s - 1) / s, used = (tiles + per_split - 1) / per_split;
+      const long cost = (static_cast<long>(row_blocks) * used + slots - 1) / slots * per_split;
+      if (best_cost < 0 || cost < best_cost) best_cost = cost, splits = used;
+    }
+  }
   const int per_split = (tiles + std::min(splits, tiles) - 1) / std::min(splits, tiles);
   return {(tiles + per_split - 1) / per_split, per_split, row_blocks};
 }
 
 // The partial sums and arrival counts split K needs, grown (counts zeroed) when short.
-void reserve_splits(MatmulScratch& scratch, size_t partial_floats, int row_blocks, Stream& stream) {
-  if (scratch.split_partials.size() < partial_floats * sizeof(float)) scratch.split_partials.resize(partial_floats * sizeof(float));
+void reserve_splits(MatmulScratch& scratch, size_t partial_bytes, int row_blocks, Stream& stream) {
+  if (scratch.split_partials.size() < partial_bytes) scratch.split_partials.resize(partial_bytes);
   const size_t count_bytes = sizeof(unsigned) * static_cast<size_t>(row_blocks);
   if (scratch.split_arrivals.size() < count_bytes) {
     scratch.split_arrivals.resize(count_bytes);
@@ -298,9 +326,10 @@ void launch_small_gemm(const DeviceWeight& w, const float* x, int ldx, int n, fl
                                 static_cast<int>(shared_bytes(NT))) == cudaSuccess;
   }();
   if (!configured) cuda_fail("small_gemm: the shared memory the kernel needs is not available");
-  const SplitK k = split_k(w.rows, w.cols, NT, splits);
+  static const int resident = blocks_per_sm(small_gemm_kernel<T, NT>, kThreads, shared_bytes(NT));
+  const SplitK k = split_k(w.rows, w.cols, NT, splits, resident);
   if (k.splits > 1)
-    reserve_splits(scratch, static_cast<size_t>(k.splits) * k.row_blocks * 8 * NT * kBlockRows, k.row_blocks, stream);
+    reserve_splits(scratch, sizeof(float) * k.splits * k.row_blocks * 8 * NT * kBlockRows, k.row_blocks, stream);
   const auto s = static_cast<cudaStream_t>(stream.handle());
   const __half* x16 = nullptr;
   if constexpr (kHalfActivations<NT>) {
@@ -324,16 +353,13 @@ bool small_gemm_reads(GgmlType type) {
   return packed;
 }
 
-// Split K happens only below 2 x SMs row blocks, with splits x row blocks <= 2 x SMs.
+// Split K's partials stay within kSplitPartialBytes; an arrival count per row block.
 size_t small_gemm_scratch_bytes(int widest_rows) {
-  const size_t row_blocks = std::min((widest_rows + kBlockRows - 1) / kBlockRows, 2 * multiprocessor_count());
-  return sizeof(float) * 2 * multiprocessor_count() * kSmallGemmLargestBatch * kBlockRows + sizeof(unsigned) * row_blocks;
+  return kSplitPartialBytes + sizeof(unsigned) * static_cast<size_t>((widest_rows + kBlockRows - 1) / kBlockRows);
 }
 
 void reserve_small_gemm(MatmulScratch& scratch, int widest_rows, Stream& stream) {
-  const int row_blocks = std::min((widest_rows + kBlockRows - 1) / kBlockRows, 2 * multiprocessor_count());
-  reserve_splits(scratch, static_cast<size_t>(2 * multiprocessor_count()) * kSmallGemmLargestBatch * kBlockRows,
-                 row_blocks, stream);
+  reserve_splits(scratch, kSplitPartialBytes, (widest_rows + kBlockRows - 1) / kBlockRows, stream);
 }
 
 void small_gemm(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,

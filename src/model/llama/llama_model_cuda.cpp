@@ -107,7 +107,8 @@ ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
   const int widest = static_cast<int>(std::max<size_t>({size_t(s.d_model), size_t(s.ffn), q}));
   sizes.activations_f16 = static_cast<size_t>(kCudaMaxBatchTokens) * widest * 2;
   sizes.activations_q8 = cu::quantized_activation_bytes(kMaxBatchSequences, widest);
-  sizes.split_k = cu::small_gemm_scratch_bytes(std::max({static_cast<int>(q + 2 * kv), 2 * s.ffn, s.d_model}));
+  // (the output head is the widest matrix the small GEMM takes: batched decode's logits)
+  sizes.split_k = cu::small_gemm_scratch_bytes(std::max({static_cast<int>(q + 2 * kv), 2 * s.ffn, s.d_model, s.vocab}));
   sizes.attention = cu::attention_scratch_bytes(s.n_heads, s.head_dim);
   const size_t table_entries = static_cast<size_t>(kMaxBatchSequences) * ((context + kKvBlockTokens - 1) / kKvBlockTokens);
   // ids, positions, table offsets, logits rows, attention's decode list and tiles, tables
@@ -347,7 +348,7 @@ class LlamaCudaModel final : public Model {
     matmul_scratch_.weight_f16.resize(sizes.weight_f16);
     matmul_scratch_.activations_f16.resize(sizes.activations_f16);
     matmul_scratch_.activations_q8.resize(sizes.activations_q8);
-    cu::reserve_small_gemm(matmul_scratch_, std::max({qkv_width(), 2 * s.ffn, s.d_model}), stream_);
+    cu::reserve_small_gemm(matmul_scratch_, std::max({qkv_width(), 2 * s.ffn, s.d_model, s.vocab}), stream_);
     attention_scratch_.partials.resize(sizes.attention);
     stream_.synchronize("allocating the KV cache and scratch");
   }
@@ -501,6 +502,7 @@ class LlamaCudaModel final : public Model {
 
     float *normed = normed_.as<float>(), *qkv = qkv_.as<float>(), *attn = attn_.as<float>();
     const auto normed_q8 = quantized_rows(n, s.d_model), hidden_q8 = quantized_rows(n, s.ffn);
+    const auto attn_q8 = quantized_rows(n, q_width());  // written by the attention's split merge
     const auto view = [n](const std::optional<cu::QuantizedRowsBuffer>& q, int cols) {
       return q ? std::optional<cu::QuantizedRows>(q->view(n, cols)) : std::nullopt;
     };
@@ -530,9 +532,12 @@ class LlamaCudaModel final : public Model {
       post.layer = l;
       cu::qkv_post(post, layout, pool_, stream_);
       mark("qkv_post (rope, kv)");
-      cu::attention(qkv, qkv_width(), attn, s.n_heads, layout, pool_, l, attention_scratch_, stream_);
+      const bool attn_quantized = cu::attention(qkv, qkv_width(), attn, s.n_heads, layout, pool_, l, attention_scratch_,
+                                                stream_, attn_q8 ? &*attn_q8 : nullptr);
       mark("attention");
-      cu::matmul(layer.attn_output, attn, q_width(), n, x, s.d_model, true, matmul_scratch_, stream_);
+      const auto attn_in = attn_quantized ? std::optional<cu::QuantizedRows>(attn_q8->view(n, q_width())) : std::nullopt;
+      cu::matmul(layer.attn_output, attn, q_width(), n, x, s.d_model, true, matmul_scratch_, stream_,
+                 attn_in ? &*attn_in : nullptr);
       mark("attn_output matmul");
       cu::rms_norm(x, layer.ffn_norm, normed, n, s.d_model, h_.rms_eps, stream_, normed_out);
       mark("ffn_norm");
