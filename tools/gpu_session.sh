@@ -216,7 +216,7 @@ phase_profile() {
 
 # ncu's full report on the small GEMM (gate_up Q4_K at 8 and 64 rows).
 phase_ncu() {
-  LD_LIBRARY_PATH="$SPLASH_LIBS" timeout 240 ncu --set full -k regex:small_gemm_kernel -c 4 \
+  LD_LIBRARY_PATH="$SPLASH_LIBS" timeout 240 ncu --set full -k regex:small_gemm_ -c 6 \
     .gpu/bin/splash_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='*SmallGemmForProfiler*' \
     > "$OUT/ncu_small_gemm.txt" 2>&1
   row ncu "rc=$? ncu_small_gemm.txt"

@@ -257,24 +257,46 @@ TEST_F(CudaMatmulTest, SmallGemmAgainstFloat64) {
         };
         const auto exact = reference(w, x), operands = reference(w16, x16);
         const auto dx = to_device(x);
-        for (const int splits : {0, 1, 2, 7}) {
+        // Q4_K up to 16 rows: the streamed kernel (Auto) and the staged one.
+        const bool streamed = type == GgmlType::Q4_K && n <= 16;
+        // The two kernels multiply the same f16 operands: they differ only in the order of
+        // the float sums (1e-5).
+        std::vector<double> staged_out;
+        if (streamed) {
           auto dy = to_device(accumulate ? y0 : std::vector<float>(y0.size(), NAN));
-          cu::small_gemm(weight, dx.as<float>(), cols, n, dy.as<float>(), rows, accumulate, scratch, stream, splits);
-          stream.synchronize("small_gemm");
+          cu::small_gemm(weight, dx.as<float>(), cols, n, dy.as<float>(), rows, accumulate, scratch, stream, 1,
+                         cu::SmallGemmKernel::Staged);
           const auto out = to_host<float>(dy, exact.size());
-          if (splits == 7) {  // split K adds the splits up in a fixed order: the same bits again
-            auto again = to_device(accumulate ? y0 : std::vector<float>(y0.size(), NAN));
-            cu::small_gemm(weight, dx.as<float>(), cols, n, again.as<float>(), rows, accumulate, scratch, stream, splits);
+          staged_out.assign(out.begin(), out.end());
+        }
+        for (const auto kernel : {cu::SmallGemmKernel::Auto, cu::SmallGemmKernel::Staged}) {
+          if (kernel == cu::SmallGemmKernel::Staged && !streamed) continue;  // (Auto was the staged kernel)
+          const char* name = kernel == cu::SmallGemmKernel::Staged || !streamed ? "staged" : "streamed";
+          for (const int splits : {0, 1, 2, 7}) {
+            auto dy = to_device(accumulate ? y0 : std::vector<float>(y0.size(), NAN));
+            cu::small_gemm(weight, dx.as<float>(), cols, n, dy.as<float>(), rows, accumulate, scratch, stream, splits,
+                           kernel);
             stream.synchronize("small_gemm");
-            EXPECT_EQ(to_host<float>(again, exact.size()), out) << type_name(type) << " n=" << n;
+            const auto out = to_host<float>(dy, exact.size());
+            if (splits == 7) {  // split K adds the splits up in a fixed order: the same bits again
+              auto again = to_device(accumulate ? y0 : std::vector<float>(y0.size(), NAN));
+              cu::small_gemm(weight, dx.as<float>(), cols, n, again.as<float>(), rows, accumulate, scratch, stream,
+                             splits, kernel);
+              stream.synchronize("small_gemm");
+              EXPECT_EQ(to_host<float>(again, exact.size()), out) << type_name(type) << " n=" << n << " " << name;
+            }
+            // K-quants: the kernel forms d * sc and the fused d q + m in f16 arithmetic, a
+            // rounding or two more than the reference's single rounding of each weight (2^-11
+            // each; a single row came out at 5.0e-4 once, so the bound is 1e-3).
+            EXPECT_LT(relative_error(out, operands), k_quant ? 1e-3 : 1e-4)
+                << type_name(type) << " n=" << n << " accumulate=" << accumulate << " splits=" << splits << " " << name;
+            EXPECT_LT(relative_error(out, exact), 3e-3)
+                << type_name(type) << " n=" << n << " accumulate=" << accumulate << " splits=" << splits << " " << name;
+            if (streamed && kernel == cu::SmallGemmKernel::Auto) {
+              EXPECT_LT(relative_error(out, staged_out), 1e-5)
+                  << "streamed vs staged, n=" << n << " accumulate=" << accumulate << " splits=" << splits;
+            }
           }
-          // K-quants: the kernel forms d * sc and the fused d q + m in f16 arithmetic, a rounding
-          // or two more than the reference's single rounding of each weight (2^-11 each; a
-          // single row came out at 5.0e-4 once, so the bound is 1e-3).
-          EXPECT_LT(relative_error(out, operands), k_quant ? 1e-3 : 1e-4)
-              << type_name(type) << " n=" << n << " accumulate=" << accumulate << " splits=" << splits;
-          EXPECT_LT(relative_error(out, exact), 3e-3)
-              << type_name(type) << " n=" << n << " accumulate=" << accumulate << " splits=" << splits;
         }
       }
     }

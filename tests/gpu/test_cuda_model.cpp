@@ -86,18 +86,19 @@ TEST_F(CudaModelTest, RandomModelsMatchTheCpuPath) {
 }
 
 // Continuous batching: two sequences in one pass give each one's logits alone (same kernels,
-// rows independent: 1e-5). Alone and together they stay within the small GEMM's rows (above
-// the GEMV's, up to kSmallGemmLargestBatch), so both take the same path (the GEMV's int8
-// activations and the f16 tensor-core path each differ from it by their rounding).
+// rows independent: 1e-5). Alone and together they stay within the streamed small GEMM's
+// rows (above the GEMV's, up to kSmallGemmStreamedLargestBatch), so all take the same path
+// (the GEMV's int8 activations, the staged small GEMM's order of sums and the f16
+// tensor-core path each differ from it by their rounding).
 TEST_F(CudaModelTest, BatchOfTwoEqualsEachAlone) {
   const auto paths = fixture_models();
   if (paths.empty()) GTEST_SKIP() << "SPLASH_GPU_FIXTURES names no random-*.gguf";
   const auto file = gguf::File::open(paths.front());
   auto gpu = model::load_model(file, options(model::Device::Cuda, model::KvType::Q8, 256, 64));
   const int vocab = gpu->info().vocab;
-  std::vector<int32_t> a(kernels::cuda::kGemvLargestBatch + 3), b(kernels::cuda::kGemvLargestBatch + 9);
+  std::vector<int32_t> a(kernels::cuda::kGemvLargestBatch + 1), b(kernels::cuda::kGemvLargestBatch + 5);
   const std::vector<int32_t> table_a{5, 3, 9}, table_b{0, 7, 11};
-  static_assert(3 * kernels::cuda::kGemvLargestBatch + 12 <= kernels::cuda::kSmallGemmLargestBatch);
+  static_assert(2 * kernels::cuda::kGemvLargestBatch + 6 <= kernels::cuda::kSmallGemmStreamedLargestBatch);
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<int32_t>((i * 31 + 1) % vocab);
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<int32_t>((i * 17 + 5) % vocab);
   auto alone = [&](const std::vector<int32_t>& tokens, const std::vector<int32_t>& table) {

@@ -90,6 +90,62 @@ __device__ __forceinline__ void store_codes_f16(const CodeRun& r, __half* to) {
   reinterpret_cast<uint4*>(to)[1] = make_uint4(words[4], words[5], words[6], words[7]);
 }
 
+// A thread block's sums out of the warps' mma fragments (c0, c1 at row g, tokens 2t, 2t + 1;
+// c2, c3 at row g + 8), warp w holding rows 16w .. 16w + 15 of the block's kRows: with one
+// split stored (or added) into y; with split K left in `partials`, the last of a row
+// block's splits to finish adding them up in split order (the same result every run) and
+// writing y, then resetting the row block's arrival count for the next launch.
+template <int kRows, int kBlockThreads, int NT>
+__device__ __forceinline__ void finish_rows(const float (&acc)[NT][4], int row_base, int rows, int n, float* __restrict__ y,
+                                            int ldy, int accumulate, int splits, float* __restrict__ partials,
+                                            unsigned* __restrict__ arrivals) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t2 = 2 * (lane % 4);
+  if (splits == 1) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = row_base + 16 * warp + g + 8 * (e / 2), token = 8 * j + t2 + e % 2;
+        if (row >= rows || token >= n) continue;
+        float* out = y + static_cast<size_t>(token) * ldy + row;
+        *out = accumulate ? *out + acc[j][e] : acc[j][e];
+      }
+    return;
+  }
+  constexpr int kRegion = 8 * NT * kRows;  // floats of one block's partial sums: [token][row]
+  float* mine = partials + (static_cast<size_t>(blockIdx.y) * gridDim.x + blockIdx.x) * kRegion;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) mine[(8 * j + t2 + e % 2) * kRows + 16 * warp + g + 8 * (e / 2)] = acc[j][e];
+  __threadfence();
+  __syncthreads();
+  __shared__ bool last;
+  if (threadIdx.x == 0) last = atomicAdd(&arrivals[blockIdx.x], 1u) == static_cast<unsigned>(splits - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int e = threadIdx.x; e < n * (kRows / 4); e += kBlockThreads) {  // four rows a thread
+    const int token = e / (kRows / 4), r = 4 * (e % (kRows / 4));
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int split = 0; split < splits; ++split) {
+      const float4 p = __ldcg(reinterpret_cast<const float4*>(
+          partials + (static_cast<size_t>(split) * gridDim.x + blockIdx.x) * kRegion + token * kRows + r));
+      sum.x += p.x, sum.y += p.y, sum.z += p.z, sum.w += p.w;
+    }
+    const float sums[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = row_base + r + i;
+      if (row >= rows) break;
+      float* out = y + static_cast<size_t>(token) * ldy + row;
+      *out = accumulate ? *out + sums[i] : sums[i];
+    }
+  }
+  if (threadIdx.x == 0) arrivals[blockIdx.x] = 0;
+}
+
 // The pipeline: while the warps multiply tile t out of one stage, they decode tile t + 1
 // (whose loads were issued two tiles earlier) into the other; a tile's raw loads are issued
 // as soon as the registers they go to are decoded, so two tiles of weights are always in
@@ -227,54 +283,143 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)  // as many as fit 
     __syncthreads();
   }
   allow_next_launch();
-  // Fragment: c0, c1 at (row g, tokens 2t, 2t + 1), c2, c3 at (row g + 8, the same tokens).
-  const int g = lane / 4, t2 = 2 * (lane % 4);
-  if (splits == 1) {
+  finish_rows<kBlockRows, kThreads>(acc, row_base, rows, n, y, ldy, accumulate, splits, partials, arrivals);
+}
+
+// The streamed small GEMM, Q4_K at up to 16 rows: where the staged kernel above is bound by
+// its barriers and shared-memory round trip (a few warps an SM decoding, then multiplying),
+// here each warp streams its own 16 weight rows through registers with no barrier: every
+// lane loads, kStreamDepth super-blocks ahead, 32 quant bytes of each of its two rows (g and
+// g + 8) and decodes them straight into mma A fragments. The four lanes of a row read its
+// super-block's 128 quant bytes, one whole L2 line, together.
+//
+// The fragments' k order is free (a dot product does not care), so it is chosen to fit the
+// bytes: of a super-block, lane c takes chunk c (bytes 32c .. 32c + 31: parts 2c and 2c + 1,
+// sub-block 2c in the low nibbles and 2c + 1 in the high ones, one scale decode), and k-step
+// j = 8 p + 2 q + r takes word q of part 2c + p, low (r = 0) or high (r = 1) nibbles: its
+// bytes 0 and 2 give A's first half2 (columns 4q, 4q + 2 of the run), bytes 1 and 3 the
+// second (4q + 1, 4q + 3), one mask-and-or each (codes under 1024's exponent, as
+// store_codes_f16). The block's activations sit in shared memory as f16 in that same order,
+// filled once for its K range: token t's super-block holds, per k-step j and lane c, the
+// four halves of B's two registers, one 8-byte load.
+constexpr int kStreamWarps = 8, kStreamThreads = 32 * kStreamWarps;
+constexpr int kStreamRows = 16 * kStreamWarps;  // weight rows of a thread block
+constexpr int kStreamCols = 256;                // a super-block: the unit of the K range
+constexpr int kStreamDepth = 2;                 // super-blocks of weight loads in flight, per lane
+constexpr int kStreamLongest = 8;               // super-blocks a split takes at most: the activations' shared memory
+constexpr int kStreamLargestBatch = kSmallGemmStreamedLargestBatch;
+constexpr int kStreamPad = 16;  // halves after each token's row: the 8 tokens of a B load in distinct banks
+
+constexpr size_t stream_shared_bytes(int token_tiles, int blocks) {
+  return sizeof(__half) * 8 * token_tiles * static_cast<size_t>(blocks * kStreamCols + kStreamPad);
+}
+
+// Codes (bits 0-3 and 16-19 of `word`) as the half2 d * q + m.
+__device__ __forceinline__ uint32_t q4_pair_f16(uint32_t word, __half2 d, __half2 m) {
+  const uint32_t bits = (word & 0x000F000Fu) | 0x64006400u;
+  const __half2 w = __hfma2(__hsub2(*reinterpret_cast<const __half2*>(&bits), __float2half2_rn(1024.0f)), d, m);
+  return *reinterpret_cast<const uint32_t*>(&w);
+}
+
+template <int NT>
+__global__ void __launch_bounds__(kStreamThreads, 2)  // (registers: two blocks an SM; three spill)
+    small_gemm_streamed_q4k_kernel(Rows<GgmlType::Q4_K> w, int rows, int cols, const float* __restrict__ x, int ldx, int n,
+                                   float* __restrict__ y, int ldy, int accumulate, int blocks_per_split, int splits,
+                                   float* __restrict__ partials, unsigned* __restrict__ arrivals) {
+  extern __shared__ uint4 shared[];
+  __half* const acts = reinterpret_cast<__half*>(shared);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int row_base = blockIdx.x * kStreamRows;
+  const int blocks = cols / kStreamCols;
+  const int first = blockIdx.y * blocks_per_split, count = min(blocks, first + blocks_per_split) - first;
+  const int pitch = count * kStreamCols + kStreamPad;  // halves of a token's row
+  const int r0 = min(row_base + 16 * warp + g, rows - 1), r1 = min(row_base + 16 * warp + g + 8, rows - 1);
+
+  struct ChunkLoad {
+    uint4 q0[2], q1[2], h0, h1;  // rows r0 and r1: chunk c's 32 quant bytes, the super-block's header
+  };
+  auto load = [&](int block, ChunkLoad& t) {
+    t.q0[0] = load_weights16(w.quants(r0, block) + 32 * c);
+    t.q0[1] = load_weights16(w.quants(r0, block) + 32 * c + 16);
+    t.q1[0] = load_weights16(w.quants(r1, block) + 32 * c);
+    t.q1[1] = load_weights16(w.quants(r1, block) + 32 * c + 16);
+    t.h0 = *reinterpret_cast<const uint4*>(w.header(r0, block));  // (the row's four lanes read the same 16 bytes)
+    t.h1 = *reinterpret_cast<const uint4*>(w.header(r1, block));
+  };
+  ChunkLoad ring[kStreamDepth];
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
+  for (int i = 0; i < kStreamDepth; ++i)
+    if (i < count) load(first + i, ring[i]);
+  wait_for_inputs();  // weights are on their way; x comes from the kernel before
+
+  // The range's activations, permuted (above), f16; tokens past n: zeros. A thread keeps one
+  // (k-step j: part p, word q, nibbles r; chunk) place of every super-block and token (the
+  // loops divide by nothing: the fill is a share of the kernel's instructions).
+  {
+    constexpr int kPlaces = kStreamCols / 4, kStride = kStreamThreads / kPlaces;  // 64 places, 4 at once
+    const int place = threadIdx.x % kPlaces, j = place / 4, chunk = place % 4;
+    const int offset = 64 * chunk + 16 * (j / 8) + 32 * (j % 2) + 4 * ((j % 8) / 2);  // the place's columns
+    const float* from = x + static_cast<size_t>(first) * kStreamCols + offset;
+    __half* to = acts + 16 * j + 4 * chunk;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = row_base + 16 * warp + g + 8 * (e / 2), token = 8 * j + t2 + e % 2;
-        if (row >= rows || token >= n) continue;
-        float* out = y + static_cast<size_t>(token) * ldy + row;
-        *out = accumulate ? *out + acc[j][e] : acc[j][e];
+    for (int t = 0; t < 8 * NT; ++t)
+      for (int block = threadIdx.x / kPlaces; block < count; block += kStride) {
+        const float4 v = t < n ? *reinterpret_cast<const float4*>(from + static_cast<size_t>(t) * ldx + block * kStreamCols)
+                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        *reinterpret_cast<uint2*>(to + t * pitch + block * kStreamCols) = make_uint2(pack_half2(v.x, v.z), pack_half2(v.y, v.w));
       }
-    return;
   }
-  // Split K: each split leaves its sums in `partials`; the last of a row block's splits to
-  // finish adds them up in split order (the same result every run) and writes y, then resets
-  // the row block's arrival count for the next launch.
-  constexpr int kRegion = 8 * NT * kBlockRows;  // floats of one block's partial sums: [token][row]
-  float* mine = partials + (static_cast<size_t>(blockIdx.y) * gridDim.x + blockIdx.x) * kRegion;
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) mine[(8 * j + t2 + e % 2) * kBlockRows + 16 * warp + g + 8 * (e / 2)] = acc[j][e];
-  __threadfence();
   __syncthreads();
-  __shared__ bool last;
-  if (threadIdx.x == 0) last = atomicAdd(&arrivals[blockIdx.x], 1u) == static_cast<unsigned>(splits - 1);
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int e = threadIdx.x; e < n * (kBlockRows / 4); e += kThreads) {  // four rows a thread
-    const int token = e / (kBlockRows / 4), r = 4 * (e % (kBlockRows / 4));
-    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int split = 0; split < splits; ++split) {
-      const float4 p = __ldcg(reinterpret_cast<const float4*>(
-          partials + (static_cast<size_t>(split) * gridDim.x + blockIdx.x) * kRegion + token * kBlockRows + r));
-      sum.x += p.x, sum.y += p.y, sum.z += p.z, sum.w += p.w;
+
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  auto multiply = [&](const ChunkLoad& t, int local) {
+    __half2 d[2][2], m[2][2];  // [row][run: sub-block 2c (low nibbles), 2c + 1 (high)]
+#pragma unroll
+    for (int row = 0; row < 2; ++row) {
+      const uint4 h = row == 0 ? t.h0 : t.h1;
+      const float dall = half_bits(h.x & 0xFFFF), dmin = half_bits(h.x >> 16);
+      const uint32_t scales[3] = {h.y, h.z, h.w};
+      uint32_t sc, mn;
+      q4k_chunk_scales(c, scales, sc, mn);
+      d[row][0] = __float2half2_rn(dall * small_uint_to_float(sc & 0xFF));
+      m[row][0] = __float2half2_rn(-dmin * small_uint_to_float(mn & 0xFF));
+      d[row][1] = __float2half2_rn(dall * small_uint_to_float(sc >> 8));
+      m[row][1] = __float2half2_rn(-dmin * small_uint_to_float(mn >> 8));
     }
-    const float sums[4] = {sum.x, sum.y, sum.z, sum.w};
+    const __half* b_rows = acts + g * pitch + local * kStreamCols + 4 * c;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int row = row_base + r + i;
-      if (row >= rows) break;
-      float* out = y + static_cast<size_t>(token) * ldy + row;
-      *out = accumulate ? *out + sums[i] : sums[i];
+    for (int p = 0; p < 2; ++p) {
+      const uint32_t words0[4] = {t.q0[p].x, t.q0[p].y, t.q0[p].z, t.q0[p].w};
+      const uint32_t words1[4] = {t.q1[p].x, t.q1[p].y, t.q1[p].z, t.q1[p].w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int q = i / 2, r = i % 2, shift = 4 * r;
+        const uint32_t a[4] = {q4_pair_f16(words0[q] >> shift, d[0][r], m[0][r]),
+                               q4_pair_f16(words1[q] >> shift, d[1][r], m[1][r]),
+                               q4_pair_f16(words0[q] >> (shift + 8), d[0][r], m[0][r]),
+                               q4_pair_f16(words1[q] >> (shift + 8), d[1][r], m[1][r])};
+#pragma unroll
+        for (int jt = 0; jt < NT; ++jt) {
+          const uint2 b = *reinterpret_cast<const uint2*>(b_rows + 8 * jt * pitch + 16 * (8 * p + i));
+          mma_16x8x16(acc[jt], a, b.x, b.y);
+        }
+      }
+    }
+  };
+  for (int base = 0; base < count; base += kStreamDepth) {
+#pragma unroll
+    for (int k = 0; k < kStreamDepth; ++k) {
+      const int local = base + k;
+      if (local >= count) break;
+      const ChunkLoad t = ring[k];
+      if (local + kStreamDepth < count) load(first + local + kStreamDepth, ring[k]);
+      multiply(t, local);
     }
   }
-  if (threadIdx.x == 0) arrivals[blockIdx.x] = 0;
+  allow_next_launch();
+  finish_rows<kStreamRows, kStreamThreads>(acc, row_base, rows, n, y, ldy, accumulate, splits, partials, arrivals);
 }
 
 // Split K's partial sums, [split][row block][token][row], in all: the budget of the split choice.
@@ -284,26 +429,33 @@ constexpr size_t kSplitPartialBytes = size_t{32} << 20;
 // walks): latency-bound at few rows, where a block's speed barely depends on its neighbours,
 // tensor-bound at 64, where an SM's blocks share its tensor cores and more, shorter blocks
 // balance the SMs. The split making that least (the fewest splits among equals), within the
-// partial sums' budget; `splits` > 0 forces one (tests, the benchmark).
+// partial sums' budget and `longest` tiles (of `tile_cols` columns) a split; `splits` > 0
+// forces one (tests, the benchmark; still within `longest`). `overhead`: what a block costs
+// besides its tiles, in tiles (the streamed kernel's activation fill and pipeline start:
+// measured, qkv at 8 rows took 14.2 us in 4 splits and 20.9 us in the 16 the bare count chose).
 struct SplitK {
   int splits, tiles_per_split, row_blocks;
 };
-SplitK split_k(int rows, int cols, int token_tiles, int splits, int resident_blocks) {
-  const int tiles = (cols + kTileCols - 1) / kTileCols;
-  const int row_blocks = (rows + kBlockRows - 1) / kBlockRows;
+SplitK split_k(int rows, int cols, int token_tiles, int splits, int resident_blocks, int block_rows = kBlockRows,
+               int longest = 1 << 30, int tile_cols = kTileCols, int overhead = 0) {
+  const int tiles = (cols + tile_cols - 1) / tile_cols;
+  const int row_blocks = (rows + block_rows - 1) / block_rows;
   const long slots = static_cast<long>(resident_blocks) * multiprocessor_count();
-  const size_t region_bytes = sizeof(float) * 8 * token_tiles * kBlockRows * row_blocks;  // one split's partials
-  // (the last split reads splits x 8 NT x 128 partial sums alone: at most 512 x 128)
-  const int most = std::min({tiles, std::max(1, 64 / token_tiles), static_cast<int>(kSplitPartialBytes / region_bytes)});
+  const size_t region_bytes = sizeof(float) * 8 * token_tiles * block_rows * row_blocks;  // one split's partials
+  const int fewest = (tiles + longest - 1) / longest;
+  // (the last split reads splits x 8 NT x rows partial sums alone: at most 512 x rows)
+  const int most = std::max(fewest, std::min({tiles, std::max(1, 64 / token_tiles),
+                                              static_cast<int>(kSplitPartialBytes / region_bytes)}));
   if (splits <= 0) {
     long best_cost = -1;
-    for (int s = 1; s <= std::max(1, most); ++s) {
+    for (int s = fewest; s <= std::max(1, most); ++s) {
       const int per_split = (tiles + s - 1) / s, used = (tiles + per_split - 1) / per_split;
-      const long cost = (static_cast<long>(row_blocks) * used + slots - 1) / slots * per_split;
+      const long cost = (static_cast<long>(row_blocks) * used + slots - 1) / slots * (per_split + overhead);
       if (best_cost < 0 || cost < best_cost) best_cost = cost, splits = used;
     }
   }
-  const int per_split = (tiles + std::min(splits, tiles) - 1) / std::min(splits, tiles);
+  splits = std::clamp(splits, std::max(1, fewest), tiles);
+  const int per_split = (tiles + splits - 1) / splits;
   return {(tiles + per_split - 1) / per_split, per_split, row_blocks};
 }
 
@@ -345,6 +497,42 @@ void launch_small_gemm(const DeviceWeight& w, const float* x, int ldx, int n, fl
                           scratch.split_arrivals.as<unsigned>());
 }
 
+// The streamed kernel's shared memory: enough for a forced split of up to 11 super-blocks at 16 rows.
+constexpr size_t kStreamMostShared = 96 << 10;
+constexpr int stream_longest_fitting(int token_tiles) {
+  return static_cast<int>((kStreamMostShared / (sizeof(__half) * 8 * token_tiles) - kStreamPad) / kStreamCols);
+}
+
+// Whether the streamed kernel takes this matmul: Q4_K, up to kStreamLargestBatch rows, and the
+// fewest splits it needs within the partial sums' budget (else the staged kernel).
+bool streamed_serves(const DeviceWeight& w, int n) {
+  if (w.type != GgmlType::Q4_K || n > kStreamLargestBatch || w.cols % kStreamCols != 0) return false;
+  const int blocks = w.cols / kStreamCols, fewest = (blocks + kStreamLongest - 1) / kStreamLongest;
+  const size_t row_blocks = (w.rows + kStreamRows - 1) / kStreamRows;
+  return fewest == 1 || sizeof(float) * fewest * row_blocks * 8 * ((n + 7) / 8) * kStreamRows <= kSplitPartialBytes;
+}
+
+template <int NT>
+void launch_streamed(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
+                     int splits, MatmulScratch& scratch, Stream& stream) {
+  static const bool configured = [] {
+    return cudaFuncSetAttribute(small_gemm_streamed_q4k_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(kStreamMostShared)) == cudaSuccess;
+  }();
+  if (!configured) cuda_fail("small_gemm: the shared memory the streamed kernel needs is not available");
+  static const int resident =
+      blocks_per_sm(small_gemm_streamed_q4k_kernel<NT>, kStreamThreads, stream_shared_bytes(NT, kStreamLongest));
+  const SplitK k = split_k(w.rows, w.cols, NT, splits, resident, kStreamRows,
+                           splits > 0 ? stream_longest_fitting(NT) : kStreamLongest, kStreamCols, /*overhead=*/2);
+  if (k.splits > 1)
+    reserve_splits(scratch, sizeof(float) * k.splits * k.row_blocks * 8 * NT * kStreamRows, k.row_blocks, stream);
+  launch_dependent_shared(small_gemm_streamed_q4k_kernel<NT>, dim3(k.row_blocks, k.splits), dim3(kStreamThreads),
+                          stream_shared_bytes(NT, k.tiles_per_split), static_cast<cudaStream_t>(stream.handle()),
+                          rows_of<GgmlType::Q4_K>(w), w.rows, w.cols, x, ldx, n, y, ldy, accumulate ? 1 : 0,
+                          k.tiles_per_split, k.splits, scratch.split_partials.as<float>(),
+                          scratch.split_arrivals.as<unsigned>());
+}
+
 }  // namespace
 
 bool small_gemm_reads(GgmlType type) {
@@ -353,20 +541,25 @@ bool small_gemm_reads(GgmlType type) {
   return packed;
 }
 
-// Split K's partials stay within kSplitPartialBytes; an arrival count per row block.
+// Split K's partials stay within kSplitPartialBytes; an arrival count per row block (both
+// kernels' blocks hold 128 rows).
 size_t small_gemm_scratch_bytes(int widest_rows) {
-  return kSplitPartialBytes + sizeof(unsigned) * static_cast<size_t>((widest_rows + kBlockRows - 1) / kBlockRows);
+  return kSplitPartialBytes + sizeof(unsigned) * static_cast<size_t>((widest_rows + kStreamRows - 1) / kStreamRows);
 }
 
 void reserve_small_gemm(MatmulScratch& scratch, int widest_rows, Stream& stream) {
-  reserve_splits(scratch, kSplitPartialBytes, (widest_rows + kBlockRows - 1) / kBlockRows, stream);
+  reserve_splits(scratch, kSplitPartialBytes, (widest_rows + kStreamRows - 1) / kStreamRows, stream);
 }
 
 void small_gemm(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
-                MatmulScratch& scratch, Stream& stream, int splits) {
+                MatmulScratch& scratch, Stream& stream, int splits, SmallGemmKernel kernel) {
   if (n <= 0) return;
   if (n > kSmallGemmLargestBatch) cuda_fail("small_gemm: more than " + std::to_string(kSmallGemmLargestBatch) + " rows");
   if (ldx % 4 != 0) cuda_fail("small_gemm: activation rows must be 16-byte aligned");
+  if (kernel == SmallGemmKernel::Auto && streamed_serves(w, n)) {
+    if (n <= 8) return launch_streamed<1>(w, x, ldx, n, y, ldy, accumulate, splits, scratch, stream);
+    return launch_streamed<2>(w, x, ldx, n, y, ldy, accumulate, splits, scratch, stream);
+  }
   dispatch_weight_type(w.type, [&]<GgmlType T>() {
     if constexpr (!Block<T>::kPacked) {
       cuda_fail("small_gemm: float weights go to cuBLAS as they are");
