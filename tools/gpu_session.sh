@@ -131,6 +131,19 @@ phase_sanitizers() {
   record racecheck "{\"rc\": $rc}"
 }
 
+# memcheck and racecheck over the GPU tests a filter names (the kernels a session changed).
+phase_sanitize() {  # phase_sanitize FILTER
+  local tool
+  for tool in memcheck racecheck; do
+    LD_LIBRARY_PATH="$SPLASH_LIBS" SPLASH_GPU_FIXTURES="$KEEP/fixtures" timeout 200 compute-sanitizer --tool $tool \
+      --error-exitcode 9 .gpu/bin/splash_gpu_tests --gtest_filter="$1" > "$OUT/sanitize_$tool.log" 2>&1
+    local rc=$?
+    tail -n 4 "$OUT/sanitize_$tool.log"
+    row "$tool ($1)" "rc=$rc ($(grep -c 'Invalid\|uninitialized\|Race reported\|hazard' "$OUT/sanitize_$tool.log") error lines)"
+    record "sanitize_$tool" "{\"rc\": $rc}"
+  done
+}
+
 # splash run and splash serve --device cuda on a random qwen2 model: a CLI generation, then
 # chat completions through HTTP (plain and streamed), and /status naming the GPU. Every step
 # has a deadline; a server that stops answering gets its threads' stacks dumped (cuda-gdb).
@@ -298,6 +311,7 @@ case "${1:-tests}" in
   bench) phase_kernels; phase_bench ;;
   profile) phase_profile ;;
   kernels) phase_kernels "${2:-*}" ;;
+  sanitize) phase_fixtures > /dev/null; phase_sanitize "${2:-*}" ;;
   ncu) phase_ncu ;;
   confirm) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_bench ;;
   work) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_kernels "${2:-*}"; phase_bench; phase_profile ;;
@@ -306,7 +320,7 @@ case "${1:-tests}" in
          phase_ncu; phase_bench; phase_profile; phase_sanitizers ;;
   peer) phase_peer ;;
   bench8b) phase_bench8b ;;
-  *) echo "usage: $0 tests|quick|serve|bench|profile|kernels [FILTER]|work|final|peer|bench8b|part N|real" >&2; exit 2 ;;
+  *) echo "usage: $0 tests|quick|serve|bench|profile|kernels [FILTER]|sanitize FILTER|work|final|peer|bench8b|part N|real" >&2; exit 2 ;;
 esac
 echo
 cat "$SUMMARY"

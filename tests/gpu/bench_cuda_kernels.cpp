@@ -152,7 +152,8 @@ TEST_F(CudaKernelBench, DISABLED_SmallGemmSplits) {
   for (const auto& [name, type, rows, cols] : {std::tuple{"gate_up", GgmlType::Q4_K, 24576, 4096},
                                                 std::tuple{"qkv", GgmlType::Q4_K, 6144, 4096},
                                                 std::tuple{"o", GgmlType::Q4_K, 4096, 4096},
-                                                std::tuple{"down", GgmlType::Q6_K, 4096, 12288}}) {
+                                                std::tuple{"down", GgmlType::Q6_K, 4096, 12288},
+                                                std::tuple{"v", GgmlType::Q6_K, 1024, 4096}}) {
     const size_t bytes = cu::weight_row_bytes(type, cols) * rows;
     const int copies = static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / bytes + 1, 2, 16));
     cu::DeviceBuffer w(bytes * copies);

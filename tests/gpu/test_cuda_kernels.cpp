@@ -266,6 +266,7 @@ TEST_F(CudaMatmulTest, SmallGemmAgainstFloat64) {
           auto dy = to_device(accumulate ? y0 : std::vector<float>(y0.size(), NAN));
           cu::small_gemm(weight, dx.as<float>(), cols, n, dy.as<float>(), rows, accumulate, scratch, stream, 1,
                          cu::SmallGemmKernel::Staged);
+          stream.synchronize("small_gemm (staged)");
           const auto out = to_host<float>(dy, exact.size());
           staged_out.assign(out.begin(), out.end());
         }

@@ -129,6 +129,9 @@ __device__ __forceinline__ void finish_rows(const float (&acc)[NT][4], int row_b
   for (int e = threadIdx.x; e < n * (kRows / 4); e += kBlockThreads) {  // four rows a thread
     const int token = e / (kRows / 4), r = 4 * (e % (kRows / 4));
     float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    // (unrolled: eight splits' loads in flight before their adds, still added in split order;
+    // a small matrix is split up to 32 ways, and one load at a time is one L2 round trip each)
+#pragma unroll 8
     for (int split = 0; split < splits; ++split) {
       const float4 p = __ldcg(reinterpret_cast<const float4*>(
           partials + (static_cast<size_t>(split) * gridDim.x + blockIdx.x) * kRegion + token * kRows + r));
