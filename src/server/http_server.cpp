@@ -249,16 +249,20 @@ void HttpServer::register_routes() {
     send_json(res, {{"status", "shutting_down"}});
   }));
 
-  http.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
-    send_json(res, {{"object", "list"},
-                    {"data", json::array({{{"id", model_.id}, {"object", "model"}, {"created", 0}, {"owned_by", "splash"}},
-                                          {{"id", kModelAlias}, {"object", "model"}, {"created", 0}, {"owned_by", "splash"}}})}});
+  // A model object with the served context window, under the names agents read it by
+  // (Hermes refuses windows it cannot learn; vLLM's clients read max_model_len).
+  const auto model_object = [this](std::string_view id) {
+    return json{{"id", id}, {"object", "model"}, {"created", 0}, {"owned_by", "splash"},
+                {"context_length", model_.context}, {"max_model_len", model_.context}};
+  };
+  http.Get("/v1/models", guarded([model_object, this](const httplib::Request&, httplib::Response& res) {
+    send_json(res, {{"object", "list"}, {"data", json::array({model_object(model_.id), model_object(kModelAlias)})}});
   }));
-  http.Get(R"(/v1/models/(.+))", guarded([this](const httplib::Request& req, httplib::Response& res) {
+  http.Get(R"(/v1/models/(.+))", guarded([model_object, this](const httplib::Request& req, httplib::Response& res) {
     if (req.matches[1].str() != model_.id && req.matches[1].str() != kModelAlias)
       return send_error(res, {404, fmt::format("The model '{}' does not exist", req.matches[1].str()),
                               "invalid_request_error", "model", "model_not_found"});
-    send_json(res, {{"id", model_.id}, {"object", "model"}, {"created", 0}, {"owned_by", "splash"}});
+    send_json(res, model_object(model_.id));
   }));
 
   http.Get("/status", guarded([this](const httplib::Request&, httplib::Response& res) {

@@ -278,6 +278,11 @@ def test_models_list(server, served_id):
     assert isinstance(model["id"], str) and model["id"]
     assert isinstance(model["created"], int)
     assert isinstance(model["owned_by"], str)
+    # The served window, as agents read it (Hermes: context_length; vLLM clients: max_model_len).
+    window = get(server, "/status").json()["maximum_context_tokens"]
+    assert window > 0
+    for entry in body["data"] + [get(server, f"/v1/models/{model['id']}").json()]:
+        assert entry["context_length"] == entry["max_model_len"] == window, entry
 
 
 def test_models_list_through_sdk(client, served_id):
