@@ -289,26 +289,25 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)  // as many as fit 
   finish_rows<kBlockRows, kThreads>(acc, row_base, rows, n, y, ldy, accumulate, splits, partials, arrivals);
 }
 
-// The streamed small GEMM, Q4_K at up to 16 rows: where the staged kernel above is bound by
-// its barriers and shared-memory round trip (a few warps an SM decoding, then multiplying),
-// here each warp streams its own 16 weight rows through registers with no barrier: every
-// lane loads, kStreamDepth super-blocks ahead, 32 quant bytes of each of its two rows (g and
-// g + 8) and decodes them straight into mma A fragments. The four lanes of a row read its
-// super-block's 128 quant bytes, one whole L2 line, together.
+// The streamed small GEMM, the K-quants at up to 16 rows: where the staged kernel above is
+// bound by its barriers and shared-memory round trip (a few warps an SM decoding, then
+// multiplying), here each warp streams its own 16 weight rows through registers with no
+// barrier: every lane loads, one or two super-blocks ahead, its share of each of its two
+// rows (g and g + 8) and decodes it straight into mma A fragments.
 //
 // The fragments' k order is free (a dot product does not care), so it is chosen to fit the
-// bytes: of a super-block, lane c takes chunk c (bytes 32c .. 32c + 31: parts 2c and 2c + 1,
-// sub-block 2c in the low nibbles and 2c + 1 in the high ones, one scale decode), and k-step
-// j = 8 p + 2 q + r takes word q of part 2c + p, low (r = 0) or high (r = 1) nibbles: its
-// bytes 0 and 2 give A's first half2 (columns 4q, 4q + 2 of the run), bytes 1 and 3 the
-// second (4q + 1, 4q + 3), one mask-and-or each (codes under 1024's exponent, as
-// store_codes_f16). The block's activations sit in shared memory as f16 in that same order,
-// filled once for its K range: token t's super-block holds, per k-step j and lane c, the
-// four halves of B's two registers, one 8-byte load.
+// bytes: of a super-block, lane c takes 64 weights whose codes lie in 32 bytes of low bits
+// (Q4_K: chunk c, bytes 32c .. 32c + 31, the four lanes of a row reading its whole 128-byte
+// line; Q6_K: half c / 2, ql row c % 2, and that half's 32 bytes of high bits), and k-step
+// j = 8 p + 2 q + r takes word q of the lane's 16-byte half p, low (r = 0) or high (r = 1)
+// nibbles: its bytes 0 and 2 give A's first half2, bytes 1 and 3 the second, one
+// mask-and-or each (codes under 1024's exponent, as store_codes_f16); a run of 16 is (p, r),
+// under one scale. The block's activations sit in shared memory as f16 in that same order
+// (StreamedBlock::column), filled once for its K range: token t's super-block holds, per
+// k-step j and lane c, the four halves of B's two registers, one 8-byte load.
 constexpr int kStreamWarps = 8, kStreamThreads = 32 * kStreamWarps;
 constexpr int kStreamRows = 16 * kStreamWarps;  // weight rows of a thread block
 constexpr int kStreamCols = 256;                // a super-block: the unit of the K range
-constexpr int kStreamDepth = 2;                 // super-blocks of weight loads in flight, per lane
 constexpr int kStreamLongest = 8;               // super-blocks a split takes at most: the activations' shared memory
 constexpr int kStreamLargestBatch = kSmallGemmStreamedLargestBatch;
 constexpr int kStreamPad = 16;  // halves after each token's row: the 8 tokens of a B load in distinct banks
@@ -317,18 +316,98 @@ constexpr size_t stream_shared_bytes(int token_tiles, int blocks) {
   return sizeof(__half) * 8 * token_tiles * static_cast<size_t>(blocks * kStreamCols + kStreamPad);
 }
 
-// Codes (bits 0-3 and 16-19 of `word`) as the half2 d * q + m.
-__device__ __forceinline__ uint32_t q4_pair_f16(uint32_t word, __half2 d, __half2 m) {
-  const uint32_t bits = (word & 0x000F000Fu) | 0x64006400u;
+// A pair of codes (bits 0-5 and 16-21) as the half2 d * q + m.
+__device__ __forceinline__ uint32_t code_pair_f16(uint32_t codes, __half2 d, __half2 m) {
+  const uint32_t bits = codes | 0x64006400u;
   const __half2 w = __hfma2(__hsub2(*reinterpret_cast<const __half2*>(&bits), __float2half2_rn(1024.0f)), d, m);
   return *reinterpret_cast<const uint32_t*>(&w);
 }
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int q) { return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w; }
 
-template <int NT>
+// What the streamed kernel reads of a type: a lane's load of one row's super-block, the
+// scales of its four runs, the code pairs of a k-step, and where a k-step's columns lie.
+template <GgmlType T>
+struct StreamedBlock;
+
+template <>
+struct StreamedBlock<GgmlType::Q4_K> {
+  static constexpr int kDepth = 2;  // super-blocks of loads in flight, per lane (registers: two blocks an SM)
+  struct Load {
+    uint4 q[2], h;  // chunk c's 32 quant bytes; the super-block's header
+  };
+  __device__ static void load(const Rows<GgmlType::Q4_K>& w, int row, int block, int c, Load& l) {
+    l.q[0] = load_weights16(w.quants(row, block) + 32 * c);
+    l.q[1] = load_weights16(w.quants(row, block) + 32 * c + 16);
+    l.h = *reinterpret_cast<const uint4*>(w.header(row, block));  // (the row's four lanes read the same 16 bytes)
+  }
+  // d, m of run (p, r): sub-block 2c (low nibbles) or 2c + 1, both halves p alike.
+  __device__ static void scales(const Load& l, int c, __half2 (&d)[2][2], __half2 (&m)[2][2]) {
+    const float dall = half_bits(l.h.x & 0xFFFF), dmin = half_bits(l.h.x >> 16);
+    const uint32_t packed[3] = {l.h.y, l.h.z, l.h.w};
+    uint32_t sc, mn;
+    q4k_chunk_scales(c, packed, sc, mn);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      d[0][r] = d[1][r] = __float2half2_rn(dall * small_uint_to_float((sc >> (8 * r)) & 0xFF));
+      m[0][r] = m[1][r] = __float2half2_rn(-dmin * small_uint_to_float((mn >> (8 * r)) & 0xFF));
+    }
+  }
+  // Bytes 0 and 2 (s = 0) or 1 and 3 (s = 1) of word q of half p, nibbles r.
+  __device__ static uint32_t codes(const Load& l, int, int p, int q, int r, int s) {
+    return (word_of(l.q[p], q) >> (4 * r + 8 * s)) & 0x000F000Fu;
+  }
+  // Column of k-step j's first code for lane c: byte 16 p + 4 q of chunk c, + 32 for the high nibbles.
+  __host__ __device__ static constexpr int column(int j, int c) { return 64 * c + 16 * (j / 8) + 32 * (j % 2) + 4 * ((j % 8) / 2); }
+};
+
+template <>
+struct StreamedBlock<GgmlType::Q6_K> {
+  static constexpr int kDepth = 1;  // (two spill: a lane loads 70 bytes of a row, against Q4_K's 48)
+  struct Load {
+    uint4 ql[2], qh[2];  // ql bytes 64 n + 32 o .. + 31 (half n = c / 2, o = c % 2); the half's 32 qh bytes
+    uint32_t s0, s1, d;  // the scale words of runs 8 n + 2 o (+1) and 8 n + 4 + 2 o (+1); d
+  };
+  __device__ static void load(const Rows<GgmlType::Q6_K>& w, int row, int block, int c, Load& l) {
+    const int n = c / 2, o = c % 2;
+    const uint8_t* quants = w.quants(row, block);
+    l.ql[0] = load_weights16(quants + 64 * n + 32 * o);
+    l.ql[1] = load_weights16(quants + 64 * n + 32 * o + 16);
+    l.qh[0] = load_weights16(quants + 128 + 32 * n);  // (both lanes of a half read these)
+    l.qh[1] = load_weights16(quants + 128 + 32 * n + 16);
+    const auto* h = reinterpret_cast<const uint32_t*>(w.header(row, block));  // 20-byte headers: word loads
+    l.s0 = h[2 * n], l.s1 = h[2 * n + 1], l.d = h[4];
+  }
+  // d, m of run (p, r): scale byte 8 n + 4 r + 2 o + p; w = d sc (q - 32).
+  __device__ static void scales(const Load& l, int c, __half2 (&d)[2][2], __half2 (&m)[2][2]) {
+    const float dall = half_bits(l.d & 0xFFFF);
+    const int o = c % 2;
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        const float scale = dall * static_cast<float>(static_cast<int8_t>((r == 0 ? l.s0 : l.s1) >> (8 * (2 * o + p))));
+        d[p][r] = __float2half2_rn(scale), m[p][r] = __float2half2_rn(-32.0f * scale);
+      }
+  }
+  // The low four bits from ql, the high two from qh (bits 2 o, 2 o + 1 of a byte for the low
+  // nibbles, 2 o + 4, 2 o + 5 for the high ones).
+  __device__ static uint32_t codes(const Load& l, int c, int p, int q, int r, int s) {
+    const uint32_t low = (word_of(l.ql[p], q) >> (4 * r + 8 * s)) & 0x000F000Fu;
+    const uint32_t high = (word_of(l.qh[p], q) >> (2 * (c % 2) + 4 * r + 8 * s)) & 0x00030003u;
+    return low | (high << 4);
+  }
+  // Column of k-step j's first code for lane c: 128 n + 32 o + 16 p + 4 q, + 64 for the high nibbles.
+  __host__ __device__ static constexpr int column(int j, int c) {
+    return 128 * (c / 2) + 32 * (c % 2) + 16 * (j / 8) + 64 * (j % 2) + 4 * ((j % 8) / 2);
+  }
+};
+
+template <GgmlType T, int NT>
 __global__ void __launch_bounds__(kStreamThreads, 2)  // (registers: two blocks an SM; three spill)
-    small_gemm_streamed_q4k_kernel(Rows<GgmlType::Q4_K> w, int rows, int cols, const float* __restrict__ x, int ldx, int n,
-                                   float* __restrict__ y, int ldy, int accumulate, int blocks_per_split, int splits,
-                                   float* __restrict__ partials, unsigned* __restrict__ arrivals) {
+    small_gemm_streamed_kernel(Rows<T> w, int rows, int cols, const float* __restrict__ x, int ldx, int n,
+                               float* __restrict__ y, int ldy, int accumulate, int blocks_per_split, int splits,
+                               float* __restrict__ partials, unsigned* __restrict__ arrivals) {
+  using S = StreamedBlock<T>;
   extern __shared__ uint4 shared[];
   __half* const acts = reinterpret_cast<__half*>(shared);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
@@ -338,31 +417,26 @@ __global__ void __launch_bounds__(kStreamThreads, 2)  // (registers: two blocks 
   const int pitch = count * kStreamCols + kStreamPad;  // halves of a token's row
   const int r0 = min(row_base + 16 * warp + g, rows - 1), r1 = min(row_base + 16 * warp + g + 8, rows - 1);
 
-  struct ChunkLoad {
-    uint4 q0[2], q1[2], h0, h1;  // rows r0 and r1: chunk c's 32 quant bytes, the super-block's header
+  struct RowsLoad {
+    typename S::Load row[2];  // rows r0 and r1
   };
-  auto load = [&](int block, ChunkLoad& t) {
-    t.q0[0] = load_weights16(w.quants(r0, block) + 32 * c);
-    t.q0[1] = load_weights16(w.quants(r0, block) + 32 * c + 16);
-    t.q1[0] = load_weights16(w.quants(r1, block) + 32 * c);
-    t.q1[1] = load_weights16(w.quants(r1, block) + 32 * c + 16);
-    t.h0 = *reinterpret_cast<const uint4*>(w.header(r0, block));  // (the row's four lanes read the same 16 bytes)
-    t.h1 = *reinterpret_cast<const uint4*>(w.header(r1, block));
+  auto load = [&](int block, RowsLoad& t) {
+    S::load(w, r0, block, c, t.row[0]);
+    S::load(w, r1, block, c, t.row[1]);
   };
-  ChunkLoad ring[kStreamDepth];
+  RowsLoad ring[S::kDepth];
 #pragma unroll
-  for (int i = 0; i < kStreamDepth; ++i)
+  for (int i = 0; i < S::kDepth; ++i)
     if (i < count) load(first + i, ring[i]);
   wait_for_inputs();  // weights are on their way; x comes from the kernel before
 
   // The range's activations, permuted (above), f16; tokens past n: zeros. A thread keeps one
-  // (k-step j: part p, word q, nibbles r; chunk) place of every super-block and token (the
-  // loops divide by nothing: the fill is a share of the kernel's instructions).
+  // (k-step j, lane c) place of every super-block and token (the loops divide by nothing:
+  // the fill is a share of the kernel's instructions).
   {
     constexpr int kPlaces = kStreamCols / 4, kStride = kStreamThreads / kPlaces;  // 64 places, 4 at once
     const int place = threadIdx.x % kPlaces, j = place / 4, chunk = place % 4;
-    const int offset = 64 * chunk + 16 * (j / 8) + 32 * (j % 2) + 4 * ((j % 8) / 2);  // the place's columns
-    const float* from = x + static_cast<size_t>(first) * kStreamCols + offset;
+    const float* from = x + static_cast<size_t>(first) * kStreamCols + S::column(j, chunk);
     __half* to = acts + 16 * j + 4 * chunk;
 #pragma unroll
     for (int t = 0; t < 8 * NT; ++t)
@@ -377,47 +451,34 @@ __global__ void __launch_bounds__(kStreamThreads, 2)  // (registers: two blocks 
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  auto multiply = [&](const ChunkLoad& t, int local) {
-    __half2 d[2][2], m[2][2];  // [row][run: sub-block 2c (low nibbles), 2c + 1 (high)]
-#pragma unroll
-    for (int row = 0; row < 2; ++row) {
-      const uint4 h = row == 0 ? t.h0 : t.h1;
-      const float dall = half_bits(h.x & 0xFFFF), dmin = half_bits(h.x >> 16);
-      const uint32_t scales[3] = {h.y, h.z, h.w};
-      uint32_t sc, mn;
-      q4k_chunk_scales(c, scales, sc, mn);
-      d[row][0] = __float2half2_rn(dall * small_uint_to_float(sc & 0xFF));
-      m[row][0] = __float2half2_rn(-dmin * small_uint_to_float(mn & 0xFF));
-      d[row][1] = __float2half2_rn(dall * small_uint_to_float(sc >> 8));
-      m[row][1] = __float2half2_rn(-dmin * small_uint_to_float(mn >> 8));
-    }
+  auto multiply = [&](const RowsLoad& t, int local) {
+    __half2 d[2][2][2], m[2][2][2];  // [row][p][r]
+    S::scales(t.row[0], c, d[0], m[0]);
+    S::scales(t.row[1], c, d[1], m[1]);
     const __half* b_rows = acts + g * pitch + local * kStreamCols + 4 * c;
 #pragma unroll
-    for (int p = 0; p < 2; ++p) {
-      const uint32_t words0[4] = {t.q0[p].x, t.q0[p].y, t.q0[p].z, t.q0[p].w};
-      const uint32_t words1[4] = {t.q1[p].x, t.q1[p].y, t.q1[p].z, t.q1[p].w};
+    for (int p = 0; p < 2; ++p)
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const int q = i / 2, r = i % 2, shift = 4 * r;
-        const uint32_t a[4] = {q4_pair_f16(words0[q] >> shift, d[0][r], m[0][r]),
-                               q4_pair_f16(words1[q] >> shift, d[1][r], m[1][r]),
-                               q4_pair_f16(words0[q] >> (shift + 8), d[0][r], m[0][r]),
-                               q4_pair_f16(words1[q] >> (shift + 8), d[1][r], m[1][r])};
+        const int q = i / 2, r = i % 2;
+        const uint32_t a[4] = {code_pair_f16(S::codes(t.row[0], c, p, q, r, 0), d[0][p][r], m[0][p][r]),
+                               code_pair_f16(S::codes(t.row[1], c, p, q, r, 0), d[1][p][r], m[1][p][r]),
+                               code_pair_f16(S::codes(t.row[0], c, p, q, r, 1), d[0][p][r], m[0][p][r]),
+                               code_pair_f16(S::codes(t.row[1], c, p, q, r, 1), d[1][p][r], m[1][p][r])};
 #pragma unroll
         for (int jt = 0; jt < NT; ++jt) {
           const uint2 b = *reinterpret_cast<const uint2*>(b_rows + 8 * jt * pitch + 16 * (8 * p + i));
           mma_16x8x16(acc[jt], a, b.x, b.y);
         }
       }
-    }
   };
-  for (int base = 0; base < count; base += kStreamDepth) {
+  for (int base = 0; base < count; base += S::kDepth) {
 #pragma unroll
-    for (int k = 0; k < kStreamDepth; ++k) {
+    for (int k = 0; k < S::kDepth; ++k) {
       const int local = base + k;
       if (local >= count) break;
-      const ChunkLoad t = ring[k];
-      if (local + kStreamDepth < count) load(first + local + kStreamDepth, ring[k]);
+      const RowsLoad t = ring[k];
+      if (local + S::kDepth < count) load(first + local + S::kDepth, ring[k]);
       multiply(t, local);
     }
   }
@@ -506,34 +567,41 @@ constexpr int stream_longest_fitting(int token_tiles) {
   return static_cast<int>((kStreamMostShared / (sizeof(__half) * 8 * token_tiles) - kStreamPad) / kStreamCols);
 }
 
-// Whether the streamed kernel takes this matmul: Q4_K, up to kStreamLargestBatch rows, and the
-// fewest splits it needs within the partial sums' budget (else the staged kernel).
+// Whether the streamed kernel takes this matmul: a K-quant, up to kStreamLargestBatch rows,
+// and the fewest splits it needs within the partial sums' budget (else the staged kernel).
 bool streamed_serves(const DeviceWeight& w, int n) {
-  if (w.type != GgmlType::Q4_K || n > kStreamLargestBatch || w.cols % kStreamCols != 0) return false;
+  if ((w.type != GgmlType::Q4_K && w.type != GgmlType::Q6_K) || n > kStreamLargestBatch || w.cols % kStreamCols != 0)
+    return false;
   const int blocks = w.cols / kStreamCols, fewest = (blocks + kStreamLongest - 1) / kStreamLongest;
   const size_t row_blocks = (w.rows + kStreamRows - 1) / kStreamRows;
   return fewest == 1 || sizeof(float) * fewest * row_blocks * 8 * ((n + 7) / 8) * kStreamRows <= kSplitPartialBytes;
 }
 
-template <int NT>
+template <GgmlType T, int NT>
 void launch_streamed(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
                      int splits, MatmulScratch& scratch, Stream& stream) {
   static const bool configured = [] {
-    return cudaFuncSetAttribute(small_gemm_streamed_q4k_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(small_gemm_streamed_kernel<T, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(kStreamMostShared)) == cudaSuccess;
   }();
   if (!configured) cuda_fail("small_gemm: the shared memory the streamed kernel needs is not available");
   static const int resident =
-      blocks_per_sm(small_gemm_streamed_q4k_kernel<NT>, kStreamThreads, stream_shared_bytes(NT, kStreamLongest));
+      blocks_per_sm(small_gemm_streamed_kernel<T, NT>, kStreamThreads, stream_shared_bytes(NT, kStreamLongest));
   const SplitK k = split_k(w.rows, w.cols, NT, splits, resident, kStreamRows,
                            splits > 0 ? stream_longest_fitting(NT) : kStreamLongest, kStreamCols, /*overhead=*/2);
   if (k.splits > 1)
     reserve_splits(scratch, sizeof(float) * k.splits * k.row_blocks * 8 * NT * kStreamRows, k.row_blocks, stream);
-  launch_dependent_shared(small_gemm_streamed_q4k_kernel<NT>, dim3(k.row_blocks, k.splits), dim3(kStreamThreads),
+  launch_dependent_shared(small_gemm_streamed_kernel<T, NT>, dim3(k.row_blocks, k.splits), dim3(kStreamThreads),
                           stream_shared_bytes(NT, k.tiles_per_split), static_cast<cudaStream_t>(stream.handle()),
-                          rows_of<GgmlType::Q4_K>(w), w.rows, w.cols, x, ldx, n, y, ldy, accumulate ? 1 : 0,
-                          k.tiles_per_split, k.splits, scratch.split_partials.as<float>(),
-                          scratch.split_arrivals.as<unsigned>());
+                          rows_of<T>(w), w.rows, w.cols, x, ldx, n, y, ldy, accumulate ? 1 : 0, k.tiles_per_split,
+                          k.splits, scratch.split_partials.as<float>(), scratch.split_arrivals.as<unsigned>());
+}
+
+template <GgmlType T>
+void streamed(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate, int splits,
+              MatmulScratch& scratch, Stream& stream) {
+  if (n <= 8) return launch_streamed<T, 1>(w, x, ldx, n, y, ldy, accumulate, splits, scratch, stream);
+  launch_streamed<T, 2>(w, x, ldx, n, y, ldy, accumulate, splits, scratch, stream);
 }
 
 }  // namespace
@@ -560,8 +628,8 @@ void small_gemm(const DeviceWeight& w, const float* x, int ldx, int n, float* y,
   if (n > kSmallGemmLargestBatch) cuda_fail("small_gemm: more than " + std::to_string(kSmallGemmLargestBatch) + " rows");
   if (ldx % 4 != 0) cuda_fail("small_gemm: activation rows must be 16-byte aligned");
   if (kernel == SmallGemmKernel::Auto && streamed_serves(w, n)) {
-    if (n <= 8) return launch_streamed<1>(w, x, ldx, n, y, ldy, accumulate, splits, scratch, stream);
-    return launch_streamed<2>(w, x, ldx, n, y, ldy, accumulate, splits, scratch, stream);
+    if (w.type == GgmlType::Q4_K) return streamed<GgmlType::Q4_K>(w, x, ldx, n, y, ldy, accumulate, splits, scratch, stream);
+    return streamed<GgmlType::Q6_K>(w, x, ldx, n, y, ldy, accumulate, splits, scratch, stream);
   }
   dispatch_weight_type(w.type, [&]<GgmlType T>() {
     if constexpr (!Block<T>::kPacked) {
