@@ -29,6 +29,9 @@ mkdir -p "$KEEP/parts" "$KEEP/fixtures"
 if [ -f .gpu/lib.tar.xz ]; then  # carried compressed (tools/gpu_carry.sh)
   tar -C "$KEEP" -xJf .gpu/lib.tar.xz
 fi
+if [ -f .gpu/bin.tar.xz ]; then  # the binaries too, unpacked where the phases look for them
+  tar -C .gpu -xJf .gpu/bin.tar.xz
+fi
 SPLASH_LIBS="$KEEP/lib:/usr/local/cuda/lib64"
 # cuBLAS: the toolkit's, else the one PyTorch's wheels bring.
 if ! ldconfig -p | grep -q libcublas.so.13 && [ ! -e /usr/local/cuda/lib64/libcublas.so.13 ]; then

@@ -2,7 +2,8 @@
 # Builds the peer engine for GPU benchmarks — llama.cpp from the llama-cpp-python==0.3.36 sdist,
 # CUDA for sm_90 — on this (GPU-less) machine, and packs its binaries and libraries into
 # .gpu/llama-cuda.tar.xz for tools/gpu_session.sh peer. Benchmarks only: nothing of it is
-# linked into splash. About half an hour on two cores (the CUDA template instances), at low priority.
+# linked into splash. Well over an hour on two cores (the CUDA template instances: 34 of 366 steps in
+# the first 12 minutes, 2026-12-02), at low priority: start it first thing in a session.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${WORK:-/tmp/llama-cuda}
