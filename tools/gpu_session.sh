@@ -14,6 +14,8 @@
 #   tools/gpu_session.sh part N    keeps .gpu/parts/<model>.partN (carried in this call) for later
 #   tools/gpu_session.sh real      joins the parts, checks the sha256, greedy identity on the
 #                                  real model against the CPU path
+#   tools/gpu_session.sh peer-build S  builds llama.cpp for the GPU here, at most S seconds a call
+#                                  (in the background of other phases: `... peer-build 540 &`)
 #   tools/gpu_session.sh peer      llama.cpp's CUDA build on the Qwen3-8B-shape file; then, in the
 #   tools/gpu_session.sh bench8b   next call on the warm machine, splash on the same file
 #
@@ -251,14 +253,49 @@ make_8b() {  # make_8b PATH: the Qwen3-8B-shape random GGUF, unless this warm ma
   ls -la "$model"
 }
 
-# The peer, llama.cpp's CUDA build (.gpu/llama-cuda.tar.xz from tools/llamacpp_cuda.sh), on the
+# The peer built here, where 16 cores take minutes and this project's two take hours: its
+# source (.gpu/llama-src.tar.xz, `tools/llamacpp_cuda.sh --source`: the sdist's llama.cpp less
+# its models and docs) and, when the machine has none, cmake and ninja from their PyPI wheels
+# (.gpu/whl-build). At low priority beside the call's other phases (start it with & and go
+# on), for at most SECONDS: ninja stops there and the next call on the warm machine resumes it.
+phase_peer_build() {  # phase_peer_build SECONDS
+  local seconds=${1:-540} src=$KEEP/llama.cpp
+  [ -x "$KEEP/llama/llama-bench" ] && { echo "peer already built"; return 0; }
+  if [ ! -d "$src" ]; then
+    [ -f .gpu/llama-src.tar.xz ] || { row peer-build "skipped: no .gpu/llama-src.tar.xz carried"; return 1; }
+    tar -C "$KEEP" -xJf .gpu/llama-src.tar.xz
+  fi
+  if ! command -v cmake > /dev/null || ! command -v ninja > /dev/null; then
+    [ -d "$KEEP/buildtools" ] || python3 -m pip install -q --no-index --no-deps --target "$KEEP/buildtools" .gpu/whl-build/*.whl
+    export PATH="$KEEP/buildtools/bin:$PATH" PYTHONPATH="$KEEP/buildtools${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+  local started=$SECONDS
+  {
+    [ -f "$src/build/build.ninja" ] || cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=ON
+    timeout -s INT "$seconds" nice -n 10 ninja -C "$src/build" -j "$(( $(nproc) - 2 ))" llama-bench llama-batched-bench llama-server
+  } > "$OUT/peer_build.log" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ]; then
+    mkdir -p "$KEEP/llama" && cp -P "$src/build/bin"/* "$KEEP/llama/"
+    row peer-build "built in $((SECONDS - started)) s"
+  else
+    row peer-build "rc=$rc after $((SECONDS - started)) s: $(grep -o '^\[[0-9]*/[0-9]*\]' "$OUT/peer_build.log" | tail -n 1) (resumes in the next call)"
+  fi
+  tail -n 3 "$OUT/peer_build.log"
+}
+
+# The peer, llama.cpp's CUDA build (.gpu/llama-cuda.tar.xz from tools/llamacpp_cuda.sh, or built here by phase_peer_build), on the
 # same file: llama-bench (prefill 512/4096, decode 128, decode at depth 8K/32K) and
 # llama-batched-bench (aggregate decode of 1/4/16/64 sequences after 512-token prompts), flash
 # attention on, every layer on the GPU. The splash side runs in the next call (phase bench8b)
 # on this warm machine, so both numbers come from one lease.
 phase_peer() {
-  [ -f .gpu/llama-cuda.tar.xz ] || { row peer "skipped: no .gpu/llama-cuda.tar.xz carried"; return; }
-  tar -C "$KEEP" -xJf .gpu/llama-cuda.tar.xz
+  if [ ! -x "$KEEP/llama/llama-bench" ]; then
+    [ -f .gpu/llama-cuda.tar.xz ] || { row peer "skipped: neither built here nor .gpu/llama-cuda.tar.xz carried"; return; }
+    tar -C "$KEEP" -xJf .gpu/llama-cuda.tar.xz
+  fi
   local model=$KEEP/qwen3-8b-q4km.gguf bin=$KEEP/llama
   make_8b "$model" || { row peer "failed to make the model"; return; }
   LD_LIBRARY_PATH="$bin" timeout 300 "$bin/llama-bench" -m "$model" -ngl 99 -fa 1 -p 512,4096 -n 128 -r 3 -o json \
@@ -322,8 +359,9 @@ case "${1:-tests}" in
          gtest tuned_repeat 'CudaModelTest.Tuned*' SPLASH_GPU_FIXTURES="$KEEP/fixtures" GTEST_REPEAT=6
          phase_ncu; phase_bench; phase_profile; phase_sanitizers ;;
   peer) phase_peer ;;
+  peer-build) phase_peer_build "${2:-540}" ;;
   bench8b) phase_bench8b ;;
-  *) echo "usage: $0 tests|quick|serve|bench|profile|kernels [FILTER]|sanitize FILTER|work|final|peer|bench8b|part N|real" >&2; exit 2 ;;
+  *) echo "usage: $0 tests|quick|serve|bench|profile|kernels [FILTER]|sanitize FILTER|work|final|peer-build S|peer|bench8b|part N|real" >&2; exit 2 ;;
 esac
 echo
 cat "$SUMMARY"

@@ -3,7 +3,8 @@
 # CUDA for sm_90 — on this (GPU-less) machine, and packs its binaries and libraries into
 # .gpu/llama-cuda.tar.xz for tools/gpu_session.sh peer. Benchmarks only: nothing of it is
 # linked into splash. Well over an hour on two cores (the CUDA template instances: 34 of 366 steps in
-# the first 12 minutes, 2026-12-02), at low priority: start it first thing in a session.
+# the first 12 minutes, 2026-12-02), at low priority: start it first thing in a session, or
+# (--source) pack the source for the GPU machine to build it (tools/gpu_session.sh peer-build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${WORK:-/tmp/llama-cuda}
@@ -13,6 +14,16 @@ if [ ! -d "$WORK/llama_cpp_python-0.3.36" ]; then
   tar -C "$WORK" -xzf "$WORK/llama_cpp_python-0.3.36.tar.gz"
 fi
 SRC="$WORK/llama_cpp_python-0.3.36/vendor/llama.cpp"
+if [ "${1:-}" = --source ]; then
+  # What the GPU machine builds it from instead (tools/gpu_session.sh peer-build): the source
+  # less its models and docs (~9 MB compressed), and cmake and ninja should it have none.
+  tar -C "$SRC/.." --exclude=llama.cpp/models --exclude=llama.cpp/docs --exclude='llama.cpp/build*' \
+    -cJf .gpu/llama-src.tar.xz llama.cpp
+  rm -rf .gpu/whl-build && .venv/bin/pip download -q --no-deps --only-binary :all: --platform manylinux2014_x86_64 \
+    --python-version 3.11 cmake ninja -d .gpu/whl-build
+  du -sh .gpu/llama-src.tar.xz .gpu/whl-build
+  exit 0
+fi
 # The driver (libcuda.so.1) is only on the GPU machine: executables link with it unresolved.
 cmake -S "$SRC" -B "$SRC/build-cuda" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \

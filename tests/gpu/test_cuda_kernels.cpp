@@ -257,8 +257,8 @@ TEST_F(CudaMatmulTest, SmallGemmAgainstFloat64) {
         };
         const auto exact = reference(w, x), operands = reference(w16, x16);
         const auto dx = to_device(x);
-        // K-quants up to 16 rows: the streamed kernel (Auto) and the staged one.
-        const bool streamed = (type == GgmlType::Q4_K || type == GgmlType::Q6_K) && n <= 16;
+        // K-quants: the streamed kernel (Auto; from 32 rows its activations through a ring) and the staged one.
+        const bool streamed = (type == GgmlType::Q4_K || type == GgmlType::Q6_K) && n <= cu::kSmallGemmStreamedLargestBatch;
         // The two kernels multiply the same f16 operands: they differ only in the order of
         // the float sums (1e-5).
         std::vector<double> staged_out;

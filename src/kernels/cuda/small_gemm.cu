@@ -289,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)  // as many as fit 
   finish_rows<kBlockRows, kThreads>(acc, row_base, rows, n, y, ldy, accumulate, splits, partials, arrivals);
 }
 
-// The streamed small GEMM, the K-quants at up to 16 rows: where the staged kernel above is
+// The streamed small GEMM, the K-quants at up to 64 rows: where the staged kernel above is
 // bound by its barriers and shared-memory round trip (a few warps an SM decoding, then
 // multiplying), here each warp streams its own 16 weight rows through registers with no
 // barrier: every lane loads, one or two super-blocks ahead, its share of each of its two
@@ -314,6 +314,29 @@ constexpr int kStreamPad = 16;  // halves after each token's row: the 8 tokens o
 
 constexpr size_t stream_shared_bytes(int token_tiles, int blocks) {
   return sizeof(__half) * 8 * token_tiles * static_cast<size_t>(blocks * kStreamCols + kStreamPad);
+}
+
+// From 32 rows (NT >= 4) a split's activations no longer fit in shared memory whole (8
+// super-blocks of 64 tokens: 256 KB), and every row block converting them from float would
+// read them from L2 a float a time: the matmul first writes them once as f16, permuted and
+// laid out [super-block][token < 8 NT][256] (streamed_activations_kernel), and each block
+// streams its K range of them through a ring of super-blocks, copied 16 bytes at a time with
+// cp.async, kRingStages - 1 ahead; one barrier a super-block.
+template <int NT>
+constexpr bool kStreamRing = NT >= 4;
+constexpr int kRingStages = 3;
+constexpr int kRingPitch = kStreamCols + kStreamPad;  // halves of a token's row in a stage
+constexpr size_t ring_shared_bytes(int token_tiles) {
+  return sizeof(__half) * kRingStages * 8 * token_tiles * static_cast<size_t>(kRingPitch);
+}
+
+__device__ __forceinline__ void copy_async16(void* to_shared, const void* from_global) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_address(to_shared)), "l"(from_global) : "memory");
+}
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
 // A pair of codes (bits 0-5 and 16-21) as the half2 d * q + m.
@@ -402,19 +425,47 @@ struct StreamedBlock<GgmlType::Q6_K> {
   }
 };
 
+// Four activations of token t at k-step j, lane c of a super-block (from its column 0), as
+// the two f16 pairs of B's registers: columns (0, 2) and (1, 3) of StreamedBlock::column.
+template <GgmlType T>
+__device__ __forceinline__ uint2 permuted_quad(const float* block_row, int j, int c, bool inside) {
+  const float4 v = inside ? *reinterpret_cast<const float4*>(block_row + StreamedBlock<T>::column(j, c))
+                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  return make_uint2(pack_half2(v.x, v.z), pack_half2(v.y, v.w));
+}
+
+// x (n float rows) as the ring's activations: [super-block][token < tokens][256] f16 in the
+// streamed order, tokens past n zeros. A thread per (super-block, token, place of 4).
+template <GgmlType T>
+__global__ void streamed_activations_kernel(const float* __restrict__ x, int ldx, int n, int tokens, int blocks,
+                                            __half* __restrict__ out) {
+  constexpr int kPlaces = kStreamCols / 4;
+  const size_t index = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  wait_for_inputs();
+  allow_next_launch();
+  if (index >= static_cast<size_t>(blocks) * tokens * kPlaces) return;
+  const int place = static_cast<int>(index % kPlaces);
+  const size_t row = index / kPlaces;  // super-block * tokens + token
+  const int t = static_cast<int>(row % tokens), block = static_cast<int>(row / tokens);
+  *reinterpret_cast<uint2*>(out + row * kStreamCols + 4 * place) =
+      permuted_quad<T>(x + static_cast<size_t>(t) * ldx + static_cast<size_t>(block) * kStreamCols, place / 4, place % 4, t < n);
+}
+
 template <GgmlType T, int NT>
-__global__ void __launch_bounds__(kStreamThreads, 2)  // (registers: two blocks an SM; three spill)
-    small_gemm_streamed_kernel(Rows<T> w, int rows, int cols, const float* __restrict__ x, int ldx, int n,
-                               float* __restrict__ y, int ldy, int accumulate, int blocks_per_split, int splits,
-                               float* __restrict__ partials, unsigned* __restrict__ arrivals) {
+__global__ void __launch_bounds__(kStreamThreads, NT >= 4 ? 1 : 2)  // (registers: from 32 rows' sums one block an SM; two spill)
+    small_gemm_streamed_kernel(Rows<T> w, int rows, int cols, const float* __restrict__ x, const __half* __restrict__ x16,
+                               int ldx, int n, float* __restrict__ y, int ldy, int accumulate, int blocks_per_split,
+                               int splits, float* __restrict__ partials, unsigned* __restrict__ arrivals) {
   using S = StreamedBlock<T>;
+  constexpr bool kRing = kStreamRing<NT>;
+  constexpr int kTokens = 8 * NT;
   extern __shared__ uint4 shared[];
   __half* const acts = reinterpret_cast<__half*>(shared);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int row_base = blockIdx.x * kStreamRows;
   const int blocks = cols / kStreamCols;
   const int first = blockIdx.y * blocks_per_split, count = min(blocks, first + blocks_per_split) - first;
-  const int pitch = count * kStreamCols + kStreamPad;  // halves of a token's row
+  const int pitch = kRing ? kRingPitch : count * kStreamCols + kStreamPad;  // halves of a token's row
   const int r0 = min(row_base + 16 * warp + g, rows - 1), r1 = min(row_base + 16 * warp + g + 8, rows - 1);
 
   struct RowsLoad {
@@ -430,32 +481,48 @@ __global__ void __launch_bounds__(kStreamThreads, 2)  // (registers: two blocks 
     if (i < count) load(first + i, ring[i]);
   wait_for_inputs();  // weights are on their way; x comes from the kernel before
 
-  // The range's activations, permuted (above), f16; tokens past n: zeros. A thread keeps one
-  // (k-step j, lane c) place of every super-block and token (the loops divide by nothing:
-  // the fill is a share of the kernel's instructions).
-  {
-    constexpr int kPlaces = kStreamCols / 4, kStride = kStreamThreads / kPlaces;  // 64 places, 4 at once
-    const int place = threadIdx.x % kPlaces, j = place / 4, chunk = place % 4;
-    const float* from = x + static_cast<size_t>(first) * kStreamCols + S::column(j, chunk);
-    __half* to = acts + 16 * j + 4 * chunk;
+  // Super-block `local` of the range into ring stage `stage` (a commit group, empty past the range).
+  auto fill_stage = [&](int local, int stage) {
+    if (local < count) {
+      constexpr int kCopies = kTokens * kStreamCols / 8 / kStreamThreads;  // 16 bytes each
+      const __half* from = x16 + static_cast<size_t>(first + local) * kTokens * kStreamCols;
+      __half* to = acts + stage * kTokens * kRingPitch;
 #pragma unroll
-    for (int t = 0; t < 8 * NT; ++t)
-      for (int block = threadIdx.x / kPlaces; block < count; block += kStride) {
-        const float4 v = t < n ? *reinterpret_cast<const float4*>(from + static_cast<size_t>(t) * ldx + block * kStreamCols)
-                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        *reinterpret_cast<uint2*>(to + t * pitch + block * kStreamCols) = make_uint2(pack_half2(v.x, v.z), pack_half2(v.y, v.w));
+      for (int i = 0; i < kCopies; ++i) {
+        const int e = threadIdx.x + kStreamThreads * i, t = e / (kStreamCols / 8), column = 8 * (e % (kStreamCols / 8));
+        copy_async16(to + t * kRingPitch + column, from + t * kStreamCols + column);
       }
+    }
+    copy_async_commit();
+  };
+  if constexpr (kRing) {
+#pragma unroll
+    for (int s = 0; s < kRingStages - 1; ++s) fill_stage(s, s);
+  } else {
+    // The range's activations, permuted (above), f16; tokens past n: zeros. A thread keeps one
+    // (k-step j, lane c) place of every super-block and token (the loops divide by nothing:
+    // the fill is a share of the kernel's instructions).
+    constexpr int kPlaces = kStreamCols / 4, kStride = kStreamThreads / kPlaces;  // 64 places, 4 at once
+    const int place = threadIdx.x % kPlaces;
+    const float* from = x + static_cast<size_t>(first) * kStreamCols;
+    __half* to = acts + 4 * place;
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t)
+      for (int block = threadIdx.x / kPlaces; block < count; block += kStride)
+        *reinterpret_cast<uint2*>(to + t * pitch + block * kStreamCols) =
+            permuted_quad<T>(from + static_cast<size_t>(t) * ldx + block * kStreamCols, place / 4, place % 4, t < n);
+    __syncthreads();
   }
-  __syncthreads();
 
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  auto multiply = [&](const RowsLoad& t, int local) {
+  // The warp's two rows of a super-block against its activations (token 0's row at `block_acts`).
+  auto multiply = [&](const RowsLoad& t, const __half* block_acts) {
     __half2 d[2][2][2], m[2][2][2];  // [row][p][r]
     S::scales(t.row[0], c, d[0], m[0]);
     S::scales(t.row[1], c, d[1], m[1]);
-    const __half* b_rows = acts + g * pitch + local * kStreamCols + 4 * c;
+    const __half* b_rows = block_acts + g * pitch + 4 * c;
 #pragma unroll
     for (int p = 0; p < 2; ++p)
 #pragma unroll
@@ -479,7 +546,16 @@ __global__ void __launch_bounds__(kStreamThreads, 2)  // (registers: two blocks 
       if (local >= count) break;
       const RowsLoad t = ring[k];
       if (local + S::kDepth < count) load(first + local + S::kDepth, ring[k]);
-      multiply(t, local);
+      if constexpr (kRing) {
+        // Stage `local` has landed (for every thread: the barrier), and the stage it refills
+        // was last read by the super-block before, which every warp has finished.
+        copy_async_wait<kRingStages - 2>();
+        __syncthreads();
+        fill_stage(local + kRingStages - 1, (local + kRingStages - 1) % kRingStages);
+        multiply(t, acts + (local % kRingStages) * kTokens * kRingPitch);
+      } else {
+        multiply(t, acts + local * kStreamCols);
+      }
     }
   }
   allow_next_launch();
@@ -572,7 +648,8 @@ constexpr int stream_longest_fitting(int token_tiles) {
 bool streamed_serves(const DeviceWeight& w, int n) {
   if ((w.type != GgmlType::Q4_K && w.type != GgmlType::Q6_K) || n > kStreamLargestBatch || w.cols % kStreamCols != 0)
     return false;
-  const int blocks = w.cols / kStreamCols, fewest = (blocks + kStreamLongest - 1) / kStreamLongest;
+  const int blocks = w.cols / kStreamCols;
+  const int fewest = n > 16 ? 1 : (blocks + kStreamLongest - 1) / kStreamLongest;  // (the ring holds any range)
   const size_t row_blocks = (w.rows + kStreamRows - 1) / kStreamRows;
   return fewest == 1 || sizeof(float) * fewest * row_blocks * 8 * ((n + 7) / 8) * kStreamRows <= kSplitPartialBytes;
 }
@@ -580,28 +657,43 @@ bool streamed_serves(const DeviceWeight& w, int n) {
 template <GgmlType T, int NT>
 void launch_streamed(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
                      int splits, MatmulScratch& scratch, Stream& stream) {
+  constexpr bool kRing = kStreamRing<NT>;
+  constexpr size_t kMostShared = kRing ? ring_shared_bytes(NT) : kStreamMostShared;
   static const bool configured = [] {
     return cudaFuncSetAttribute(small_gemm_streamed_kernel<T, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(kStreamMostShared)) == cudaSuccess;
+                                static_cast<int>(kMostShared)) == cudaSuccess;
   }();
   if (!configured) cuda_fail("small_gemm: the shared memory the streamed kernel needs is not available");
-  static const int resident =
-      blocks_per_sm(small_gemm_streamed_kernel<T, NT>, kStreamThreads, stream_shared_bytes(NT, kStreamLongest));
-  const SplitK k = split_k(w.rows, w.cols, NT, splits, resident, kStreamRows,
-                           splits > 0 ? stream_longest_fitting(NT) : kStreamLongest, kStreamCols, /*overhead=*/2);
+  static const int resident = blocks_per_sm(small_gemm_streamed_kernel<T, NT>, kStreamThreads,
+                                            kRing ? kMostShared : stream_shared_bytes(NT, kStreamLongest));
+  // (the ring holds any K range; the whole-range fill at most kStreamLongest super-blocks)
+  const int longest = kRing ? 1 << 30 : splits > 0 ? stream_longest_fitting(NT) : kStreamLongest;
+  const SplitK k = split_k(w.rows, w.cols, NT, splits, resident, kStreamRows, longest, kStreamCols, /*overhead=*/2);
   if (k.splits > 1)
     reserve_splits(scratch, sizeof(float) * k.splits * k.row_blocks * 8 * NT * kStreamRows, k.row_blocks, stream);
+  const auto s = static_cast<cudaStream_t>(stream.handle());
+  const __half* x16 = nullptr;
+  if constexpr (kRing) {
+    const int blocks = w.cols / kStreamCols;
+    scratch.activations_f16.resize(sizeof(__half) * static_cast<size_t>(8 * NT) * w.cols);
+    const size_t threads = static_cast<size_t>(blocks) * 8 * NT * (kStreamCols / 4);
+    launch_dependent(streamed_activations_kernel<T>, dim3(static_cast<unsigned>((threads + 255) / 256)), dim3(256), s, x,
+                     ldx, n, 8 * NT, blocks, scratch.activations_f16.as<__half>());
+    x16 = scratch.activations_f16.as<__half>();
+  }
   launch_dependent_shared(small_gemm_streamed_kernel<T, NT>, dim3(k.row_blocks, k.splits), dim3(kStreamThreads),
-                          stream_shared_bytes(NT, k.tiles_per_split), static_cast<cudaStream_t>(stream.handle()),
-                          rows_of<T>(w), w.rows, w.cols, x, ldx, n, y, ldy, accumulate ? 1 : 0, k.tiles_per_split,
-                          k.splits, scratch.split_partials.as<float>(), scratch.split_arrivals.as<unsigned>());
+                          kRing ? kMostShared : stream_shared_bytes(NT, k.tiles_per_split), s, rows_of<T>(w), w.rows,
+                          w.cols, x, x16, ldx, n, y, ldy, accumulate ? 1 : 0, k.tiles_per_split, k.splits,
+                          scratch.split_partials.as<float>(), scratch.split_arrivals.as<unsigned>());
 }
 
 template <GgmlType T>
 void streamed(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate, int splits,
               MatmulScratch& scratch, Stream& stream) {
   if (n <= 8) return launch_streamed<T, 1>(w, x, ldx, n, y, ldy, accumulate, splits, scratch, stream);
-  launch_streamed<T, 2>(w, x, ldx, n, y, ldy, accumulate, splits, scratch, stream);
+  if (n <= 16) return launch_streamed<T, 2>(w, x, ldx, n, y, ldy, accumulate, splits, scratch, stream);
+  if (n <= 32) return launch_streamed<T, 4>(w, x, ldx, n, y, ldy, accumulate, splits, scratch, stream);
+  launch_streamed<T, 8>(w, x, ldx, n, y, ldy, accumulate, splits, scratch, stream);
 }
 
 }  // namespace
