@@ -255,8 +255,7 @@ make_8b() {  # make_8b PATH: the Qwen3-8B-shape random GGUF, unless this warm ma
 
 # The peer built here, where 16 cores take minutes and this project's two take hours: its
 # source (.gpu/llama-src.tar.xz, `tools/llamacpp_cuda.sh --source`: the sdist's llama.cpp less
-# its models and docs) and, when the machine has none, cmake and ninja from their PyPI wheels
-# (.gpu/whl-build). At low priority beside the call's other phases (start it with & and go
+# its models and docs; the machine's image has CMake and ninja). At low priority beside the call's other phases (start it with & and go
 # on), for at most SECONDS: ninja stops there and the next call on the warm machine resumes it.
 phase_peer_build() {  # phase_peer_build SECONDS
   local seconds=${1:-540} src=$KEEP/llama.cpp
@@ -264,10 +263,6 @@ phase_peer_build() {  # phase_peer_build SECONDS
   if [ ! -d "$src" ]; then
     [ -f .gpu/llama-src.tar.xz ] || { row peer-build "skipped: no .gpu/llama-src.tar.xz carried"; return 1; }
     tar -C "$KEEP" -xJf .gpu/llama-src.tar.xz
-  fi
-  if ! command -v cmake > /dev/null || ! command -v ninja > /dev/null; then
-    [ -d "$KEEP/buildtools" ] || python3 -m pip install -q --no-index --no-deps --target "$KEEP/buildtools" .gpu/whl-build/*.whl
-    export PATH="$KEEP/buildtools/bin:$PATH" PYTHONPATH="$KEEP/buildtools${PYTHONPATH:+:$PYTHONPATH}"
   fi
   local started=$SECONDS
   {

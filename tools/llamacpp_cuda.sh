@@ -16,12 +16,10 @@ fi
 SRC="$WORK/llama_cpp_python-0.3.36/vendor/llama.cpp"
 if [ "${1:-}" = --source ]; then
   # What the GPU machine builds it from instead (tools/gpu_session.sh peer-build): the source
-  # less its models and docs (~9 MB compressed), and cmake and ninja should it have none.
+  # less its models and docs (~9 MB compressed).
   tar -C "$SRC/.." --exclude=llama.cpp/models --exclude=llama.cpp/docs --exclude='llama.cpp/build*' \
     -cJf .gpu/llama-src.tar.xz llama.cpp
-  rm -rf .gpu/whl-build && .venv/bin/pip download -q --no-deps --only-binary :all: --platform manylinux2014_x86_64 \
-    --python-version 3.11 cmake ninja -d .gpu/whl-build
-  du -sh .gpu/llama-src.tar.xz .gpu/whl-build
+  du -sh .gpu/llama-src.tar.xz
   exit 0
 fi
 # The driver (libcuda.so.1) is only on the GPU machine: executables link with it unresolved.
