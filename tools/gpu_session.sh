@@ -214,18 +214,6 @@ phase_bench() {
   record bench_8b_no_graphs "$(tail -n 1 "$OUT/bench_8b_no_graphs.txt" | grep '^{' || echo '{}')"
 }
 
-# Batch-1 decode by the GEMV's L2 prefetch budget (SPLASH_CUDA_L2_PREFETCH_MB; 0: none), side by side.
-phase_l2_sweep() {
-  [ -x .gpu/bin/splash ] || { row l2-sweep "skipped: no splash binary carried"; return; }
-  local model=$KEEP/qwen3-8b-q4km.gguf mb
-  make_8b "$model" || { row l2-sweep "failed to make the model"; return; }
-  for mb in 0 12 24 36 0 24; do
-    SPLASH_CUDA_L2_PREFETCH_MB=$mb splash bench --device cuda -m "$model" --prompt-sizes 512 --decode-tokens 128 \
-      --repetitions 3 --parallel 1,4 > "$OUT/l2_sweep_$mb.txt" 2> /dev/null
-    row "decode, L2 prefetch $mb MB" "$(grep -E '^decode' "$OUT/l2_sweep_$mb.txt" | tr -s ' ' | tr '\n' ';')"
-  done
-}
-
 # Where a decode step's GPU time goes, step by step (SPLASH_CUDA_PROFILE=1: an event after
 # each step, kernel by kernel), at one sequence and at 16 and 64 together.
 phase_profile() {
@@ -367,9 +355,8 @@ case "${1:-tests}" in
          phase_ncu; phase_bench; phase_profile; phase_sanitizers ;;
   peer) phase_peer ;;
   peer-build) phase_peer_build "${2:-540}" ;;
-  l2-sweep) phase_l2_sweep ;;
   bench8b) phase_bench8b ;;
-  *) echo "usage: $0 tests|quick|serve|bench|profile|kernels [FILTER]|sanitize FILTER|work|final|peer-build S|l2-sweep|peer|bench8b|part N|real" >&2; exit 2 ;;
+  *) echo "usage: $0 tests|quick|serve|bench|profile|kernels [FILTER]|sanitize FILTER|work|final|peer-build S|peer|bench8b|part N|real" >&2; exit 2 ;;
 esac
 echo
 cat "$SUMMARY"

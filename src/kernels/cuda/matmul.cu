@@ -171,8 +171,7 @@ __device__ __forceinline__ float run_dp4a(const CodeRun& r, const uint4 x, float
 // rows, whose int8 codes every warp of the SM reads through L1.
 template <GgmlType T, int M, int R, int U>
 __global__ void __launch_bounds__(kGemvWarps * 32)
-    gemv_q8_kernel(Rows<T> w, int rows, QuantizedRows x, int n, float* __restrict__ y, int ldy, int accumulate,
-                   L2Prefetch next) {
+    gemv_q8_kernel(Rows<T> w, int rows, QuantizedRows x, int n, float* __restrict__ y, int ldy, int accumulate) {
   using B = Block<T>;
   const int row0 = (blockIdx.x * kGemvWarps + threadIdx.x / 32) * R;
   const int lane = threadIdx.x % 32;
@@ -196,10 +195,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll
       for (int r = 0; r < R; ++r) raw[u][r] = B::load(w.quants(row[r], block), w.header(row[r], block), p);
     }
-    if (!waited) {  // the first weights are on their way: the next matrix's prefetch, then x
-      issue_l2_prefetch(next.data, next.bytes);
-      wait_for_inputs(), waited = true;
-    }
+    if (!waited) wait_for_inputs(), waited = true;  // the first weights are on their way: now x
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int part = base + 32 * u;
@@ -312,25 +308,24 @@ QuantizedRows offset_rows(QuantizedRows q, int first, int count) {
 }
 
 template <GgmlType T, int I>
-void launch_q8_variant(const DeviceWeight& w, const QuantizedRows& x, float* y, int ldy, int accumulate, L2Prefetch next,
-                       cudaStream_t s) {
+void launch_q8_variant(const DeviceWeight& w, const QuantizedRows& x, float* y, int ldy, int accumulate, cudaStream_t s) {
   constexpr GemvVariant v = kVariants[I];
   const int per_block = kGemvWarps * v.rows;
   launch_dependent(gemv_q8_kernel<T, v.tokens, v.rows, v.parts>, dim3((w.rows + per_block - 1) / per_block),
-                   dim3(kGemvWarps * 32), s, rows_of<T>(w), w.rows, x, x.n, y, ldy, accumulate, next);
+                   dim3(kGemvWarps * 32), s, rows_of<T>(w), w.rows, x, x.n, y, ldy, accumulate);
 }
 
 template <GgmlType T>
 void launch_q8(int variant, const DeviceWeight& w, const QuantizedRows& x, float* y, int ldy, int accumulate,
-               L2Prefetch next, cudaStream_t s) {
+               cudaStream_t s) {
   [&]<int... I>(std::integer_sequence<int, I...>) {
-    ((variant == I ? launch_q8_variant<T, I>(w, x, y, ldy, accumulate, next, s) : void()), ...);
+    ((variant == I ? launch_q8_variant<T, I>(w, x, y, ldy, accumulate, s) : void()), ...);
   }(std::make_integer_sequence<int, kVariantCount>{});
 }
 
 template <GgmlType T>
 void launch_gemv(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
-                 MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq, int variant, L2Prefetch next) {
+                 MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq, int variant) {
   const int acc = accumulate ? 1 : 0;
   if constexpr (Block<T>::kPacked) {  // integer types: int8 activations, dp4a
     const QuantizedRows q = xq ? *xq : quantize_rows(x, ldx, n, w.cols, scratch.activations_q8, stream);
@@ -342,8 +337,7 @@ void launch_gemv(const DeviceWeight& w, const float* x, int ldx, int n, float* y
                          : w.gemv_choice[bucket] >= 0 ? w.gemv_choice[bucket]
                                                       : default_variant(bucket, w);
       if (kVariants[chosen].tokens != kBucketTokens[bucket]) cuda_fail("gemv: the variant does not fit the pass size");
-      launch_q8<T>(chosen, w, offset_rows(q, start, count), y + static_cast<size_t>(start) * ldy, ldy, acc,
-                   start == 0 ? next : L2Prefetch{}, raw(stream));
+      launch_q8<T>(chosen, w, offset_rows(q, start, count), y + static_cast<size_t>(start) * ldy, ldy, acc, raw(stream));
     }
   } else {  // float types: float activations
     for (int start = 0; start < n; start += kGemvMaxTokens) {
@@ -430,17 +424,13 @@ QuantizedRows quantize_rows(const float* x, int ldx, int n, int cols, DeviceBuff
   return q.view(n, cols);
 }
 
-L2Prefetch l2_prefetch_of(const DeviceWeight& w, size_t most) {
-  return {w.data, std::min(w.bytes(), most) / 16 * 16};  // (rows are 16-byte multiples)
-}
-
 void gemv(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
-          MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq, int variant, L2Prefetch next) {
+          MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq, int variant) {
   if (ldx % 4 != 0) cuda_fail("gemv: activation rows must be 16-byte aligned");
   if (n == 0) return;
   if (variant >= kVariantCount) cuda_fail("gemv: no variant " + std::to_string(variant));
   dispatch_weight_type(w.type, [&]<GgmlType T>() {
-    launch_gemv<T>(w, x, ldx, n, y, ldy, accumulate, scratch, stream, xq, variant, next);
+    launch_gemv<T>(w, x, ldx, n, y, ldy, accumulate, scratch, stream, xq, variant);
   });
 }
 
@@ -454,10 +444,10 @@ void dequantize_to_f16(const DeviceWeight& w, void* out_f16, Stream& stream) {
 }
 
 void matmul(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
-            MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq, bool always_gemv, L2Prefetch next) {
-  if (n <= kGemvLargestBatch) return gemv(w, x, ldx, n, y, ldy, accumulate, scratch, stream, xq, -1, next);
+            MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq, bool always_gemv) {
+  if (n <= kGemvLargestBatch) return gemv(w, x, ldx, n, y, ldy, accumulate, scratch, stream, xq);
   if (n <= kSmallGemmLargestBatch && small_gemm_reads(w.type)) return small_gemm(w, x, ldx, n, y, ldy, accumulate, scratch, stream);
-  if (always_gemv) return gemv(w, x, ldx, n, y, ldy, accumulate, scratch, stream, xq, -1, next);
+  if (always_gemv) return gemv(w, x, ldx, n, y, ldy, accumulate, scratch, stream, xq);
   matmul_tensor_cores(w, x, ldx, n, y, ldy, accumulate, scratch, stream);
 }
 

@@ -85,18 +85,6 @@ constexpr int kGemvLargestBatch = 4;
 // the quantized weights decoded once per pass into shared memory, f16 tensor cores).
 constexpr int kSmallGemmLargestBatch = 64;
 
-// Weight bytes to bring into L2 ahead of their matmul: at batch 1 a layer's memory sits idle
-// through its norms, rope and attention (a third of the step); a GEMV issues the next
-// matrix's first `bytes` as fire-and-forget L2 prefetches (kept over streamed lines: weights
-// are loaded evict-first), so the next GEMV starts on L2 hits. Only a hint: results never
-// depend on it.
-struct L2Prefetch {
-  const void* data = nullptr;
-  size_t bytes = 0;
-};
-// The first `most` bytes of a weight (all of it when smaller).
-L2Prefetch l2_prefetch_of(const DeviceWeight& w, size_t most);
-
 // y[t][r] (+)= sum_c w[r][c] * x[t][c] for t < n. Few rows (decode, verify blocks) stream the
 // quantized weights once per 8 rows (GEMV: integer types against int8 activations, a scale
 // per 16, with dp4a; float types in float); up to kSmallGemmLargestBatch rows of integer
@@ -104,15 +92,12 @@ L2Prefetch l2_prefetch_of(const DeviceWeight& w, size_t most);
 // float accumulation. `xq`, when given, is x already quantized (the
 // GEMV of integer types reads it instead of quantizing x again). `always_gemv` keeps a huge
 // matrix (the output head) off the f16 copy (GEMV passes where the small GEMM cannot serve).
-// `next`: what the GEMV prefetches into L2 (integer types; other paths ignore it).
 void matmul(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
-            MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq = nullptr, bool always_gemv = false,
-            L2Prefetch next = {});
+            MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq = nullptr, bool always_gemv = false);
 // The GEMV alone, for tests and the tuner (variant: an index into gemv_variants() matching
 // the pass size, or -1 for the weight's choice).
 void gemv(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
-          MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq = nullptr, int variant = -1,
-          L2Prefetch next = {});
+          MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq = nullptr, int variant = -1);
 // The tensor-core path alone: w dequantized to f16, x converted to f16, one cuBLAS GEMM with
 // float accumulation (for tests and the benchmark of where it overtakes the GEMV).
 void matmul_tensor_cores(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,

@@ -52,38 +52,12 @@ __device__ __forceinline__ float small_uint_to_float(uint32_t v) { return __uint
 
 // A weight load that streams past L1 (weights are read once per pass; L1 keeps the
 // activations every warp of the SM reads).
-// Weights are read once a pass: evict-first in L2, so that streaming a matrix does not push
-// out what was prefetched for the next one (L2Prefetch, evict-last).
-__device__ __forceinline__ uint64_t l2_evict_first_policy() {
-  uint64_t policy;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
 __device__ __forceinline__ uint4 load_weights16(const uint8_t* p) {
   uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "l"(l2_evict_first_policy()));
+      : "l"(p));
   return v;
-}
-
-// This thread block's share of an L2 prefetch (thread 0 issues chunks blockIdx.x, + gridDim.x,
-// ...; fire and forget, evict-last). `data` and `bytes` are 16-byte multiples.
-__device__ __forceinline__ void issue_l2_prefetch(const void* data, size_t bytes) {
-#if __CUDA_ARCH__ >= 900
-  constexpr size_t kChunk = 32 << 10;
-  if (threadIdx.x != 0 || data == nullptr) return;
-  uint64_t policy;
-  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-  for (size_t at = static_cast<size_t>(blockIdx.x) * kChunk; at < bytes; at += static_cast<size_t>(gridDim.x) * kChunk) {
-    const auto size = static_cast<uint32_t>(bytes - at < kChunk ? bytes - at : kChunk);
-    asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(static_cast<const char*>(data) + at),
-                 "r"(size), "l"(policy)
-                 : "memory");
-  }
-#else
-  (void)data, (void)bytes;
-#endif
 }
 
 template <GgmlType T>

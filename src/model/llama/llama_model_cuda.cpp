@@ -354,17 +354,14 @@ class LlamaCudaModel final : public Model {
   }
 
   // The matrices of one input (q, k, v or gate, up when not stacked): x is quantized once.
-  // The first matmul prefetches `next` into L2.
   void matmul_group(const std::vector<cu::DeviceWeight>& group, const float* x, int ldx, int n, float* y, int ldy,
-                    const cu::QuantizedRows* xq, cu::L2Prefetch next) {
+                    const cu::QuantizedRows* xq) {
     int column = 0;
     for (const auto& w : group) {
-      cu::matmul(w, x, ldx, n, y + column, ldy, false, matmul_scratch_, stream_, xq, false, column == 0 ? next : cu::L2Prefetch{});
+      cu::matmul(w, x, ldx, n, y + column, ldy, false, matmul_scratch_, stream_, xq);
       column += w.rows;
     }
   }
-  // What a GEMV prefetches of the matrix after it (batch-1 decode's idle memory, L2Prefetch).
-  cu::L2Prefetch prefetch(const cu::DeviceWeight& next) const { return cu::l2_prefetch_of(next, l2_prefetch_bytes_); }
 
   // Where rms_norm / silu_mul write the int8 copy of their rows for the GEMVs that read them
   // (decode-sized batches only; the tensor-core path reads floats).
@@ -518,7 +515,7 @@ class LlamaCudaModel final : public Model {
       const auto& layer = layers_[l];
       cu::rms_norm(x, layer.attn_norm, normed, n, s.d_model, h_.rms_eps, stream_, normed_out);
       mark("attn_norm");
-      matmul_group(layer.qkv, normed, s.d_model, n, qkv, qkv_width(), normed_in, prefetch(layer.attn_output));
+      matmul_group(layer.qkv, normed, s.d_model, n, qkv, qkv_width(), normed_in);
       mark("qkv matmul");
       cu::QkvPostArgs post;
       post.qkv = qkv;
@@ -540,16 +537,15 @@ class LlamaCudaModel final : public Model {
       mark("attention");
       const auto attn_in = attn_quantized ? std::optional<cu::QuantizedRows>(attn_q8->view(n, q_width())) : std::nullopt;
       cu::matmul(layer.attn_output, attn, q_width(), n, x, s.d_model, true, matmul_scratch_, stream_,
-                 attn_in ? &*attn_in : nullptr, false, prefetch(layer.gate_up.front()));
+                 attn_in ? &*attn_in : nullptr);
       mark("attn_output matmul");
       cu::rms_norm(x, layer.ffn_norm, normed, n, s.d_model, h_.rms_eps, stream_, normed_out);
       mark("ffn_norm");
-      matmul_group(layer.gate_up, normed, s.d_model, n, gate_up_.as<float>(), 2 * s.ffn, normed_in, prefetch(layer.down));
+      matmul_group(layer.gate_up, normed, s.d_model, n, gate_up_.as<float>(), 2 * s.ffn, normed_in);
       mark("gate_up matmul");
       cu::silu_mul(gate_up_.as<float>(), hidden_.as<float>(), n, s.ffn, stream_, hidden_out);
       mark("silu_mul");
-      cu::matmul(layer.down, hidden_.as<float>(), s.ffn, n, x, s.d_model, true, matmul_scratch_, stream_, hidden_in,
-                 false, prefetch(l + 1 < s.n_layers ? layers_[l + 1].qkv.front() : output_));
+      cu::matmul(layer.down, hidden_.as<float>(), s.ffn, n, x, s.d_model, true, matmul_scratch_, stream_, hidden_in);
       mark("down matmul");
     }
     if (wanted > 0) {
@@ -557,7 +553,7 @@ class LlamaCudaModel final : public Model {
       cu::gather_rows(x, rows_, wanted, s.d_model, last_.as<float>(), stream_);
       cu::rms_norm(last_.as<float>(), output_norm_, last_normed_.as<float>(), wanted, s.d_model, h_.rms_eps, stream_);
       cu::matmul(output_, last_normed_.as<float>(), s.d_model, wanted, logits_.as<float>(), s.vocab, false,
-                 matmul_scratch_, stream_, /*xq=*/nullptr, /*always_gemv=*/true, prefetch(layers_.front().qkv.front()));
+                 matmul_scratch_, stream_, /*xq=*/nullptr, /*always_gemv=*/true);
       mark("head (norm, matmul)");
     }
   }
@@ -587,14 +583,6 @@ class LlamaCudaModel final : public Model {
   std::map<int, cu::Timeline> profiles_;
   cu::Timeline* timeline_ = nullptr;  // this pass's, when profiled
   std::map<std::pair<int, int>, cu::Graph> decode_graphs_;
-
-  // Bytes of each next matrix a GEMV prefetches into L2 (SPLASH_CUDA_L2_PREFETCH_MB, 0: none;
-  // about half the H200's 50 MB L2 by default, so the current matrix's stream keeps room).
-  size_t l2_prefetch_bytes_ = l2_prefetch_bytes();
-  static size_t l2_prefetch_bytes() {
-    const char* value = std::getenv("SPLASH_CUDA_L2_PREFETCH_MB");
-    return (value ? std::strtoull(value, nullptr, 10) : 24) << 20;
-  }
 
   static bool profile_requested() {
     const char* value = std::getenv("SPLASH_CUDA_PROFILE");
