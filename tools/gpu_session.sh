@@ -255,8 +255,9 @@ make_8b() {  # make_8b PATH: the Qwen3-8B-shape random GGUF, unless this warm ma
 
 # The peer built here, where 16 cores take minutes and this project's two take hours: its
 # source (.gpu/llama-src.tar.xz, `tools/llamacpp_cuda.sh --source`: the sdist's llama.cpp less
-# its models and docs; the machine's image has CMake and ninja). At low priority beside the call's other phases (start it with & and go
-# on), for at most SECONDS: ninja stops there and the next call on the warm machine resumes it.
+# its models and docs; the machine's image has CMake and ninja). At low priority beside the
+# call's other phases (start it with & and go on), for at most SECONDS: ninja stops there and
+# the next call on the warm machine resumes it.
 phase_peer_build() {  # phase_peer_build SECONDS
   local seconds=${1:-540} src=$KEEP/llama.cpp
   [ -x "$KEEP/llama/llama-bench" ] && { echo "peer already built"; return 0; }
@@ -281,8 +282,8 @@ phase_peer_build() {  # phase_peer_build SECONDS
   tail -n 3 "$OUT/peer_build.log"
 }
 
-# The peer, llama.cpp's CUDA build (.gpu/llama-cuda.tar.xz from tools/llamacpp_cuda.sh, or built here by phase_peer_build), on the
-# same file: llama-bench (prefill 512/4096, decode 128, decode at depth 8K/32K) and
+# The peer, llama.cpp's CUDA build (.gpu/llama-cuda.tar.xz from tools/llamacpp_cuda.sh, or
+# built here by phase_peer_build), on the same file: llama-bench (prefill 512/4096, decode 128, decode at depth 8K/32K) and
 # llama-batched-bench (aggregate decode of 1/4/16/64 sequences after 512-token prompts), flash
 # attention on, every layer on the GPU. The splash side runs in the next call (phase bench8b)
 # on this warm machine, so both numbers come from one lease.

@@ -104,8 +104,9 @@ void matmul_tensor_cores(const DeviceWeight& w, const float* x, int ldx, int n, 
                          MatmulScratch& scratch, Stream& stream);
 // The small GEMM alone, for 1 to kSmallGemmLargestBatch rows of an integer weight type (f16
 // operands, float accumulation); `splits` of K (0: chosen for the GPU's SMs). Two kernels:
-// the streamed one (Q4_K and Q6_K: each warp's weights straight into its mma fragments) where it serves, else the staged one (every type: weights decoded into shared
-// memory); `kernel` Staged keeps to the second (tests and the benchmark compare them).
+// the streamed one (Q4_K and Q6_K: each warp's weights straight into its mma fragments)
+// where it serves, else the staged one (every type: weights decoded into shared memory);
+// `kernel` Staged keeps to the second (tests and the benchmark compare them).
 enum class SmallGemmKernel { Auto, Staged };
 constexpr int kSmallGemmStreamedLargestBatch = kSmallGemmLargestBatch;
 bool small_gemm_reads(GgmlType type);
