@@ -1,5 +1,6 @@
 #pragma once
-// Compile-time geometry of the integer packed kinds (see packed_weight.h), for the kernels.
+// Compile-time geometry of the integer packed kinds of one scale per sub-block (see
+// packed_weight.h), for the kernels; the K-quant kinds are described by k_quant_record.h.
 #include <cstdint>
 #include <cstring>
 
@@ -20,11 +21,6 @@ template <>
 struct IntKind<PackedKind::U4_F16> {
   static constexpr int sub = 32, code_bytes = 256, scale_bytes = 64;
   static constexpr bool nibbles = true, half = true, offset128 = false;
-};
-template <>
-struct IntKind<PackedKind::U4_F32> {
-  static constexpr int sub = 32, code_bytes = 256, scale_bytes = 128;
-  static constexpr bool nibbles = true, half = false, offset128 = false;
 };
 template <>
 struct IntKind<PackedKind::U8_F16> {  // codes are q + 128 (Q8_0)

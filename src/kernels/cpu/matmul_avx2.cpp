@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/int_kind_traits.h"
 #include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/k_quant_record.h"
 #include "kernels/cpu/shipped_shapes.h"
 
 namespace splash::kernels::avx2 {
@@ -34,16 +35,147 @@ inline void store_rows(const PackedWeight& w, int tile, int half, __m256 value, 
   }
 }
 
+// The 8 rows' integer sums (a tile half) against one token's codes over kGroups k-groups.
+// Codes are small (below 64) so maddubs cannot saturate; with kOffset128 (Q8_0, stored as
+// q + 128) they are flipped back to signed and multiplied as |w| * sign(x, w) instead.
+template <int kGroups, bool kOffset128 = false>
+inline __m256i dot_groups(const __m256i (&wv)[kGroups], const int8_t* xq) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i dot = _mm256_setzero_si256();
+  for (int g = 0; g < kGroups; ++g) {
+    const __m256i xb = _mm256_set1_epi32(load_i32(xq + 4 * g));
+    __m256i products;
+    if constexpr (kOffset128) {
+      const __m256i signed_w = _mm256_xor_si256(wv[g], _mm256_set1_epi8(static_cast<char>(0x80)));
+      products = _mm256_maddubs_epi16(_mm256_abs_epi8(signed_w), _mm256_sign_epi8(xb, signed_w));
+    } else {
+      products = _mm256_maddubs_epi16(wv[g], xb);
+    }
+    dot = _mm256_add_epi32(dot, _mm256_madd_epi16(products, ones));
+  }
+  return dot;
+}
+
+// acc[n] += d_w * d_x * dot (+ m_w * sum(x) unless kOffset128, whose m is folded into the
+// signed codes) over one sub-block of kGroups k-groups at column `col`, for each token.
+template <int NB, int kGroups, bool kOffset128 = false>
+inline void accumulate_sub_block(const __m256i (&wv)[kGroups], __m256 d, __m256 m, const MatmulInput& in, int k,
+                                 int token0, int col, __m256 (&acc)[NB]) {
+  for (int n = 0; n < NB; ++n) {
+    const size_t t = static_cast<size_t>(token0 + n);
+    const __m256i dot = dot_groups<kGroups, kOffset128>(wv, in.codes + t * k + col);
+    const float dx = in.scales[t * (k / 32) + col / 32];
+    acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc[n]);
+    if constexpr (!kOffset128) {
+      const float* s = in.sums + t * (k / 16) + col / 16;
+      acc[n] = _mm256_fmadd_ps(m, _mm256_set1_ps(kGroups == 8 ? s[0] + s[1] : s[0]), acc[n]);
+    }
+  }
+}
+
+// kGroups k-groups of 4-bit codes of one tile half: vector j (64 bytes, this half's 32 at
+// 32 * half) holds k-group 2j in its low nibbles and 2j + 1 in its high ones.
+template <int kGroups>
+inline void nibble_codes(const uint8_t* p, int half, __m256i (&wv)[kGroups]) {
+  const __m256i low_nibble = _mm256_set1_epi8(0x0F);
+  for (int j = 0; j < kGroups / 2; ++j) {
+    const __m256i packed = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 64 * j + 32 * half));
+    wv[2 * j] = _mm256_and_si256(packed, low_nibble);
+    wv[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_nibble);
+  }
+}
+
+// 8 bytes of one tile half (its lanes' u8 or int8 values at `at`) as floats.
+template <bool kSigned>
+inline __m256 widen8(const uint8_t* at) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(at));
+  return _mm256_cvtepi32_ps(kSigned ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes));
+}
+inline __m256 half_floats(const uint8_t* at) { return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(at))); }
+
+// Records fetched ahead of use (as the AVX-512 kernels: a decode step's K-quant stream is
+// latency-bound on one core without).
+constexpr int kPrefetchRecords = 4;
+
+// Q4_K records (k_quant_record.h), one tile half at a time: per block fp16 d and dmin, per
+// sub-block of 32 the 6-bit scales and mins widened and multiplied out (exact in float).
+template <int KCT, int NB>
+void q4k_tile(const PackedWeight& w, int tile, const MatmulInput& in, int token0, float* y, int ldy) {
+  constexpr int kRecord = Q4KRecord::kCodeBytes + Q4KRecord::kScaleBytes;
+  const int k = KCT ? KCT : in.k;
+  const int blocks = k / 256;
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* record = w.data.data() + static_cast<size_t>(tile) * blocks * kRecord;
+    __m256 acc[NB];
+    for (int n = 0; n < NB; ++n) acc[n] = _mm256_setzero_ps();
+    for (int b = 0; b < blocks; ++b, record += kRecord) {
+      const __m256 d = half_floats(record + Q4KRecord::d + 16 * half);
+      const __m256 neg_dmin = _mm256_sub_ps(_mm256_setzero_ps(), half_floats(record + Q4KRecord::dmin + 16 * half));
+      for (int s = 0; s < Q4KRecord::kSubBlocks; ++s) {
+        if (half == 0)  // the second half reads the tile again from the cache
+          for (int line = 0; line < 5; ++line)
+            _mm_prefetch(reinterpret_cast<const char*>(record + kPrefetchRecords * kRecord + 320 * s + 64 * line), _MM_HINT_T0);
+        __m256i wv[8];
+        nibble_codes(record + Q4KRecord::codes(s), half, wv);
+        accumulate_sub_block<NB, 8>(wv, _mm256_mul_ps(d, widen8<false>(record + Q4KRecord::scales(s) + 8 * half)),
+                                    _mm256_mul_ps(neg_dmin, widen8<false>(record + Q4KRecord::mins(s) + 8 * half)), in,
+                                    k, token0, b * 256 + s * 32, acc);
+      }
+    }
+    for (int n = 0; n < NB; ++n)
+      store_rows(w, tile, half, acc[n], y + static_cast<size_t>(token0 + n) * ldy + tile * kTileRows + half * 8);
+  }
+}
+
+// Q6_K records, one tile half at a time: per sub-block of 16 the codes rebuilt from their two
+// bit planes, the int8 scales widened and multiplied by d, m = -32 d scale.
+template <int KCT, int NB>
+void q6k_tile(const PackedWeight& w, int tile, const MatmulInput& in, int token0, float* y, int ldy) {
+  constexpr int kRecord = Q6KRecord::kCodeBytes + Q6KRecord::kScaleBytes;
+  const int k = KCT ? KCT : in.k;
+  const int blocks = k / 256;
+  const __m256i low_nibble = _mm256_set1_epi8(0x0F), high_pair = _mm256_set1_epi8(0x30);
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* record = w.data.data() + static_cast<size_t>(tile) * blocks * kRecord;
+    __m256 acc[NB];
+    for (int n = 0; n < NB; ++n) acc[n] = _mm256_setzero_ps();
+    for (int b = 0; b < blocks; ++b, record += kRecord) {
+      const __m256 d = half_floats(record + Q6KRecord::d + 16 * half);
+      for (int s = 0; s < Q6KRecord::kSubBlocks; ++s) {
+        if (half == 0)
+          for (int line = 0; line < 4; ++line)
+            _mm_prefetch(reinterpret_cast<const char*>(record + kPrefetchRecords * kRecord + 256 * s + 64 * line), _MM_HINT_T0);
+        const auto load = [&](size_t at) {
+          return _mm256_load_si256(reinterpret_cast<const __m256i*>(record + at + 32 * half));
+        };
+        const __m256i low0 = load(Q6KRecord::low(2 * s)), low1 = load(Q6KRecord::low(2 * s + 1));
+        const __m256i high = load(Q6KRecord::high(s));
+        const __m256i wv[4] = {
+            _mm256_or_si256(_mm256_and_si256(low0, low_nibble), _mm256_and_si256(_mm256_slli_epi16(high, 4), high_pair)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low0, 4), low_nibble),
+                            _mm256_and_si256(_mm256_slli_epi16(high, 2), high_pair)),
+            _mm256_or_si256(_mm256_and_si256(low1, low_nibble), _mm256_and_si256(high, high_pair)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low1, 4), low_nibble),
+                            _mm256_and_si256(_mm256_srli_epi16(high, 2), high_pair)),
+        };
+        const __m256 ds = _mm256_mul_ps(d, widen8<true>(record + Q6KRecord::scales(s) + 8 * half));
+        accumulate_sub_block<NB, 4>(wv, ds, _mm256_mul_ps(ds, _mm256_set1_ps(-32.0f)), in, k, token0, b * 256 + s * 16,
+                                    acc);
+      }
+    }
+    for (int n = 0; n < NB; ++n)
+      store_rows(w, tile, half, acc[n], y + static_cast<size_t>(token0 + n) * ldy + tile * kTileRows + half * 8);
+  }
+}
+
+// The kinds of one scale pair per sub-block, one tile half at a time.
 template <PackedKind KIND, int KCT, int NB>
-void int_tile(const PackedWeight& w, int tile, const MatmulInput& in, int token0, float* y, int ldy) {
+void flat_int_tile(const PackedWeight& w, int tile, const MatmulInput& in, int token0, float* y, int ldy) {
   using T = IntKind<KIND>;
   constexpr int kGroups = T::sub / 4;
   constexpr int kRecord = T::code_bytes + T::scale_bytes;
   const int k = KCT ? KCT : in.k;
   const int subs = k / T::sub;
-  const __m256i low_nibble = _mm256_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i offset = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int half = 0; half < 2; ++half) {
     const uint8_t* record = w.data.data() + static_cast<size_t>(tile) * subs * kRecord;
     __m256 acc[NB];
@@ -51,49 +183,30 @@ void int_tile(const PackedWeight& w, int tile, const MatmulInput& in, int token0
     for (int b = 0; b < subs; ++b, record += kRecord) {
       __m256 d, m;
       if constexpr (T::half) {
-        d = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(record + T::code_bytes + 16 * half)));
-        m = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(record + T::code_bytes + 32 + 16 * half)));
+        d = half_floats(record + T::code_bytes + 16 * half);
+        m = half_floats(record + T::code_bytes + 32 + 16 * half);
       } else {
         d = _mm256_load_ps(reinterpret_cast<const float*>(record + T::code_bytes + 32 * half));
         m = _mm256_load_ps(reinterpret_cast<const float*>(record + T::code_bytes + 64 + 32 * half));
       }
-      for (int n = 0; n < NB; ++n) {
-        const int8_t* xq = in.codes + static_cast<size_t>(token0 + n) * k + b * T::sub;
-        __m256i dot = _mm256_setzero_si256();
-        for (int g = 0; g < kGroups; ++g) {
-          __m256i wg;
-          if constexpr (T::nibbles) {
-            const __m256i packed = _mm256_load_si256(reinterpret_cast<const __m256i*>(record + 64 * (g / 2) + 32 * half));
-            wg = (g % 2 == 0) ? _mm256_and_si256(packed, low_nibble)
-                              : _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_nibble);
-          } else {
-            wg = _mm256_load_si256(reinterpret_cast<const __m256i*>(record + 64 * g + 32 * half));
-          }
-          const __m256i xb = _mm256_set1_epi32(load_i32(xq + 4 * g));
-          __m256i products;
-          if constexpr (T::offset128) {
-            // Q8_0 codes were stored as q + 128; flip back to signed and use |w| * sign(x, w)
-            // so maddubs cannot saturate. The m term then must not be applied.
-            const __m256i signed_w = _mm256_xor_si256(wg, offset);
-            products = _mm256_maddubs_epi16(_mm256_abs_epi8(signed_w), _mm256_sign_epi8(xb, signed_w));
-          } else {
-            products = _mm256_maddubs_epi16(wg, xb);
-          }
-          dot = _mm256_add_epi32(dot, _mm256_madd_epi16(products, ones));
-        }
-        const int t = token0 + n;
-        const float dx = in.scales[static_cast<size_t>(t) * (k / 32) + (b * T::sub) / 32];
-        acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc[n]);
-        if constexpr (!T::offset128) {
-          const float* s = in.sums + static_cast<size_t>(t) * (k / 16);
-          const float sx = T::sub == 32 ? s[2 * b] + s[2 * b + 1] : s[b];
-          acc[n] = _mm256_fmadd_ps(m, _mm256_set1_ps(sx), acc[n]);
-        }
+      __m256i wv[kGroups];
+      if constexpr (T::nibbles) {
+        nibble_codes(record, half, wv);
+      } else {
+        for (int g = 0; g < kGroups; ++g) wv[g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(record + 64 * g + 32 * half));
       }
+      accumulate_sub_block<NB, kGroups, T::offset128>(wv, d, m, in, k, token0, b * T::sub, acc);
     }
     for (int n = 0; n < NB; ++n)
       store_rows(w, tile, half, acc[n], y + static_cast<size_t>(token0 + n) * ldy + tile * kTileRows + half * 8);
   }
+}
+
+template <PackedKind KIND, int KCT, int NB>
+void int_tile(const PackedWeight& w, int tile, const MatmulInput& in, int token0, float* y, int ldy) {
+  if constexpr (KIND == PackedKind::U4_K) q4k_tile<KCT, NB>(w, tile, in, token0, y, ldy);
+  else if constexpr (KIND == PackedKind::U6_K) q6k_tile<KCT, NB>(w, tile, in, token0, y, ldy);
+  else flat_int_tile<KIND, KCT, NB>(w, tile, in, token0, y, ldy);
 }
 
 template <PackedKind KIND, int NB>

@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/int_kind_traits.h"
 #include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/k_quant_record.h"
 #include "kernels/cpu/shipped_shapes.h"
 
 namespace splash::kernels::avx512 {
@@ -26,36 +27,164 @@ inline __mmask16 row_mask(const PackedWeight& w, int tile) {
   return left >= kTileRows ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
 }
 
+// The activation rows one tile call reads: codes, per 32 a scale, per 16 the scaled code sum.
+template <int NB>
+struct TokenRows {
+  const int8_t* codes[NB];
+  const float* scales[NB];
+  const float* sums[NB];
+  TokenRows(const MatmulInput& in, int k, int token0) {
+    for (int n = 0; n < NB; ++n) {
+      codes[n] = in.codes + static_cast<size_t>(token0 + n) * k;
+      scales[n] = in.scales + static_cast<size_t>(token0 + n) * (k / 32);
+      sums[n] = in.sums + static_cast<size_t>(token0 + n) * (k / 16);
+    }
+  }
+};
+
+// kGroups k-groups of 4-bit codes from kGroups / 2 vectors: vector j holds k-group 2j in
+// its low nibbles and 2j + 1 in its high ones.
+template <int kGroups>
+inline void nibble_codes(const uint8_t* p, __m512i low_nibble, __m512i (&wv)[kGroups]) {
+  for (int j = 0; j < kGroups / 2; ++j) {
+    const __m512i packed = _mm512_load_si512(p + 64 * j);
+    wv[2 * j] = _mm512_and_si512(packed, low_nibble);
+    wv[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low_nibble);
+  }
+}
+
+// Accumulators of one tile call: per token the d-scaled sums and the m * sum(x) terms.
+// Few tokens give the out-of-order core little independent work, so each sub-block's VNNI
+// sums run as kChains interleaved chains (the latency of 8 chained vpdpbusd is ~40 cycles,
+// more than the rest of a sub-block's work) and the m terms in accumulators of their own.
+template <int NB>
+struct TileAccumulators {
+  static constexpr int kChains = NB >= 4 ? 1 : NB == 2 ? 2 : 4;
+  __m512 acc[NB], acc_m[NB];
+  TileAccumulators() {
+    for (int n = 0; n < NB; ++n) acc[n] = acc_m[n] = _mm512_setzero_ps();
+  }
+  __m512 total(int n) const { return _mm512_add_ps(acc[n], acc_m[n]); }
+};
+
+// acc += d_w * d_x * dot, acc_m += m_w * sum(x) over one sub-block of kGroups k-groups at
+// column `col`, for each token: the integer sums of the 16 rows by VNNI, scaled in float.
+template <int NB, int kGroups>
+inline void accumulate_sub_block(const __m512i (&wv)[kGroups], __m512 d, __m512 m, const TokenRows<NB>& x, int col,
+                                 TileAccumulators<NB>& a) {
+  constexpr int kChains = std::min(TileAccumulators<NB>::kChains, kGroups);
+  for (int n = 0; n < NB; ++n) {
+    const int8_t* xq = x.codes[n] + col;
+    __m512i dot[kChains];
+    for (int c = 0; c < kChains; ++c) dot[c] = _mm512_setzero_si512();
+    for (int g = 0; g < kGroups; ++g)
+      dot[g % kChains] = _mm512_dpbusd_epi32(dot[g % kChains], wv[g], _mm512_set1_epi32(load_i32(xq + 4 * g)));
+    for (int width = kChains / 2; width > 0; width /= 2)
+      for (int c = 0; c < width; ++c) dot[c] = _mm512_add_epi32(dot[c], dot[c + width]);
+    const float dx = x.scales[n][col / 32];
+    const float sx = kGroups == 8 ? x.sums[n][col / 16] + x.sums[n][col / 16 + 1] : x.sums[n][col / 16];
+    a.acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[0]), _mm512_mul_ps(d, _mm512_set1_ps(dx)), a.acc[n]);
+    a.acc_m[n] = _mm512_fmadd_ps(m, _mm512_set1_ps(sx), a.acc_m[n]);
+  }
+}
+
+template <int NB>
+inline void store_tile(const PackedWeight& w, int tile, const TileAccumulators<NB>& a, int token0, float* y, int ldy) {
+  const __mmask16 mask = row_mask(w, tile);
+  for (int n = 0; n < NB; ++n)
+    _mm512_mask_storeu_ps(y + static_cast<size_t>(token0 + n) * ldy + tile * kTileRows, mask, a.total(n));
+}
+
+// Q4_K records (k_quant_record.h): per 256-weight block the 16 rows' fp16 d and dmin; per
+// sub-block of 32 the 6-bit scales and mins widened and multiplied out (exact in float:
+// 11 x 6 bits), then the codes as the 4-bit kinds.
+// Records fetched ahead of use. One core's share of a decode step is a single stream of
+// K-quant records that the hardware prefetcher alone leaves latency-bound (measured on the
+// 2-core EPYC: one thread read 14 GB/s without, 18-34 GB/s with; docs/PERF.md).
+constexpr int kPrefetchRecords = 4;
+
+template <int KCT, int NB>
+void q4k_tile(const PackedWeight& w, int tile, const MatmulInput& in, int token0, float* y, int ldy) {
+  constexpr int kRecord = Q4KRecord::kCodeBytes + Q4KRecord::kScaleBytes;
+  const int k = KCT ? KCT : in.k;
+  const int blocks = k / 256;
+  const uint8_t* record = w.data.data() + static_cast<size_t>(tile) * blocks * kRecord;
+  const TokenRows<NB> x(in, k, token0);
+  TileAccumulators<NB> acc;
+  const __m512i low_nibble = _mm512_set1_epi8(0x0F);
+  for (int b = 0; b < blocks; ++b, record += kRecord) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(record + Q4KRecord::d)));
+    const __m512 neg_dmin = _mm512_sub_ps(
+        _mm512_setzero_ps(), _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(record + Q4KRecord::dmin))));
+    for (int s = 0; s < Q4KRecord::kSubBlocks; ++s) {
+      for (int line = 0; line < 5; ++line)
+        _mm_prefetch(reinterpret_cast<const char*>(record + kPrefetchRecords * kRecord + 320 * s + 64 * line), _MM_HINT_T0);
+      __m512i wv[8];
+      nibble_codes(record + Q4KRecord::codes(s), low_nibble, wv);
+      const auto widen = [&](size_t at) {
+        return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(record + at))));
+      };
+      accumulate_sub_block<NB, 8>(wv, _mm512_mul_ps(d, widen(Q4KRecord::scales(s))),
+                                  _mm512_mul_ps(neg_dmin, widen(Q4KRecord::mins(s))), x, b * 256 + s * 32, acc);
+    }
+  }
+  store_tile(w, tile, acc, token0, y, ldy);
+}
+
+// Q6_K records: per sub-block of 16 the codes rebuilt from their two bit planes (low nibble
+// | high pair << 4), the int8 scales widened and multiplied by d, m = -32 d scale.
+template <int KCT, int NB>
+void q6k_tile(const PackedWeight& w, int tile, const MatmulInput& in, int token0, float* y, int ldy) {
+  constexpr int kRecord = Q6KRecord::kCodeBytes + Q6KRecord::kScaleBytes;
+  const int k = KCT ? KCT : in.k;
+  const int blocks = k / 256;
+  const uint8_t* record = w.data.data() + static_cast<size_t>(tile) * blocks * kRecord;
+  const TokenRows<NB> x(in, k, token0);
+  TileAccumulators<NB> acc;
+  const __m512i low_nibble = _mm512_set1_epi8(0x0F), high_pair = _mm512_set1_epi8(0x30);
+  const __m512 minus_32 = _mm512_set1_ps(-32.0f);
+  for (int b = 0; b < blocks; ++b, record += kRecord) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(record + Q6KRecord::d)));
+    for (int s = 0; s < Q6KRecord::kSubBlocks; ++s) {
+      for (int line = 0; line < 4; ++line)
+        _mm_prefetch(reinterpret_cast<const char*>(record + kPrefetchRecords * kRecord + 256 * s + 64 * line), _MM_HINT_T0);
+      const __m512i low0 = _mm512_load_si512(record + Q6KRecord::low(2 * s));
+      const __m512i low1 = _mm512_load_si512(record + Q6KRecord::low(2 * s + 1));
+      const __m512i high = _mm512_load_si512(record + Q6KRecord::high(s));
+      const __m512i wv[4] = {
+          _mm512_or_si512(_mm512_and_si512(low0, low_nibble), _mm512_and_si512(_mm512_slli_epi16(high, 4), high_pair)),
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(low0, 4), low_nibble),
+                          _mm512_and_si512(_mm512_slli_epi16(high, 2), high_pair)),
+          _mm512_or_si512(_mm512_and_si512(low1, low_nibble), _mm512_and_si512(high, high_pair)),
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(low1, 4), low_nibble),
+                          _mm512_and_si512(_mm512_srli_epi16(high, 2), high_pair)),
+      };
+      const __m512 ds = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                             _mm_load_si128(reinterpret_cast<const __m128i*>(record + Q6KRecord::scales(s))))));
+      accumulate_sub_block<NB, 4>(wv, ds, _mm512_mul_ps(ds, minus_32), x, b * 256 + s * 16, acc);
+    }
+  }
+  store_tile(w, tile, acc, token0, y, ldy);
+}
+
 // One 16-row tile times NB activation rows. Per sub-block: unpack the codes once, then per
 // token 4 or 8 VNNI dot products give the 16 rows' integer sums, which are scaled by
 // d * dx and corrected by m * sum(x) in float.
 template <PackedKind KIND, int KCT, int NB>
-void int_tile(const PackedWeight& w, int tile, const MatmulInput& in, int token0, float* y, int ldy) {
+void flat_int_tile(const PackedWeight& w, int tile, const MatmulInput& in, int token0, float* y, int ldy) {
   using T = IntKind<KIND>;
   constexpr int kGroups = T::sub / 4;
   constexpr int kRecord = T::code_bytes + T::scale_bytes;
   const int k = KCT ? KCT : in.k;
   const int subs = k / T::sub;
   const uint8_t* record = w.data.data() + static_cast<size_t>(tile) * subs * kRecord;
-  const int8_t* codes[NB];
-  const float* scales[NB];
-  const float* sums[NB];
-  for (int n = 0; n < NB; ++n) {
-    codes[n] = in.codes + static_cast<size_t>(token0 + n) * k;
-    scales[n] = in.scales + static_cast<size_t>(token0 + n) * (k / 32);
-    sums[n] = in.sums + static_cast<size_t>(token0 + n) * (k / 16);
-  }
-  __m512 acc[NB];
-  for (int n = 0; n < NB; ++n) acc[n] = _mm512_setzero_ps();
+  const TokenRows<NB> x(in, k, token0);
+  TileAccumulators<NB> acc;
   const __m512i low_nibble = _mm512_set1_epi8(0x0F);
   for (int b = 0; b < subs; ++b, record += kRecord) {
     __m512i wv[kGroups];
     if constexpr (T::nibbles) {
-      for (int j = 0; j < kGroups / 2; ++j) {
-        const __m512i packed = _mm512_load_si512(record + 64 * j);
-        wv[2 * j] = _mm512_and_si512(packed, low_nibble);
-        wv[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low_nibble);
-      }
+      nibble_codes(record, low_nibble, wv);
     } else {
       for (int g = 0; g < kGroups; ++g) wv[g] = _mm512_load_si512(record + 64 * g);
     }
@@ -67,19 +196,16 @@ void int_tile(const PackedWeight& w, int tile, const MatmulInput& in, int token0
       d = _mm512_load_ps(record + T::code_bytes);
       m = _mm512_load_ps(record + T::code_bytes + 64);
     }
-    for (int n = 0; n < NB; ++n) {
-      const int8_t* xq = codes[n] + b * T::sub;
-      __m512i dot = _mm512_setzero_si512();
-      for (int g = 0; g < kGroups; ++g) dot = _mm512_dpbusd_epi32(dot, wv[g], _mm512_set1_epi32(load_i32(xq + 4 * g)));
-      const float dx = scales[n][(b * T::sub) / 32];
-      const float sx = T::sub == 32 ? sums[n][2 * b] + sums[n][2 * b + 1] : sums[n][b];
-      acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[n]);
-      acc[n] = _mm512_fmadd_ps(m, _mm512_set1_ps(sx), acc[n]);
-    }
+    accumulate_sub_block<NB, kGroups>(wv, d, m, x, b * T::sub, acc);
   }
-  const __mmask16 mask = row_mask(w, tile);
-  for (int n = 0; n < NB; ++n)
-    _mm512_mask_storeu_ps(y + static_cast<size_t>(token0 + n) * ldy + tile * kTileRows, mask, acc[n]);
+  store_tile(w, tile, acc, token0, y, ldy);
+}
+
+template <PackedKind KIND, int KCT, int NB>
+void int_tile(const PackedWeight& w, int tile, const MatmulInput& in, int token0, float* y, int ldy) {
+  if constexpr (KIND == PackedKind::U4_K) q4k_tile<KCT, NB>(w, tile, in, token0, y, ldy);
+  else if constexpr (KIND == PackedKind::U6_K) q6k_tile<KCT, NB>(w, tile, in, token0, y, ldy);
+  else flat_int_tile<KIND, KCT, NB>(w, tile, in, token0, y, ldy);
 }
 
 // Float weights: one 16-row column vector per k, times NB broadcast activations.

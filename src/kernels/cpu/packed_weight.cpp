@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/half.h"
+#include "kernels/cpu/k_quant_record.h"
 #include "kernels/cpu/quant_formats.h"
 
 namespace splash::kernels {
@@ -12,10 +13,10 @@ namespace {
 PackedKind packed_kind_for(GgmlType type) {
   switch (type) {
     case GgmlType::Q4_0: case GgmlType::Q4_1: return PackedKind::U4_F16;
-    case GgmlType::Q4_K: return PackedKind::U4_F32;
+    case GgmlType::Q4_K: return PackedKind::U4_K;
     case GgmlType::Q8_0: case GgmlType::Q5_0: return PackedKind::U8_F16;
     case GgmlType::Q5_1: return PackedKind::U6_F32;
-    case GgmlType::Q6_K: return PackedKind::U6_F32;
+    case GgmlType::Q6_K: return PackedKind::U6_K;
     case GgmlType::F32: return PackedKind::F32;
     case GgmlType::F16: return PackedKind::F16;
     case GgmlType::BF16: return PackedKind::BF16;
@@ -35,7 +36,7 @@ void scatter_integer_row(PackedWeight& w, const PackedKindInfo& info, int row, c
   const int lane = row % kTileRows;
   const int sub = info.sub_block;
   const int groups = sub / 4;  // k-groups of 4 weights per record
-  const bool nibbles = w.kind == PackedKind::U4_F16 || w.kind == PackedKind::U4_F32;
+  const bool nibbles = w.kind == PackedKind::U4_F16;
   const bool half_scales = w.kind == PackedKind::U4_F16 || w.kind == PackedKind::U8_F16;
   for (int b = 0; b < w.cols / sub; ++b) {
     uint8_t* record = const_cast<uint8_t*>(w.record(tile, b));
@@ -64,6 +65,47 @@ void scatter_integer_row(PackedWeight& w, const PackedKindInfo& info, int row, c
   }
 }
 
+// One row's 256-weight blocks into its lane of the tile's K-quant records: the codes as
+// decode_block gives them (Q6_K split into its two bit planes) and the block's own scales.
+void scatter_k_quant_row(PackedWeight& w, int row, const uint8_t* src) {
+  const int tile = row / kTileRows, lane = row % kTileRows;
+  const auto traits = *type_traits(static_cast<uint32_t>(w.source_type));
+  uint8_t codes[256];
+  float d[16], m[16];
+  for (int b = 0; b < w.cols / 256; ++b) {
+    const uint8_t* block = src + static_cast<size_t>(b) * traits.block_bytes;
+    uint8_t* record = const_cast<uint8_t*>(w.record(tile, b));
+    decode_block(w.source_type, block, codes, d, m);
+    const KQuantScales scales = decode_kquant_scales(w.source_type, block);
+    if (w.kind == PackedKind::U4_K) {
+      for (int s = 0; s < Q4KRecord::kSubBlocks; ++s) {
+        for (int i = 0; i < 32; ++i) {
+          const int g = i / 4, t = i % 4;
+          uint8_t& byte = record[Q4KRecord::codes(s) + (g / 2) * 64 + lane * 4 + t];
+          const uint8_t code = codes[32 * s + i];
+          byte = g % 2 == 0 ? static_cast<uint8_t>((byte & 0xF0) | code) : static_cast<uint8_t>((byte & 0x0F) | (code << 4));
+        }
+        record[Q4KRecord::scales(s) + lane] = static_cast<uint8_t>(scales.scale[s]);
+        record[Q4KRecord::mins(s) + lane] = scales.min[s];
+      }
+      std::memcpy(record + Q4KRecord::d + 2 * lane, &scales.d, 2);
+      std::memcpy(record + Q4KRecord::dmin + 2 * lane, &scales.dmin, 2);
+      continue;
+    }
+    for (int i = 0; i < 256; ++i) {  // Q6_K
+      const int g = i / 4, t = i % 4;
+      const uint8_t code = codes[i];
+      uint8_t& low = record[Q6KRecord::low(g / 2) + lane * 4 + t];
+      low = g % 2 == 0 ? static_cast<uint8_t>((low & 0xF0) | (code & 0x0F)) : static_cast<uint8_t>((low & 0x0F) | (code << 4));
+      uint8_t& high = record[Q6KRecord::high(g / 4) + lane * 4 + t];
+      const int shift = 2 * (g % 4);
+      high = static_cast<uint8_t>((high & ~(3 << shift)) | ((code >> 4) << shift));
+    }
+    for (int s = 0; s < Q6KRecord::kSubBlocks; ++s) record[Q6KRecord::scales(s) + lane] = static_cast<uint8_t>(scales.scale[s]);
+    std::memcpy(record + Q6KRecord::d + 2 * lane, &scales.d, 2);
+  }
+}
+
 void scatter_float_row(PackedWeight& w, int row, const uint8_t* src) {
   const int tile = row / kTileRows;
   const int lane = row % kTileRows;
@@ -78,9 +120,10 @@ void scatter_float_row(PackedWeight& w, int row, const uint8_t* src) {
 PackedKindInfo packed_kind_info(PackedKind kind) {
   switch (kind) {
     case PackedKind::U4_F16: return {32, 256, 64, true};
-    case PackedKind::U4_F32: return {32, 256, 128, true};
     case PackedKind::U8_F16: return {32, 512, 64, true};
     case PackedKind::U6_F32: return {16, 256, 128, true};
+    case PackedKind::U4_K: return {256, Q4KRecord::kCodeBytes, Q4KRecord::kScaleBytes, true};
+    case PackedKind::U6_K: return {256, Q6KRecord::kCodeBytes, Q6KRecord::kScaleBytes, true};
     case PackedKind::F32: return {1, 64, 0, false};
     case PackedKind::F16: return {1, 32, 0, false};
     case PackedKind::BF16: return {1, 32, 0, false};
@@ -124,6 +167,10 @@ PackedWeight pack_weights(std::span<const WeightSource> sources) {
         scatter_float_row(w, row, src);
         continue;
       }
+      if (w.kind == PackedKind::U4_K || w.kind == PackedKind::U6_K) {
+        scatter_k_quant_row(w, row, src);
+        continue;
+      }
       const int subs_per_block = static_cast<int>(traits->block_elements) / info.sub_block;
       for (int block = 0; block < w.cols / static_cast<int>(traits->block_elements); ++block)
         decode_block(source.type, src + static_cast<size_t>(block) * traits->block_bytes,
@@ -150,8 +197,26 @@ std::vector<float> unpack_row(const PackedWeight& w, int row) {
     const int b = k / info.sub_block, within = k % info.sub_block;
     const int g = within / 4, t = within % 4;
     const uint8_t* record = w.record(tile, b);
+    if (w.kind == PackedKind::U4_K) {
+      const int s = within / 32, gs = (within % 32) / 4;
+      const uint8_t byte = record[Q4KRecord::codes(s) + (gs / 2) * 64 + lane * 4 + t];
+      const int code = gs % 2 == 0 ? (byte & 0x0F) : (byte >> 4);
+      const float d = fp16_to_fp32(load_u16(record + Q4KRecord::d + 2 * lane));
+      const float dmin = fp16_to_fp32(load_u16(record + Q4KRecord::dmin + 2 * lane));
+      out[k] = d * record[Q4KRecord::scales(s) + lane] * code - dmin * record[Q4KRecord::mins(s) + lane];
+      continue;
+    }
+    if (w.kind == PackedKind::U6_K) {
+      const uint8_t low = record[Q6KRecord::low(g / 2) + lane * 4 + t];
+      const uint8_t high = record[Q6KRecord::high(g / 4) + lane * 4 + t];
+      const int code = (g % 2 == 0 ? (low & 0x0F) : (low >> 4)) | (((high >> (2 * (g % 4))) & 3) << 4);
+      const float d = fp16_to_fp32(load_u16(record + Q6KRecord::d + 2 * lane));
+      const float scaled = d * static_cast<int8_t>(record[Q6KRecord::scales(within / 16) + lane]);
+      out[k] = scaled * code - 32.0f * scaled;
+      continue;
+    }
     uint8_t code;
-    if (w.kind == PackedKind::U4_F16 || w.kind == PackedKind::U4_F32) {
+    if (w.kind == PackedKind::U4_F16) {
       const uint8_t byte = record[(g / 2) * 64 + lane * 4 + t];
       code = (g % 2 == 0) ? (byte & 0x0F) : (byte >> 4);
     } else {

@@ -7,6 +7,10 @@
 // 16 rows form one 64-byte vector, exactly what one VNNI dot-product instruction consumes
 // against 4 broadcast activation bytes — followed by the 16 rows' d and m scales.
 // 4-bit codes pack two k-groups in one vector (low and high nibbles).
+// The K-quants (Q4_K, Q6_K) keep their two-level scales as the file has them — per
+// sub-block a small integer scale (and min), per 256-weight block fp16 factors — so a
+// decode step reads about the file's bytes: one record holds a whole 256-weight block of
+// the tile's 16 rows (k_quant_record.h says where each part lies).
 // Float formats (F32/F16/BF16) keep their element type in 16-row x 1 column vectors.
 #include <cstdint>
 #include <span>
@@ -22,16 +26,17 @@ inline constexpr int kTileRows = 16;
 
 enum class PackedKind : uint8_t {
   U4_F16,   // Q4_0, Q4_1: 4-bit codes, sub-block 32, scales kept as fp16 (exact)
-  U4_F32,   // Q4_K: 4-bit codes, sub-block 32, scales d*sc and dmin*m as fp32 (exact)
   U8_F16,   // Q8_0 (codes q+128), Q5_0 (codes q+112): sub-block 32, fp16 scales, m = -128 d
-  U6_F32,   // Q6_K, Q5_1: 6- or 5-bit codes in bytes, sub-block 16, fp32 scales
+  U6_F32,   // Q5_1: 5-bit codes in bytes, sub-block 16, fp32 scales
+  U4_K,     // Q4_K: 4-bit codes, 8 sub-blocks of 32 with 6-bit scales and mins, fp16 d, dmin
+  U6_K,     // Q6_K: 6-bit codes as 4 + 2 bit planes, 16 sub-blocks of 16 with int8 scales, fp16 d
   F32,
   F16,
   BF16,
 };
 
 struct PackedKindInfo {
-  int sub_block;      // weights per (d, m) pair; 1 for float kinds
+  int sub_block;      // weights per record of a tile: per (d, m) pair, 256 for K-quants; 1 for floats
   int code_bytes;     // bytes of codes per tile record
   int scale_bytes;    // bytes of scales per tile record (d[16] then m[16])
   bool integer;

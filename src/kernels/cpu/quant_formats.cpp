@@ -1,5 +1,7 @@
 #include "kernels/cpu/quant_formats.h"
 
+#include <cstring>
+
 #include "common/error.h"
 #include "kernels/cpu/half.h"
 
@@ -150,6 +152,29 @@ void decode_block(GgmlType type, const uint8_t* block, uint8_t* codes, float* d,
     default:
       fail("{} has no integer canonical form", type_name(type));
   }
+}
+
+bool is_k_quant(GgmlType type) { return type == GgmlType::Q4_K || type == GgmlType::Q6_K; }
+
+KQuantScales decode_kquant_scales(GgmlType type, const uint8_t* block) {
+  KQuantScales out{};
+  if (type == GgmlType::Q4_K) {
+    out.d = load_u16(block);
+    out.dmin = load_u16(block + 2);
+    for (int sub = 0; sub < 8; ++sub) {
+      uint8_t sc, mn;
+      q4k_scale_min(sub, block + 4, sc, mn);
+      out.scale[sub] = static_cast<int8_t>(sc);
+      out.min[sub] = mn;
+    }
+    return out;
+  }
+  if (type == GgmlType::Q6_K) {
+    std::memcpy(out.scale, block + 192, 16);
+    out.d = load_u16(block + 208);
+    return out;
+  }
+  fail("{} is not a K-quant type", type_name(type));
 }
 
 void dequantize_row(GgmlType type, const uint8_t* src, float* dst, size_t n) {

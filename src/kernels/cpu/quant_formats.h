@@ -26,4 +26,16 @@ bool is_integer_quantized(GgmlType type);
 // Decodes one GGUF block (block_elements of the type) into codes and per-sub-block d, m.
 void decode_block(GgmlType type, const uint8_t* block, uint8_t* codes, float* d, float* m);
 
+// The two-level scales of a K-quant block (Q4_K, Q6_K) as the file stores them, for packed
+// layouts that keep them compact: per sub-block an integer scale (and Q4_K's integer min),
+// per block fp16 factors. With decode_block's codes q: w = d * scale * q - dmin * min (Q4_K,
+// 8 sub-blocks of 32) and w = d * scale * (q - 32) (Q6_K, 16 sub-blocks of 16; dmin unused).
+struct KQuantScales {
+  int8_t scale[16];  // Q4_K: 0..63 in the first 8; Q6_K: signed, 16
+  uint8_t min[8];    // Q4_K: 0..63
+  uint16_t d = 0, dmin = 0;  // fp16 bits
+};
+bool is_k_quant(GgmlType type);
+KQuantScales decode_kquant_scales(GgmlType type, const uint8_t* block);
+
 }  // namespace splash::kernels

@@ -39,9 +39,10 @@ inline TileSet tile_set(PackedKind kind, int k) {
   constexpr auto blocks = std::make_index_sequence<kTokenBlockCount>();
   switch (kind) {
     case PackedKind::U4_F16: return int_set_for_width<PackedKind::U4_F16>(k);
-    case PackedKind::U4_F32: return int_set_for_width<PackedKind::U4_F32>(k);
     case PackedKind::U8_F16: return int_set_for_width<PackedKind::U8_F16>(k);
     case PackedKind::U6_F32: return int_set_for_width<PackedKind::U6_F32>(k);
+    case PackedKind::U4_K: return int_set_for_width<PackedKind::U4_K>(k);
+    case PackedKind::U6_K: return int_set_for_width<PackedKind::U6_K>(k);
     case PackedKind::F32: return float_set<PackedKind::F32>(blocks);
     case PackedKind::F16: return float_set<PackedKind::F16>(blocks);
     case PackedKind::BF16: return float_set<PackedKind::BF16>(blocks);
