@@ -22,12 +22,13 @@ std::string ChatFormat::image_marker() const { return {}; }
 // --- ChatML ------------------------------------------------------------------------------
 
 ChatMlFormat::ChatMlFormat(std::string name, std::string default_system_prompt, bool recognized,
-                           std::string description, bool known_roles_only)
+                           std::string description, bool known_roles_only, CallExampleBraces call_example)
     : name_(std::move(name)),
       default_system_prompt_(std::move(default_system_prompt)),
       recognized_(recognized),
       description_(std::move(description)),
-      known_roles_only_(known_roles_only) {}
+      known_roles_only_(known_roles_only),
+      call_example_(call_example) {}
 
 namespace {
 
@@ -55,7 +56,7 @@ RenderedPrompt ChatMlFormat::render_conversation(std::span<const ChatMessage> me
       known.push_back(m);
       if (m.role == "tool" && m.tool_call_id.empty()) known.back().tool_call_id = "tool";
     }
-    return ChatMlFormat(name_, default_system_prompt_, recognized_, description_, false)
+    return ChatMlFormat(name_, default_system_prompt_, recognized_, description_, false, call_example_)
         .render_conversation(known, tools, add_generation_prompt);
   }
   // Tool results are recognised by the call they answer: a bare "tool" role (as a template
@@ -64,7 +65,7 @@ RenderedPrompt ChatMlFormat::render_conversation(std::span<const ChatMessage> me
     return (m.role == "tool" && !m.tool_call_id.empty()) || !m.tool_calls.empty();
   });
   if (!tools.empty() || has_tool_turns) {
-    const std::vector<ChatMessage> lowered = lower_tool_turns(messages, tools, default_system_prompt_);
+    const std::vector<ChatMessage> lowered = lower_tool_turns(messages, tools, default_system_prompt_, call_example_);
     return render_conversation(lowered, {}, add_generation_prompt);
   }
   RenderedPrompt out;
@@ -163,11 +164,21 @@ constexpr std::string_view kPlainChatMlTemplate =
     "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\n' }}{% endif %}";
 
-// Qwen2.5 / Qwen2.5-Coder Instruct's template (with tools), known by its fingerprint: ChatML
-// with Qwen's default system prompt, and the tool format of chat/tool_prompt.h, which is
-// Qwen's. tests/golden/chat_qwen25.json holds the template and its renderings.
-constexpr uint64_t kQwen25TemplateFnv = 0x81caee86d484f13full;
-constexpr size_t kQwen25TemplateBytes = 2506;
+// Qwen2.5 / Qwen2.5-Coder Instruct's templates (with tools), known by their fingerprints:
+// ChatML with Qwen's default system prompt, and the tool format of chat/tool_prompt.h, which
+// is Qwen's. Two ship: the 0.5B's (and Qwen2.5-Instruct's) and the Coder-1.5B's, whose only
+// difference is the doubled braces of its example call (tests/golden/chat_qwen25.json and
+// chat_qwen25_coder_1_5b.json hold each template and its renderings).
+struct KnownQwen25Template {
+  uint64_t fnv;
+  size_t bytes;
+  CallExampleBraces call_example;
+  std::string_view name;
+};
+constexpr KnownQwen25Template kQwen25Templates[] = {
+    {0x81caee86d484f13full, 2506, CallExampleBraces::Single, "qwen2.5"},
+    {0x5cbc11ff05df027dull, 2508, CallExampleBraces::Doubled, "qwen2.5-coder-1.5b"},
+};
 constexpr std::string_view kQwen25SystemPrompt = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
 // SmolVLM-256M/500M-Instruct's template (Idefics3 on SmolLM2): content is a list of parts,
@@ -216,11 +227,13 @@ std::unique_ptr<ChatFormat> chat_format_for_template(const std::string& architec
         "smollm2", std::string(kSmolLm2SystemPrompt), true,
         "smollm2: ChatML with SmolLM2's default system prompt (recognised chat template)");
   }
-  if (text.size() == kQwen25TemplateBytes && fnv1a(text) == kQwen25TemplateFnv) {
+  for (const KnownQwen25Template& known : kQwen25Templates) {
+    if (text.size() != known.bytes || fnv1a(text) != known.fnv) continue;
     return std::make_unique<ChatMlFormat>(
-        "qwen2.5", std::string(kQwen25SystemPrompt), true,
-        "qwen2.5: ChatML with Qwen2.5's default system prompt and tool format (recognised chat template)",
-        /*known_roles_only=*/true);
+        std::string(known.name), std::string(kQwen25SystemPrompt), true,
+        fmt::format("{}: ChatML with Qwen2.5's default system prompt and tool format (recognised chat template)",
+                    known.name),
+        /*known_roles_only=*/true, known.call_example);
   }
   if (text == kSmolVlmTemplate) return std::make_unique<SmolVlmFormat>();
   if (text == kPlainChatMlTemplate) {

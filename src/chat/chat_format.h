@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/tool_prompt.h"
 #include "chat/tool_spec.h"
 #include "tokenizer/tokenizer.h"
 
@@ -86,7 +87,8 @@ class ChatMlFormat : public ChatFormat {
   // every tool message is a tool result (Qwen's template); otherwise roles are written verbatim
   // (SmolLM2's).
   ChatMlFormat(std::string name, std::string default_system_prompt, bool recognized,
-               std::string description, bool known_roles_only = false);
+               std::string description, bool known_roles_only = false,
+               CallExampleBraces call_example = CallExampleBraces::Single);
   RenderedPrompt render_conversation(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
                                      bool add_generation_prompt) const override;
   std::vector<std::string> stop_texts() const override;
@@ -100,6 +102,7 @@ class ChatMlFormat : public ChatFormat {
   bool recognized_;
   std::string description_;
   bool known_roles_only_;
+  CallExampleBraces call_example_;  // how the tool block shows a call (tool_prompt.h)
 };
 
 // SmolVLM (Idefics3 fine-tunes of SmolLM2): one "<|im_start|>" opens the conversation, then

@@ -60,7 +60,7 @@ bool is_valid_tool_name(std::string_view name) {
   return true;
 }
 
-std::string tools_system_block(std::span<const ToolSpec> tools) {
+std::string tools_system_block(std::span<const ToolSpec> tools, CallExampleBraces braces) {
   // Qwen2.5's wording, byte for byte (tests/golden/chat_qwen25.json): the models trained on
   // this format see exactly what they were trained on.
   bool any_custom = false;
@@ -72,10 +72,14 @@ std::string tools_system_block(std::span<const ToolSpec> tools) {
     out += spaced_json(tool_line(tool));
     any_custom = any_custom || tool.kind == ToolSpec::Kind::Custom;
   }
+  const bool doubled = braces == CallExampleBraces::Doubled;
   out +=
       "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
-      "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
-      "<args-json-object>}\n</tool_call>";
+      "<tool_call></tool_call> XML tags:\n<tool_call>\n";
+  out += doubled ? "{{" : "{";
+  out += "\"name\": <function-name>, \"arguments\": <args-json-object>";
+  out += doubled ? "}}" : "}";
+  out += "\n</tool_call>";
   if (any_custom) {
     // Freeform tools are splash's extension of the format.
     out +=
@@ -108,11 +112,11 @@ std::string render_tool_call(const ToolCall& call) {
 }
 
 std::vector<ChatMessage> lower_tool_turns(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
-                                          std::string_view system_prompt_when_missing) {
+                                          std::string_view system_prompt_when_missing, CallExampleBraces braces) {
   std::vector<ChatMessage> out;
   out.reserve(messages.size() + 1);
   if (!tools.empty()) {
-    const std::string block = tools_system_block(tools);
+    const std::string block = tools_system_block(tools, braces);
     if (!messages.empty() && messages.front().role == "system") {
       out.push_back({"system", messages.front().content + "\n\n" + block, {}, {}, messages.front().images});
       messages = messages.subspan(1);

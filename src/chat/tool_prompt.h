@@ -18,6 +18,7 @@
 //
 // engine/tool_call_stream.h parses the model's output in this format back into calls, and
 // engine/output_constraint.h builds the grammar that makes every call valid.
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -39,8 +40,13 @@ inline constexpr std::string_view kFunctionCallNamePrefix = "{\"name\": \"";
 inline constexpr std::string_view kFunctionCallArgumentsPrefix = "\", \"arguments\": ";
 inline constexpr std::string_view kFunctionCallSuffix = "}";
 
+// How a template writes the example call in its tool block. Qwen2.5(-Coder)-0.5B's shows
+// {"name": <function-name>, ...}; Qwen2.5-Coder-1.5B's Jinja source escapes those braces in a
+// string literal, so the model was shown (and trained on) {{"name": <function-name>, ...}}.
+enum class CallExampleBraces : uint8_t { Single, Doubled };
+
 // The block appended to the system prompt that lists the tools and explains the format.
-std::string tools_system_block(std::span<const ToolSpec> tools);
+std::string tools_system_block(std::span<const ToolSpec> tools, CallExampleBraces braces = CallExampleBraces::Single);
 
 // One call as the model writes it, from <tool_call> to </tool_call>.
 std::string render_tool_call(const ToolCall& call);
@@ -50,7 +56,8 @@ std::string render_tool_call(const ToolCall& call);
 // used when tools must be listed and the conversation has no system message; assistant
 // calls follow the assistant's text; consecutive tool results become one user turn.
 std::vector<ChatMessage> lower_tool_turns(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
-                                          std::string_view system_prompt_when_missing);
+                                          std::string_view system_prompt_when_missing,
+                                          CallExampleBraces braces = CallExampleBraces::Single);
 
 // Whether `name` can be written into the format unambiguously (letters, digits, _ - . :).
 bool is_valid_tool_name(std::string_view name);

