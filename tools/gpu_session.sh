@@ -9,10 +9,9 @@
 #   tools/gpu_session.sh quick     the same less serving and with a short memcheck (a lease
 #                                  nearly spent)
 #   tools/gpu_session.sh profile   where a decode step's time goes, step by step (8B shape)
+#   tools/gpu_session.sh gtests    GPU unit tests and serving through HTTP
+#   tools/gpu_session.sh peer-build-tests S   the same beside a peer build of at most S seconds
 #   tools/gpu_session.sh work      GPU tests, kernel timings, the 8B benchmark and the profile
-#   tools/gpu_session.sh decode    batch-1 decode at the 8B shape, fused matmuls on and off, profiled
-#   tools/gpu_session.sh explore F GPU tests, kernel timings (filter F), decode, sanitizers over the
-#                                  streamed and fused GEMV tests
 #   tools/gpu_session.sh confirm   GPU tests and the 8B benchmark (after a change)
 #   tools/gpu_session.sh part N    keeps .gpu/parts/<model>.partN (carried in this call) for later
 #   tools/gpu_session.sh real      joins the parts, checks the sha256, greedy identity on the
@@ -143,7 +142,7 @@ phase_sanitizers() {
 phase_sanitize() {  # phase_sanitize FILTER
   local tool
   for tool in memcheck racecheck; do
-    LD_LIBRARY_PATH="$SPLASH_LIBS" SPLASH_GPU_FIXTURES="$KEEP/fixtures" timeout "${SANITIZE_SECONDS:-200}" compute-sanitizer --tool $tool \
+    LD_LIBRARY_PATH="$SPLASH_LIBS" SPLASH_GPU_FIXTURES="$KEEP/fixtures" timeout 200 compute-sanitizer --tool $tool \
       --error-exitcode 9 .gpu/bin/splash_gpu_tests --gtest_filter="$1" > "$OUT/sanitize_$tool.log" 2>&1
     local rc=$?
     tail -n 4 "$OUT/sanitize_$tool.log"
@@ -242,26 +241,6 @@ phase_ncu() {
     > "$OUT/ncu_small_gemm.txt" 2>&1
   row ncu "rc=$? ncu_small_gemm.txt"
   grep -E "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued|Issue Slots Busy|L2 Hit|Block Limit" "$OUT/ncu_small_gemm.txt" | head -80
-}
-
-# Batch-1 decode at the 8B shape, one variable at a time: RMSNorm and SwiGLU folded into the
-# streamed GEMV (the default) against separate kernels (SPLASH_CUDA_FUSED=0), each with its
-# profile kernel by kernel.
-phase_decode() {
-  [ -x .gpu/bin/splash ] || { row decode "skipped: no splash binary carried"; return; }
-  local model=$KEEP/qwen3-8b-q4km.gguf
-  make_8b "$model" || { row decode "failed to make the model"; return; }
-  local fused
-  for fused in 1 0; do
-    SPLASH_CUDA_FUSED=$fused splash bench --device cuda -m "$model" --prompt-sizes 512 --decode-tokens 128 \
-      --repetitions 3 --json > "$OUT/decode_fused$fused.txt" 2> "$OUT/decode_fused$fused.err"
-    row "decode tg128, SPLASH_CUDA_FUSED=$fused" "rc=$? $(grep -E '^decode' "$OUT/decode_fused$fused.txt" | tr '\n' ';')"
-    record "decode_fused$fused" "$(tail -n 1 "$OUT/decode_fused$fused.txt" | grep '^{' || echo '{}')"
-    SPLASH_CUDA_FUSED=$fused SPLASH_CUDA_PROFILE=1 splash bench --device cuda -m "$model" --prompt-sizes 1 \
-      --decode-tokens 64 --repetitions 1 > "$OUT/profile_fused$fused.txt" 2>&1
-    echo "== SPLASH_CUDA_FUSED=$fused"; grep -A14 "GPU time by step" "$OUT/profile_fused$fused.txt"
-  done
-  grep -h 'kernel' "$OUT/decode_fused1.err" | head -n 3
 }
 
 make_8b() {  # make_8b PATH: the Qwen3-8B-shape random GGUF, unless this warm machine has it
@@ -373,9 +352,14 @@ case "${1:-tests}" in
   sanitize) phase_fixtures > /dev/null; phase_sanitize "${2:-*}" ;;
   ncu) phase_ncu ;;
   confirm) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_bench ;;
-  decode) phase_decode ;;
-  explore) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_kernels "${2:-*}"; phase_decode
-           phase_sanitize 'CudaMatmulTest.Streamed*:CudaMatmulTest.Fused*' ;;
+  gtests) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_serve ;;
+  # The first call of a side by side: the peer builds in the background while the GPU tests
+  # run, and the call ends when both have (waited on by PID: a pattern search for the phase's
+  # name would also find the command that started this script). The next call, on the warm
+  # machine: peer, then bench8b.
+  peer-build-tests) phase_peer_build "${2:-520}" & build=$!
+                    phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_serve
+                    wait "$build" ;;
   work) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_kernels "${2:-*}"; phase_bench; phase_profile ;;
   check) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"
          gtest tuned_repeat 'CudaModelTest.Tuned*' SPLASH_GPU_FIXTURES="$KEEP/fixtures" GTEST_REPEAT=6

@@ -87,13 +87,11 @@ TEST_F(CudaKernelBench, DISABLED_Gemv) {
           }, 10, 8));
         }
         const double best = std::min_element(times.begin(), times.end(), [](auto& a, auto& b) { return a.second < b.second; })->second;
-        for (const auto& [v, us] : times) {
-          const std::string shape_of = v < 0 ? "float" : variants[v].rows == 0 ? "streamed"
-                                       : std::to_string(variants[v].rows) + " rows, " + std::to_string(variants[v].parts) + " parts";
-          std::printf("[ bench ] gemv %-5s %-20s n=%d variant %2d (%s) %8.1f us %5.0f GB/s %3.0f%% of copy%s\n",
-                      std::string(type_name(type)).c_str(), shape.name, n, v, shape_of.c_str(), us, bytes / us / 1e3, 100.0 * bytes / (us * 1e-6) / bandwidth,
+        for (const auto& [v, us] : times)
+          std::printf("[ bench ] gemv %-5s %-20s n=%d variant %2d (%d rows, %d parts) %8.1f us %5.0f GB/s %3.0f%% of copy%s\n",
+                      std::string(type_name(type)).c_str(), shape.name, n, v, v >= 0 ? variants[v].rows : 0,
+                      v >= 0 ? variants[v].parts : 0, us, bytes / us / 1e3, 100.0 * bytes / (us * 1e-6) / bandwidth,
                       us == best ? "  <- best" : "");
-        }
       }
     }
   }

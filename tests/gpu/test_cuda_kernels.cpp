@@ -11,7 +11,6 @@
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/kv_layout.h"
 #include "kernels/cpu/quant_formats.h"
-#include "kernels/cuda/gemv_streamed.h"
 #include "kernels/cuda/ops.h"
 
 namespace splash::testing {
@@ -215,115 +214,6 @@ TEST_F(CudaMatmulTest, EveryGemvVariantAgainstFloat64) {
       EXPECT_LT(relative_error(to_host<float>(dy, ref.size()), ref), 1e-5)
           << type_name(type) << " " << rows << "x" << cols << " variant " << v << " (" << variants[v].tokens
           << " tokens, " << variants[v].rows << " rows, " << variants[v].parts << " parts) n=" << n;
-    }
-  }
-}
-
-// The streamed GEMV (one activation row, Q4_K and Q6_K) against float64 at shapes that run
-// its ring around several times (more stages a block than the ring holds), end on a partial
-// stage, share a row among 1, 2 and 4 warps (stages of 8, 4 and 2 rows), give a block a
-// single row (133 rows over the SMs) and add into y: 1e-5 over the int8 activations it reads.
-TEST_F(CudaMatmulTest, StreamedGemvAgainstFloat64) {
-  cu::Stream stream;
-  cu::MatmulScratch scratch;
-  const auto variants = cu::gemv_variants();
-  int streamed = -1;
-  for (size_t v = 0; v < variants.size(); ++v)
-    if (variants[v].rows == 0) streamed = static_cast<int>(v);
-  ASSERT_GE(streamed, 0) << "no streamed variant";
-  for (const auto& [type, rows, cols] : {std::tuple{GgmlType::Q4_K, 9000, 1024}, std::tuple{GgmlType::Q4_K, 2000, 4096},
-                                         std::tuple{GgmlType::Q6_K, 1100, 12288}, std::tuple{GgmlType::Q4_K, 1500, 12288},
-                                         std::tuple{GgmlType::Q6_K, 133, 4096}, std::tuple{GgmlType::Q4_K, 7, 256}}) {
-    const auto bytes = random_matrix(type, rows, cols, rng_);
-    const auto w = dequantized(type, bytes, rows, cols);
-    const auto device_bytes = packed_on_device(type, bytes, rows, cols);
-    const cu::DeviceWeight weight{type, device_bytes.as<uint8_t>(), rows, cols};
-    ASSERT_TRUE(cu::gemv_streamed_serves(weight)) << type_name(type) << " " << rows << "x" << cols;
-    const auto x = random_floats(rng_, cols);
-    const auto xq = int8_activations(x, 1, cols);
-    for (const bool accumulate : {false, true}) {
-      const std::vector<float> y0 = accumulate ? random_floats(rng_, rows) : std::vector<float>(rows, NAN);
-      std::vector<double> ref(rows);
-      for (int r = 0; r < rows; ++r) {
-        double sum = accumulate ? y0[r] : 0.0;
-        for (int c = 0; c < cols; ++c) sum += w[static_cast<size_t>(r) * cols + c] * xq[c];
-        ref[r] = sum;
-      }
-      const auto dx = to_device(x);
-      auto dy = to_device(y0);
-      cu::gemv(weight, dx.as<float>(), cols, 1, dy.as<float>(), rows, accumulate, scratch, stream, nullptr, streamed);
-      stream.synchronize("streamed gemv");
-      EXPECT_LT(relative_error(to_host<float>(dy, ref.size()), ref), 1e-5)
-          << type_name(type) << " " << rows << "x" << cols << " accumulate=" << accumulate;
-    }
-  }
-  // Types it does not read fall back to the default GEMV (the variant stays valid).
-  EXPECT_FALSE(cu::gemv_streamed_serves(cu::DeviceWeight{GgmlType::Q8_0, nullptr, 64, 256}));
-}
-
-// The fused one-row matmuls (RMSNorm or SwiGLU made by each block of the streamed GEMV)
-// against float64 over the float activations (1.5e-2: the int8 rounding, as the GEMV) and,
-// bit for bit, against the kernels they replace (rms_norm / silu_mul writing the int8 copy,
-// then the streamed GEMV): the same codes, the same sums. Shapes share a row among 1-4 warps
-// and run the ring around; y poisoned or accumulated into.
-TEST_F(CudaMatmulTest, FusedMatmulsAgainstFloat64AndTheirKernels) {
-  cu::Stream stream;
-  cu::MatmulScratch scratch;
-  const auto variants = cu::gemv_variants();
-  int streamed = -1;
-  for (size_t v = 0; v < variants.size(); ++v)
-    if (variants[v].rows == 0) streamed = static_cast<int>(v);
-  ASSERT_GE(streamed, 0) << "no streamed variant";
-  for (const auto& [type, rows, cols] : {std::tuple{GgmlType::Q4_K, 5120, 4096}, std::tuple{GgmlType::Q6_K, 1024, 4096},
-                                         std::tuple{GgmlType::Q4_K, 700, 12288}, std::tuple{GgmlType::Q6_K, 300, 12288},
-                                         std::tuple{GgmlType::Q4_K, 131, 1536}}) {
-    const auto bytes = random_matrix(type, rows, cols, rng_);
-    const auto w = dequantized(type, bytes, rows, cols);
-    const auto device_bytes = packed_on_device(type, bytes, rows, cols);
-    const cu::DeviceWeight weight{type, device_bytes.as<uint8_t>(), rows, cols};
-    ASSERT_TRUE(cu::fused_matmul_reads(weight)) << type_name(type) << " " << rows << "x" << cols;
-    for (const bool silu : {false, true}) {
-      for (const bool accumulate : {false, true}) {
-        const std::string what = std::string(type_name(type)) + " " + std::to_string(rows) + "x" + std::to_string(cols) +
-                                 (silu ? " silu_mul" : " rms_norm") + (accumulate ? " accumulate" : "");
-        // The input row and what the matmul should read of it, in float64.
-        const auto x = random_floats(rng_, static_cast<size_t>(silu ? 2 : 1) * cols, 2.0f);
-        const auto norm_weight = random_floats(rng_, cols, 1.0f);
-        const double eps = 1e-6;
-        std::vector<double> a(cols);
-        double squares = 0.0;
-        for (int c = 0; c < cols; ++c) squares += static_cast<double>(x[c]) * x[c];
-        for (int c = 0; c < cols; ++c)
-          a[c] = silu ? x[c] / (1.0 + std::exp(-static_cast<double>(x[c]))) * x[cols + c]
-                      : x[c] / std::sqrt(squares / cols + eps) * norm_weight[c];
-        const std::vector<float> y0 = accumulate ? random_floats(rng_, rows) : std::vector<float>(rows, NAN);
-        std::vector<double> ref(rows);
-        for (int r = 0; r < rows; ++r) {
-          double sum = accumulate ? y0[r] : 0.0;
-          for (int c = 0; c < cols; ++c) sum += w[static_cast<size_t>(r) * cols + c] * a[c];
-          ref[r] = sum;
-        }
-        const auto dx = to_device(x);
-        const auto dnorm = to_device(norm_weight);
-        auto fused = to_device(y0);
-        if (silu) cu::silu_mul_matmul(weight, dx.as<float>(), fused.as<float>(), accumulate, stream);
-        else cu::rms_norm_matmul(weight, dx.as<float>(), dnorm.as<float>(), static_cast<float>(eps), fused.as<float>(),
-                                 accumulate, stream);
-        // The kernels it replaces.
-        cu::DeviceBuffer made(sizeof(float) * cols), q8;
-        const auto quantized = cu::quantized_rows_in(q8, 1, cols);
-        if (silu) cu::silu_mul(dx.as<float>(), made.as<float>(), 1, cols, stream, &quantized);
-        else cu::rms_norm(dx.as<float>(), dnorm.as<float>(), made.as<float>(), 1, cols, static_cast<float>(eps), stream,
-                          &quantized);
-        const cu::QuantizedRows view = quantized.view(1, cols);
-        auto apart = to_device(y0);
-        cu::gemv(weight, made.as<float>(), cols, 1, apart.as<float>(), rows, accumulate, scratch, stream, &view, streamed);
-        stream.synchronize(what.c_str());
-        const auto fused_host = to_host<float>(fused, rows), apart_host = to_host<float>(apart, rows);
-        EXPECT_LT(relative_error(fused_host, ref), 1.5e-2) << what;
-        EXPECT_TRUE(std::equal(fused_host.begin(), fused_host.end(), apart_host.begin())) << what << ": not the bits of the "
-                                                                                                   "kernels it replaces";
-      }
     }
   }
 }

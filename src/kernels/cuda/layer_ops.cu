@@ -71,7 +71,7 @@ __global__ void silu_mul_kernel(const float* __restrict__ gate_up, float* __rest
   allow_next_launch();
   const size_t t = index / ffn, i = index % ffn;
   const float g = gate_up[t * 2 * ffn + i], u = gate_up[t * 2 * ffn + ffn + i];
-  out[index] = silu_times(g, u);
+  out[index] = g / (1.0f + expf(-g)) * u;
 }
 
 // A thread per group of 16 outputs, written with their int8 copy.
@@ -89,8 +89,8 @@ __global__ void silu_mul_q8_kernel(const float* __restrict__ gate_up, float* __r
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const float4 a = gate[k], b = up[k];
-    v[4 * k] = silu_times(a.x, b.x), v[4 * k + 1] = silu_times(a.y, b.y);
-    v[4 * k + 2] = silu_times(a.z, b.z), v[4 * k + 3] = silu_times(a.w, b.w);
+    v[4 * k] = a.x / (1.0f + expf(-a.x)) * b.x, v[4 * k + 1] = a.y / (1.0f + expf(-a.y)) * b.y;
+    v[4 * k + 2] = a.z / (1.0f + expf(-a.z)) * b.z, v[4 * k + 3] = a.w / (1.0f + expf(-a.w)) * b.w;
     reinterpret_cast<float4*>(out + static_cast<size_t>(t) * ffn + g * kQ8Group)[k] =
         make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
   }

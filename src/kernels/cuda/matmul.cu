@@ -11,7 +11,6 @@
 
 #include "kernels/cuda/activation_q8.cuh"
 #include "kernels/cuda/cuda_error.h"
-#include "kernels/cuda/gemv_streamed.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/quant_blocks.cuh"
@@ -154,6 +153,17 @@ __global__ void quantize_kernel(const float* __restrict__ x, int ldx, int n, int
   store_q8_group(v, row, g, cols, codes, scales, sums);
 }
 
+template <typename B>
+__device__ __forceinline__ float run_dp4a(const CodeRun& r, const uint4 x, float x_scale, float x_sum) {
+  int dot = __dp4a(static_cast<int>(r.q[0]), static_cast<int>(x.x), 0);
+  dot = __dp4a(static_cast<int>(r.q[1]), static_cast<int>(x.y), dot);
+  dot = __dp4a(static_cast<int>(r.q[2]), static_cast<int>(x.z), dot);
+  dot = __dp4a(static_cast<int>(r.q[3]), static_cast<int>(x.w), dot);
+  float s = r.d * x_scale * static_cast<float>(dot);
+  if constexpr (B::kHasMin) s = fmaf(r.m, x_sum, s);
+  return s;
+}
+
 // The GEMV of integer weight types: a warp computes R weight rows for M activation rows.
 // Each lane walks the rows' parts (32 weights each) 32 apart, U parts at a time: all U x R
 // parts' weight loads are issued before any is decoded, so enough bytes are in flight to
@@ -278,7 +288,6 @@ constexpr GemvVariant kVariants[] = {
     {2, 1, 4}, {2, 2, 2},                        // two
     {4, 1, 2}, {4, 2, 2},                        // up to four
     {8, 1, 2}, {8, 1, 1},                        // up to eight
-    {1, 0, 0},  // one row, streamed (gemv_streamed.h: Q4_K and Q6_K; others take the default)
 };
 constexpr int kVariantCount = static_cast<int>(sizeof(kVariants) / sizeof(kVariants[0]));
 constexpr int kBucketTokens[kGemvBuckets] = {1, 2, 4, 8};
@@ -298,21 +307,12 @@ QuantizedRows offset_rows(QuantizedRows q, int first, int count) {
           q.sums + static_cast<size_t>(first) * groups, count, q.cols};
 }
 
-constexpr bool is_streamed(const GemvVariant& v) { return v.rows == 0; }
-
 template <GgmlType T, int I>
 void launch_q8_variant(const DeviceWeight& w, const QuantizedRows& x, float* y, int ldy, int accumulate, cudaStream_t s) {
   constexpr GemvVariant v = kVariants[I];
-  if constexpr (is_streamed(v)) {
-    StreamedInput in;
-    in.quantized = x;
-    gemv_streamed(w, in, y, accumulate, s);
-    return;
-  } else {
   const int per_block = kGemvWarps * v.rows;
   launch_dependent(gemv_q8_kernel<T, v.tokens, v.rows, v.parts>, dim3((w.rows + per_block - 1) / per_block),
                    dim3(kGemvWarps * 32), s, rows_of<T>(w), w.rows, x, x.n, y, ldy, accumulate);
-  }
 }
 
 template <GgmlType T>
@@ -333,10 +333,9 @@ void launch_gemv(const DeviceWeight& w, const float* x, int ldx, int n, float* y
     for (int start = 0; start < n; start += kGemvMaxTokens) {
       const int count = std::min(kGemvMaxTokens, n - start);
       const int bucket = gemv_bucket(count);
-      int chosen = variant >= 0                 ? variant
-                   : w.gemv_choice[bucket] >= 0 ? w.gemv_choice[bucket]
-                                                : default_variant(bucket, w);
-      if (is_streamed(kVariants[chosen]) && !gemv_streamed_serves(w)) chosen = default_variant(bucket, w);
+      const int chosen = variant >= 0                 ? variant
+                         : w.gemv_choice[bucket] >= 0 ? w.gemv_choice[bucket]
+                                                      : default_variant(bucket, w);
       if (kVariants[chosen].tokens != kBucketTokens[bucket]) cuda_fail("gemv: the variant does not fit the pass size");
       launch_q8<T>(chosen, w, offset_rows(q, start, count), y + static_cast<size_t>(start) * ldy, ldy, acc, raw(stream));
     }

@@ -119,17 +119,6 @@ size_t small_gemm_scratch_bytes(int widest_rows);  // what reserve_small_gemm ho
 // w as f16 [rows][cols] (the tensor-core path's first half; tests check it exactly).
 void dequantize_to_f16(const DeviceWeight& w, void* out_f16, Stream& stream);
 
-// One decode row, the kernel that makes a matmul's input folded into the matmul: each thread
-// block of the streamed GEMV (Q4_K, Q6_K) computes the whole int8 input row itself, with the
-// expressions of rms_norm / silu_mul (the same codes), while its first weights land; one
-// kernel fewer between two matmuls. fused_matmul_reads says whether a matrix can take it.
-bool fused_matmul_reads(const DeviceWeight& w);
-// y (+)= w . (x * weight / sqrt(mean(x^2) + eps)) for one row x of w.cols.
-void rms_norm_matmul(const DeviceWeight& w, const float* x, const float* norm_weight, float eps, float* y,
-                     bool accumulate, Stream& stream);
-// y (+)= w . (silu(gate) * up) for one row gate_up = [gate | up] of 2 * w.cols.
-void silu_mul_matmul(const DeviceWeight& w, const float* gate_up, float* y, bool accumulate, Stream& stream);
-
 // out[t] = x[t] * weight / sqrt(mean(x[t]^2) + eps), rows of width d. With `quantized`
 // (n <= kGemvLargestBatch, d a multiple of 16), also writes out's int8 copy there.
 void rms_norm(const float* x, const float* weight, float* out, int n, int d, float eps, Stream& stream,

@@ -99,14 +99,6 @@ __device__ __forceinline__ void store_run_f16(const Run& r, __half* to) {
   reinterpret_cast<uint4*>(to)[1] = make_uint4(words[4], words[5], words[6], words[7]);
 }
 
-// The same 16 bytes from shared memory (a weight stage copied in by the streamed GEMV) or,
-// with kShared false, from global memory past L1.
-template <bool kShared>
-__device__ __forceinline__ uint4 weights16(const uint8_t* p) {
-  if constexpr (kShared) return *reinterpret_cast<const uint4*>(p);
-  else return load_weights16(p);
-}
-
 // Types stored as they come: no repacking, no scales.
 template <GgmlType T>
 struct FloatBlock {
@@ -265,9 +257,8 @@ struct Block<GgmlType::Q4_K> {
   struct Raw {
     uint4 q, h;  // the part's 16 quant bytes; the block's header
   };
-  template <bool kShared = false>
   __device__ static Raw load(const uint8_t* quants, const uint8_t* header, int part) {
-    return {weights16<kShared>(quants + 16 * part), *reinterpret_cast<const uint4*>(header)};
+    return {load_weights16(quants + 16 * part), *reinterpret_cast<const uint4*>(header)};
   }
   __device__ static void codes(const Raw& r, int part, CodeRun& a, CodeRun& b) {
     const float dall = half_bits(r.h.x & 0xFFFF), dmin = half_bits(r.h.x >> 16);
@@ -308,12 +299,11 @@ struct Block<GgmlType::Q6_K> {
     uint4 ql, qh;      // the part's low four bits and its high two
     uint32_t sa, sb, d;  // the header words holding its two runs' scales, and d
   };
-  template <bool kShared = false>
   __device__ static Raw load(const uint8_t* quants, const uint8_t* header, int part) {
     const int n = part >> 2, l0 = ((part >> 1) & 1) * 16, row = part & 1;
     const auto* h = reinterpret_cast<const uint32_t*>(header);
     const int col_a = 128 * n + 32 * row + l0;  // runs a and b: scales col_a / 16 and + 4
-    return {weights16<kShared>(quants + 64 * n + 32 * row + l0), weights16<kShared>(quants + 128 + 32 * n + l0),
+    return {load_weights16(quants + 64 * n + 32 * row + l0), load_weights16(quants + 128 + 32 * n + l0),
             h[col_a / 64], h[col_a / 64 + 1], h[4]};
   }
   __device__ static void codes(const Raw& r, int part, CodeRun& a, CodeRun& b) {
@@ -340,19 +330,6 @@ struct Block<GgmlType::Q6_K> {
     to_floats<false>(ca, a), to_floats<false>(cb, b);
   }
 };
-
-// A code run's dot product with 16 int8 activations of scale x_scale and scaled code sum
-// x_sum: four dp4a, d_w * d_x * sum(q_w q_x) + m_w * d_x * sum(q_x).
-template <typename B>
-__device__ __forceinline__ float run_dp4a(const CodeRun& r, const uint4 x, float x_scale, float x_sum) {
-  int dot = __dp4a(static_cast<int>(r.q[0]), static_cast<int>(x.x), 0);
-  dot = __dp4a(static_cast<int>(r.q[1]), static_cast<int>(x.y), dot);
-  dot = __dp4a(static_cast<int>(r.q[2]), static_cast<int>(x.z), dot);
-  dot = __dp4a(static_cast<int>(r.q[3]), static_cast<int>(x.w), dot);
-  float s = r.d * x_scale * static_cast<float>(dot);
-  if constexpr (B::kHasMin) s = fmaf(r.m, x_sum, s);
-  return s;
-}
 
 // Where a row's streams lie in the GPU layout.
 template <GgmlType T>

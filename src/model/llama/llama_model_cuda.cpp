@@ -137,9 +137,6 @@ class LlamaCudaModel final : public Model {
     load_weights();
     allocate(options);
     if (options.tune_kernels) tune(options.tuning_cache_dir);
-    fused_ = fused_matmuls_apply();
-    info_.kernel_shapes += fused_ ? "; one-row passes: RMSNorm and SwiGLU folded into the streamed GEMV"
-                                  : "; one-row passes: RMSNorm and SwiGLU as kernels of their own";
   }
 
   ~LlamaCudaModel() override {
@@ -366,32 +363,6 @@ class LlamaCudaModel final : public Model {
     }
   }
 
-  // y = the group's matrices (stacked column after column) . rms_norm(x), one row.
-  void rms_norm_matmul_group(const std::vector<cu::DeviceWeight>& group, const float* x, const float* norm_weight,
-                             float* y) {
-    int column = 0;
-    for (const auto& w : group) {
-      cu::rms_norm_matmul(w, x, norm_weight, h_.rms_eps, y + column, false, stream_);
-      column += w.rows;
-    }
-  }
-
-  // Whether one-row passes fold the norms and SwiGLU into the matmuls: every layer's qkv,
-  // gate/up and down matrices are of types the streamed GEMV reads (SPLASH_CUDA_FUSED=0
-  // keeps the separate kernels, to compare).
-  bool fused_matmuls_apply() const {
-    const char* value = std::getenv("SPLASH_CUDA_FUSED");
-    if (value && std::string_view(value) == "0") return false;
-    for (const auto& layer : layers_) {
-      for (const auto& w : layer.qkv)
-        if (!cu::fused_matmul_reads(w)) return false;
-      for (const auto& w : layer.gate_up)
-        if (!cu::fused_matmul_reads(w)) return false;
-      if (!cu::fused_matmul_reads(layer.down)) return false;
-    }
-    return true;
-  }
-
   // Where rms_norm / silu_mul write the int8 copy of their rows for the GEMVs that read them
   // (decode-sized batches only; the tensor-core path reads floats).
   std::optional<cu::QuantizedRowsBuffer> quantized_rows(int n, int cols) {
@@ -540,19 +511,12 @@ class LlamaCudaModel final : public Model {
     const cu::QuantizedRows* hidden_in = hidden_view ? &*hidden_view : nullptr;
     const cu::QuantizedRowsBuffer* normed_out = normed_q8 ? &*normed_q8 : nullptr;
     const cu::QuantizedRowsBuffer* hidden_out = hidden_q8 ? &*hidden_q8 : nullptr;
-    // One-row passes fold RMSNorm and SwiGLU into the matmuls that read them.
-    const bool fused = fused_ && n == 1;
     for (int l = 0; l < s.n_layers; ++l) {
       const auto& layer = layers_[l];
-      if (fused) {
-        rms_norm_matmul_group(layer.qkv, x, layer.attn_norm, qkv);
-        mark("attn_norm + qkv matmul");
-      } else {
-        cu::rms_norm(x, layer.attn_norm, normed, n, s.d_model, h_.rms_eps, stream_, normed_out);
-        mark("attn_norm");
-        matmul_group(layer.qkv, normed, s.d_model, n, qkv, qkv_width(), normed_in);
-        mark("qkv matmul");
-      }
+      cu::rms_norm(x, layer.attn_norm, normed, n, s.d_model, h_.rms_eps, stream_, normed_out);
+      mark("attn_norm");
+      matmul_group(layer.qkv, normed, s.d_model, n, qkv, qkv_width(), normed_in);
+      mark("qkv matmul");
       cu::QkvPostArgs post;
       post.qkv = qkv;
       post.ld = qkv_width();
@@ -575,13 +539,6 @@ class LlamaCudaModel final : public Model {
       cu::matmul(layer.attn_output, attn, q_width(), n, x, s.d_model, true, matmul_scratch_, stream_,
                  attn_in ? &*attn_in : nullptr);
       mark("attn_output matmul");
-      if (fused) {
-        rms_norm_matmul_group(layer.gate_up, x, layer.ffn_norm, gate_up_.as<float>());
-        mark("ffn_norm + gate_up matmul");
-        cu::silu_mul_matmul(layer.down, gate_up_.as<float>(), x, true, stream_);
-        mark("silu_mul + down matmul");
-        continue;
-      }
       cu::rms_norm(x, layer.ffn_norm, normed, n, s.d_model, h_.rms_eps, stream_, normed_out);
       mark("ffn_norm");
       matmul_group(layer.gate_up, normed, s.d_model, n, gate_up_.as<float>(), 2 * s.ffn, normed_in);
@@ -594,13 +551,9 @@ class LlamaCudaModel final : public Model {
     if (wanted > 0) {
       // Only each wanting slice's last position needs logits.
       cu::gather_rows(x, rows_, wanted, s.d_model, last_.as<float>(), stream_);
-      if (wanted == 1 && cu::fused_matmul_reads(output_) && fused_) {
-        cu::rms_norm_matmul(output_, last_.as<float>(), output_norm_, h_.rms_eps, logits_.as<float>(), false, stream_);
-      } else {
-        cu::rms_norm(last_.as<float>(), output_norm_, last_normed_.as<float>(), wanted, s.d_model, h_.rms_eps, stream_);
-        cu::matmul(output_, last_normed_.as<float>(), s.d_model, wanted, logits_.as<float>(), s.vocab, false,
-                   matmul_scratch_, stream_, /*xq=*/nullptr, /*always_gemv=*/true);
-      }
+      cu::rms_norm(last_.as<float>(), output_norm_, last_normed_.as<float>(), wanted, s.d_model, h_.rms_eps, stream_);
+      cu::matmul(output_, last_normed_.as<float>(), s.d_model, wanted, logits_.as<float>(), s.vocab, false,
+                 matmul_scratch_, stream_, /*xq=*/nullptr, /*always_gemv=*/true);
       mark("head (norm, matmul)");
     }
   }
@@ -623,7 +576,6 @@ class LlamaCudaModel final : public Model {
   // Recorded decode passes by (tokens, context bucket); SPLASH_CUDA_GRAPHS=0 turns them off
   // (to compare, or to debug kernel by kernel).
   bool use_graphs_ = graphs_enabled();
-  bool fused_ = false;  // one-row passes fold RMSNorm and SwiGLU into the matmuls (fused_matmuls_apply)
   // SPLASH_CUDA_PROFILE=1: passes run kernel by kernel with an event after each step, their
   // times kept by pass size (decode passes of n sequences, prompt chunks of n tokens) and
   // printed when the model is unloaded.
