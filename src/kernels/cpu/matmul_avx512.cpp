@@ -27,19 +27,23 @@ inline __mmask16 row_mask(const PackedWeight& w, int tile) {
   return left >= kTileRows ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
 }
 
-// The activation rows one tile call reads: codes, per 32 a scale, per 16 the scaled code sum.
-template <int NB>
+// The activation rows one tile call reads: codes, per 32 a scale, per 16 the scaled code
+// sum; token n's row at a fixed stride from the first, so with a compile-time K (KCT) every
+// access is one base register and a constant displacement (no pointer per token to keep).
+template <int NB, int KCT>
 struct TokenRows {
-  const int8_t* codes[NB];
-  const float* scales[NB];
-  const float* sums[NB];
-  TokenRows(const MatmulInput& in, int k, int token0) {
-    for (int n = 0; n < NB; ++n) {
-      codes[n] = in.codes + static_cast<size_t>(token0 + n) * k;
-      scales[n] = in.scales + static_cast<size_t>(token0 + n) * (k / 32);
-      sums[n] = in.sums + static_cast<size_t>(token0 + n) * (k / 16);
-    }
-  }
+  const int8_t* codes;
+  const float *scales, *sums;
+  int k;
+  TokenRows(const MatmulInput& in, int k_, int token0)
+      : codes(in.codes + static_cast<size_t>(token0) * k_),
+        scales(in.scales + static_cast<size_t>(token0) * (k_ / 32)),
+        sums(in.sums + static_cast<size_t>(token0) * (k_ / 16)),
+        k(k_) {}
+  int width() const { return KCT ? KCT : k; }
+  const int8_t* code(int n, int col) const { return codes + static_cast<size_t>(n) * width() + col; }
+  float scale(int n, int col) const { return scales[static_cast<size_t>(n) * (width() / 32) + col / 32]; }
+  const float* sum(int n, int col) const { return sums + static_cast<size_t>(n) * (width() / 16) + col / 16; }
 };
 
 // kGroups k-groups of 4-bit codes from kGroups / 2 vectors: vector j holds k-group 2j in
@@ -53,47 +57,60 @@ inline void nibble_codes(const uint8_t* p, __m512i low_nibble, __m512i (&wv)[kGr
   }
 }
 
-// Accumulators of one tile call: per token the d-scaled sums and the m * sum(x) terms.
-// Few tokens give the out-of-order core little independent work, so each sub-block's VNNI
-// sums run as kChains interleaved chains (the latency of 8 chained vpdpbusd is ~40 cycles,
-// more than the rest of a sub-block's work) and the m terms in accumulators of their own.
-template <int NB>
-struct TileAccumulators {
-  static constexpr int kChains = NB >= 4 ? 1 : NB == 2 ? 2 : 4;
-  __m512 acc[NB], acc_m[NB];
-  TileAccumulators() {
-    for (int n = 0; n < NB; ++n) acc[n] = acc_m[n] = _mm512_setzero_ps();
-  }
-  __m512 total(int n) const { return _mm512_add_ps(acc[n], acc_m[n]); }
-};
+// acc += w (16 rows x 4 u8 codes) . x (4 s8 codes, broadcast from memory): vpdpbusd with its
+// {1to16} memory operand, one instruction where set1 + dpbusd compile to a broadcast and a
+// dot product (GCC 12 does not fold the broadcast), so prefill issues half as many.
+using AliasedInt32 = int32_t __attribute__((may_alias));
+[[gnu::always_inline]] inline __m512i dpbusd_broadcast(__m512i acc, __m512i w, const int8_t* x) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const AliasedInt32*>(x)));
+  return acc;
+}
 
-// acc += d_w * d_x * dot, acc_m += m_w * sum(x) over one sub-block of kGroups k-groups at
-// column `col`, for each token: the integer sums of the 16 rows by VNNI, scaled in float.
-template <int NB, int kGroups>
-inline void accumulate_sub_block(const __m512i (&wv)[kGroups], __m512 d, __m512 m, const TokenRows<NB>& x, int col,
-                                 TileAccumulators<NB>& a) {
-  constexpr int kChains = std::min(TileAccumulators<NB>::kChains, kGroups);
-  for (int n = 0; n < NB; ++n) {
-    const int8_t* xq = x.codes[n] + col;
+// Sums per token of one tile call. Each sub-block's VNNI sums run as kChains interleaved
+// integer chains when few tokens give the core little independent work (8 chained vpdpbusd
+// are ~40 cycles of latency); integer sums are exact in any order, and the float steps are
+// the same for every token count, so a token's result does not depend on its batch.
+template <int NB>
+constexpr int kDotChains = NB >= 4 ? 2 : NB == 2 ? 2 : 4;
+
+// acc += d_w * d_x * dot + m_w * sum(x) over one sub-block of kGroups k-groups at column
+// `col`, for each token: the integer sums of the 16 rows by VNNI, scaled in float. Each
+// token's step is spelled out with a constant index (a fold over the tokens) so that the
+// accumulators stay registers instead of an indexed array in memory.
+template <int NB, int kGroups, int KCT>
+[[gnu::always_inline]] inline void accumulate_sub_block(const __m512i (&wv)[kGroups], __m512 d, __m512 m,
+                                                       const TokenRows<NB, KCT>& x, int col, __m512 (&acc)[NB]) {
+  constexpr int kChains = std::min(kDotChains<NB>, kGroups);
+  const auto token = [&]<int n>() __attribute__((always_inline)) {
+    const int8_t* xq = x.code(n, col);
     __m512i dot[kChains];
     for (int c = 0; c < kChains; ++c) dot[c] = _mm512_setzero_si512();
-    for (int g = 0; g < kGroups; ++g)
-      dot[g % kChains] = _mm512_dpbusd_epi32(dot[g % kChains], wv[g], _mm512_set1_epi32(load_i32(xq + 4 * g)));
+#pragma GCC unroll 8
+    for (int g = 0; g < kGroups; ++g) dot[g % kChains] = dpbusd_broadcast(dot[g % kChains], wv[g], xq + 4 * g);
     for (int width = kChains / 2; width > 0; width /= 2)
       for (int c = 0; c < width; ++c) dot[c] = _mm512_add_epi32(dot[c], dot[c + width]);
-    const float dx = x.scales[n][col / 32];
-    const float sx = kGroups == 8 ? x.sums[n][col / 16] + x.sums[n][col / 16 + 1] : x.sums[n][col / 16];
-    a.acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[0]), _mm512_mul_ps(d, _mm512_set1_ps(dx)), a.acc[n]);
-    a.acc_m[n] = _mm512_fmadd_ps(m, _mm512_set1_ps(sx), a.acc_m[n]);
-  }
+    const float* sx = x.sum(n, col);  // one per 16 columns: a 32-weight sub-block takes two
+    acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[0]), _mm512_mul_ps(d, _mm512_set1_ps(x.scale(n, col))), acc[n]);
+    acc[n] = _mm512_fmadd_ps(m, _mm512_set1_ps(sx[0]), acc[n]);
+    if constexpr (kGroups == 8) acc[n] = _mm512_fmadd_ps(m, _mm512_set1_ps(sx[1]), acc[n]);
+  };
+  [&]<int... n>(std::integer_sequence<int, n...>) __attribute__((always_inline)) { (token.template operator()<n>(), ...); }(
+      std::make_integer_sequence<int, NB>());
 }
 
 template <int NB>
-inline void store_tile(const PackedWeight& w, int tile, const TileAccumulators<NB>& a, int token0, float* y, int ldy) {
+[[gnu::always_inline]] inline void store_tile(const PackedWeight& w, int tile, const __m512 (&acc)[NB], int token0,
+                                              float* y, int ldy) {
   const __mmask16 mask = row_mask(w, tile);
+#pragma GCC unroll 8
   for (int n = 0; n < NB; ++n)
-    _mm512_mask_storeu_ps(y + static_cast<size_t>(token0 + n) * ldy + tile * kTileRows, mask, a.total(n));
+    _mm512_mask_storeu_ps(y + static_cast<size_t>(token0 + n) * ldy + tile * kTileRows, mask, acc[n]);
 }
+
+// The accumulators of one tile call, zeroed.
+#define SPLASH_TILE_ACCUMULATORS(NB) \
+  __m512 acc[NB];                    \
+  _Pragma("GCC unroll 8") for (int n = 0; n < NB; ++n) acc[n] = _mm512_setzero_ps()
 
 // Q4_K records (k_quant_record.h): per 256-weight block the 16 rows' fp16 d and dmin; per
 // sub-block of 32 the 6-bit scales and mins widened and multiplied out (exact in float:
@@ -109,8 +126,8 @@ void q4k_tile(const PackedWeight& w, int tile, const MatmulInput& in, int token0
   const int k = KCT ? KCT : in.k;
   const int blocks = k / 256;
   const uint8_t* record = w.data.data() + static_cast<size_t>(tile) * blocks * kRecord;
-  const TokenRows<NB> x(in, k, token0);
-  TileAccumulators<NB> acc;
+  const TokenRows<NB, KCT> x(in, k, token0);
+  SPLASH_TILE_ACCUMULATORS(NB);
   const __m512i low_nibble = _mm512_set1_epi8(0x0F);
   for (int b = 0; b < blocks; ++b, record += kRecord) {
     const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(record + Q4KRecord::d)));
@@ -124,7 +141,7 @@ void q4k_tile(const PackedWeight& w, int tile, const MatmulInput& in, int token0
       const auto widen = [&](size_t at) {
         return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(record + at))));
       };
-      accumulate_sub_block<NB, 8>(wv, _mm512_mul_ps(d, widen(Q4KRecord::scales(s))),
+      accumulate_sub_block<NB, 8, KCT>(wv, _mm512_mul_ps(d, widen(Q4KRecord::scales(s))),
                                   _mm512_mul_ps(neg_dmin, widen(Q4KRecord::mins(s))), x, b * 256 + s * 32, acc);
     }
   }
@@ -139,8 +156,8 @@ void q6k_tile(const PackedWeight& w, int tile, const MatmulInput& in, int token0
   const int k = KCT ? KCT : in.k;
   const int blocks = k / 256;
   const uint8_t* record = w.data.data() + static_cast<size_t>(tile) * blocks * kRecord;
-  const TokenRows<NB> x(in, k, token0);
-  TileAccumulators<NB> acc;
+  const TokenRows<NB, KCT> x(in, k, token0);
+  SPLASH_TILE_ACCUMULATORS(NB);
   const __m512i low_nibble = _mm512_set1_epi8(0x0F), high_pair = _mm512_set1_epi8(0x30);
   const __m512 minus_32 = _mm512_set1_ps(-32.0f);
   for (int b = 0; b < blocks; ++b, record += kRecord) {
@@ -161,7 +178,7 @@ void q6k_tile(const PackedWeight& w, int tile, const MatmulInput& in, int token0
       };
       const __m512 ds = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
                                              _mm_load_si128(reinterpret_cast<const __m128i*>(record + Q6KRecord::scales(s))))));
-      accumulate_sub_block<NB, 4>(wv, ds, _mm512_mul_ps(ds, minus_32), x, b * 256 + s * 16, acc);
+      accumulate_sub_block<NB, 4, KCT>(wv, ds, _mm512_mul_ps(ds, minus_32), x, b * 256 + s * 16, acc);
     }
   }
   store_tile(w, tile, acc, token0, y, ldy);
@@ -178,8 +195,8 @@ void flat_int_tile(const PackedWeight& w, int tile, const MatmulInput& in, int t
   const int k = KCT ? KCT : in.k;
   const int subs = k / T::sub;
   const uint8_t* record = w.data.data() + static_cast<size_t>(tile) * subs * kRecord;
-  const TokenRows<NB> x(in, k, token0);
-  TileAccumulators<NB> acc;
+  const TokenRows<NB, KCT> x(in, k, token0);
+  SPLASH_TILE_ACCUMULATORS(NB);
   const __m512i low_nibble = _mm512_set1_epi8(0x0F);
   for (int b = 0; b < subs; ++b, record += kRecord) {
     __m512i wv[kGroups];
@@ -196,7 +213,7 @@ void flat_int_tile(const PackedWeight& w, int tile, const MatmulInput& in, int t
       d = _mm512_load_ps(record + T::code_bytes);
       m = _mm512_load_ps(record + T::code_bytes + 64);
     }
-    accumulate_sub_block<NB, kGroups>(wv, d, m, x, b * T::sub, acc);
+    accumulate_sub_block<NB, kGroups, KCT>(wv, d, m, x, b * T::sub, acc);
   }
   store_tile(w, tile, acc, token0, y, ldy);
 }
