@@ -318,11 +318,17 @@ nlohmann::json chat_tool_call_json(const chat::ToolCall& call) {
   return {{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
 }
 
-nlohmann::json usage_json(int prompt_tokens, int completion_tokens, int cached_prompt_tokens) {
+nlohmann::json usage_json(int prompt_tokens, int completion_tokens, int cached_prompt_tokens, int draft_tokens,
+                          int accepted_draft_tokens) {
+  // Speculative decoding's guesses in OpenAI's fields for predicted tokens: those the reply
+  // kept and those it did not.
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
           {"total_tokens", prompt_tokens + completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", cached_prompt_tokens}}}};
+          {"prompt_tokens_details", {{"cached_tokens", cached_prompt_tokens}}},
+          {"completion_tokens_details",
+           {{"accepted_prediction_tokens", accepted_draft_tokens},
+            {"rejected_prediction_tokens", draft_tokens - accepted_draft_tokens}}}};
 }
 
 ChatCompletionRenderer::ChatCompletionRenderer(std::string model_id, bool include_usage, bool logprobs)
@@ -393,7 +399,8 @@ std::string ChatCompletionRenderer::stream_event(const engine::ChatEvent& event)
           {{{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", openai_finish_reason(event.finish)}}})));
       if (include_usage_) {
         json last = chunk(json::array());
-        last["usage"] = usage_json(event.prompt_tokens, event.completion_tokens, event.cached_prompt_tokens);
+        last["usage"] = usage_json(event.prompt_tokens, event.completion_tokens, event.cached_prompt_tokens,
+                                   event.draft_tokens, event.accepted_draft_tokens);
         out += sse(last);
       }
       return out;
@@ -418,6 +425,8 @@ void ChatCompletionRenderer::collect(const engine::ChatEvent& event) {
     prompt_tokens_ = event.prompt_tokens;
     completion_tokens_ = event.completion_tokens;
     cached_prompt_tokens_ = event.cached_prompt_tokens;
+    draft_tokens_ = event.draft_tokens;
+    accepted_draft_tokens_ = event.accepted_draft_tokens;
   } else if (event.kind == Kind::Started) {
     prompt_tokens_ = event.prompt_tokens;
   } else if (event.kind == Kind::ToolCallFinished) {
@@ -442,7 +451,8 @@ nlohmann::json ChatCompletionRenderer::completion() const {
           {"model", model_id_},
           {"system_fingerprint", "splash"},
           {"choices", json::array({choice})},
-          {"usage", usage_json(prompt_tokens_, completion_tokens_, cached_prompt_tokens_)}};
+          {"usage", usage_json(prompt_tokens_, completion_tokens_, cached_prompt_tokens_, draft_tokens_,
+                               accepted_draft_tokens_)}};
 }
 
 }  // namespace splash::api

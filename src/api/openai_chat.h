@@ -65,12 +65,14 @@ class ChatCompletionRenderer : public ReplyRenderer {
   std::vector<engine::TokenLogprob> all_logprobs_;
   engine::FinishReason finish_ = engine::FinishReason::Stop;
   int prompt_tokens_ = 0, completion_tokens_ = 0, cached_prompt_tokens_ = 0;
+  int draft_tokens_ = 0, accepted_draft_tokens_ = 0;  // speculative decoding's guesses, kept or not
   std::vector<chat::ToolCall> tool_calls_;  // non-streaming: the finished calls
   std::vector<bool> custom_calls_;          // streaming: which call index is a custom tool's
 };
 
 const char* openai_finish_reason(engine::FinishReason reason);
 nlohmann::json chat_tool_call_json(const chat::ToolCall& call);
-nlohmann::json usage_json(int prompt_tokens, int completion_tokens, int cached_prompt_tokens = 0);
+nlohmann::json usage_json(int prompt_tokens, int completion_tokens, int cached_prompt_tokens = 0, int draft_tokens = 0,
+                          int accepted_draft_tokens = 0);
 
 }  // namespace splash::api

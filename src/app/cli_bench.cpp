@@ -10,6 +10,7 @@
 #include "app/commands.h"
 #include "model/sequence.h"
 #include "app/model_loading.h"
+#include "common/error.h"
 #include "engine/chat_request.h"
 #include "engine/generator.h"
 #include "engine/output_constraints.h"
@@ -31,6 +32,7 @@ struct BenchFlags {
   int repetitions = 3;
   bool json = false;
   bool structured = false;
+  engine::DraftMode draft = engine::DraftMode::Auto;
 };
 
 // The same pseudo-random token ids bench/llamacpp_peer.py feeds the peer engine.
@@ -99,6 +101,70 @@ void bench_images(vision::VisionEncoder& encoder, int repetitions, nlohmann::jso
   report["image_1280x800_ms"] = median(screenshot_runs) * 1e3;
   report["image_1280x800_views"] = views;
   report["image_1280x800_preprocess_ms"] = median(preprocess_runs) * 1e3;
+}
+
+// A coding agent's kind of turn: a function given in the prompt, asked back with one change.
+const char* kBenchEditPrompt = R"(Here is a function from our repository:
+
+```python
+def merge_intervals(intervals, gap=0):
+    """Merge overlapping [start, end] intervals; ones closer than `gap` merge too."""
+    if not intervals:
+        return []
+    ordered = sorted(intervals, key=lambda pair: pair[0])
+    merged = [list(ordered[0])]
+    for start, end in ordered[1:]:
+        last = merged[-1]
+        if start <= last[1] + gap:
+            last[1] = max(last[1], end)
+        else:
+            merged.append([start, end])
+    return [tuple(pair) for pair in merged]
+
+
+def total_covered(intervals, gap=0):
+    """The length covered by the intervals once merged."""
+    return sum(end - start for start, end in merge_intervals(intervals, gap))
+```
+
+Rewrite both functions with the parameter `gap` renamed to `tolerance`, and nothing else changed. Reply with the code only.)";
+
+// That turn decoded through the whole generation loop plainly and with the --draft drafter:
+// the replies are the same tokens (speculative decoding is exact), so the rates compare.
+void bench_drafts(LoadedModel& loaded, engine::DraftMode mode, int decode_tokens, int repetitions,
+                  nlohmann::json& report) {
+  engine::GenerationRequest request;
+  const std::vector<chat::ChatMessage> messages{{"user", kBenchEditPrompt}};
+  request.prompt = encode_chat(loaded, messages);
+  request.sampling.temperature = 0.0f;
+  request.max_tokens = std::max(decode_tokens, 256);
+  request.stop = loaded.chat->stop_texts();
+  std::vector<double> plain_rates, drafted_rates;
+  engine::DecodeStats stats;
+  size_t tokens = 0;
+  model::Sequence sequence(*loaded.model);
+  for (int r = 0; r < repetitions; ++r) {
+    const auto plain = engine::generate(sequence, loaded.tokenizer, request, nullptr);
+    plain_rates.push_back(plain.tokens.size() / plain.decode_seconds);
+    stats = {};
+    const auto drafter = make_drafter(mode);
+    const auto drafted = engine::generate(sequence, loaded.tokenizer, request, nullptr, nullptr, 0, drafter.get(), &stats);
+    drafted_rates.push_back(drafted.tokens.size() / drafted.decode_seconds);
+    if (drafted.tokens != plain.tokens) fail("bench: the reply with drafts differs from the plain one");
+    tokens = plain.tokens.size();
+  }
+  const double plain_rate = median(plain_rates), drafted_rate = median(drafted_rates);
+  fmt::print("{:<28} {:>12.1f}\n", "decode, code edit, plain", plain_rate);
+  fmt::print("{:<28} {:>12.1f}\n", fmt::format("decode, code edit, {}", engine::draft_mode_name(mode)), drafted_rate);
+  fmt::print("drafts: {:.2f}x plain decode over the same {} tokens; {} of {} guessed tokens kept, {:.2f} tokens a "
+             "verifying step\n",
+             drafted_rate / plain_rate, tokens, stats.accepted_draft_tokens, stats.draft_tokens,
+             stats.verify_steps ? 1.0 + static_cast<double>(stats.accepted_draft_tokens) / stats.verify_steps : 1.0);
+  report["decode_code_edit_plain"] = plain_rate;
+  report["decode_code_edit_drafted"] = drafted_rate;
+  report["code_edit_tokens"] = tokens;
+  report["draft_tokens"] = stats.draft_tokens;
+  report["accepted_draft_tokens"] = stats.accepted_draft_tokens;
 }
 
 // A schema that keeps a reply going (at least 40 entries), so that decode speed with and
@@ -210,6 +276,8 @@ void bench(BenchFlags flags) {
   // prompt sizes.
   int longest = std::max(16, *std::max_element(flags.prompt_sizes.begin(), flags.prompt_sizes.end()));
   for (const int depth : flags.decode_depths) longest = std::max(longest, depth + flags.decode_tokens + 1);
+  // The code-edit turn of bench_drafts: its prompt (~240 tokens on Qwen's tokenizer) and reply.
+  if (flags.draft != engine::DraftMode::None) longest = std::max(longest, 512 + std::max(flags.decode_tokens, 256));
   if (!flags.parallel.empty()) {
     longest = std::max(longest, flags.parallel_prompt + flags.decode_tokens + 1);
     flags.model.load.kv_blocks = -1;  // the whole planned pool: room for every sequence
@@ -278,6 +346,8 @@ void bench(BenchFlags flags) {
   bench_depths(model, flags, tokens, report);
   bench_parallel(*loaded->model, flags, tokens, report);
   if (flags.structured) bench_structured(*loaded, flags.decode_tokens, flags.repetitions, report);
+  if (flags.draft != engine::DraftMode::None && info.max_logits_per_slice > 1)
+    bench_drafts(*loaded, flags.draft, flags.decode_tokens, flags.repetitions, report);
   if (loaded->vision) bench_images(*loaded->vision, flags.repetitions, report);
   if (flags.json) fmt::print("{}\n", report.dump());
 }
@@ -313,6 +383,7 @@ void add_bench_command(CLI::App& app) {
   command->add_flag("--json", flags->json, "Also print a JSON line with the results");
   command->add_flag("--structured", flags->structured,
                     "Also compare decode speed with and without a JSON Schema constraint");
+  add_draft_flag(*command, flags->draft);
   command->callback([flags] { bench(*flags); });
 }
 

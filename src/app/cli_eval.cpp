@@ -11,6 +11,7 @@
 #include "model/sequence.h"
 #include "app/model_loading.h"
 #include "common/error.h"
+#include "engine/generator.h"
 
 namespace splash::app {
 namespace {
@@ -23,6 +24,7 @@ struct EvalFlags {
   std::string image;         // with --mmproj: an image file whose features fill the <image> positions
   std::string features_out;  // write the image's features (float32, tokens x width) here
   std::string pixels;        // a preprocessed [3][S][S] float32 tensor to encode instead of decoding `image`
+  engine::DraftMode draft = engine::DraftMode::Auto;
 };
 
 void write_floats(const std::string& path, std::span<const float> values) {
@@ -71,12 +73,35 @@ void eval(const EvalFlags& flags) {
   std::span<const float> logits = model.forward(flags.tokens, embeddings);
   if (!flags.logits_out.empty()) write_floats(flags.logits_out, logits);
   if (flags.greedy > 0) {
-    // Plain argmax with no end-of-generation handling, so the reference can compare every step.
-    std::vector<int32_t> generated;
-    for (int i = 0; i < flags.greedy; ++i) {
-      const auto best = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    // Plain argmax with no end-of-generation handling, so the reference can compare every step;
+    // with drafts, each step verifies the guesses too (the same tokens, fewer passes).
+    const model::ModelInfo& info = model.info();
+    std::vector<int32_t> generated, text = flags.tokens;
+    const auto argmax = [&](std::span<const float> row) -> std::optional<int32_t> {
+      const auto best = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
       generated.push_back(best);
-      if (i + 1 < flags.greedy) logits = model.forward({&best, 1});
+      text.push_back(best);
+      if (static_cast<int>(generated.size()) >= flags.greedy) return std::nullopt;
+      return best;
+    };
+    const auto drafter = info.max_logits_per_slice > 1 ? make_drafter(flags.draft) : nullptr;
+    std::optional<int32_t> next = argmax(logits);
+    while (next) {
+      const int room = std::min({info.max_logits_per_slice - 1, flags.greedy - static_cast<int>(generated.size()) - 1,
+                                 info.context - model.position() - 1});
+      std::vector<int32_t> block{*next};
+      if (drafter && room > 0)
+        for (const int32_t guess : drafter->propose(text, room))
+          if (static_cast<int>(block.size()) <= room && guess >= 0 && guess < info.vocab) block.push_back(guess);
+      if (block.size() == 1) {
+        next = argmax(model.forward(block));
+        continue;
+      }
+      const int fed = model.position();
+      const auto verified = engine::verify_guesses(std::span(block).subspan(1), model.verify(block),
+                                                   static_cast<size_t>(info.vocab), argmax, [](int32_t) {});
+      model.truncate(fed + 1 + verified.kept);
+      next = verified.next;
     }
     fmt::print("{}\n", nlohmann::json{{"generated", generated}}.dump());
   }
@@ -97,6 +122,7 @@ void add_eval_command(CLI::App& app) {
   command->add_option("--logits-out", flags->logits_out, "Write the last position's logits (float32) here");
   command->add_option("--greedy", flags->greedy, "Print a JSON greedy continuation of N tokens")
       ->check(CLI::Range(0, 1 << 16));
+  add_draft_flag(*command, flags->draft);
   command->callback([flags] { eval(*flags); });
 }
 

@@ -21,6 +21,7 @@ struct RunFlags {
   int max_tokens = 512;
   bool ignore_eos = false;
   bool quiet = false;
+  engine::DraftMode draft = engine::DraftMode::Auto;
 };
 
 void run(const RunFlags& flags) {
@@ -40,11 +41,14 @@ void run(const RunFlags& flags) {
   request.ignore_end_of_generation = flags.ignore_eos;
 
   model::Sequence sequence(*loaded->model);
-  const auto result = engine::generate(sequence, loaded->tokenizer, request, [](const engine::GenerationPiece& piece) {
+  const auto drafter = make_drafter(flags.draft);
+  engine::DecodeStats stats;
+  const auto print = [](const engine::GenerationPiece& piece) {
     std::fwrite(piece.text.data(), 1, piece.text.size(), stdout);
     std::fflush(stdout);
     return true;
-  });
+  };
+  const auto result = engine::generate(sequence, loaded->tokenizer, request, print, nullptr, 0, drafter.get(), &stats);
   std::fputc('\n', stdout);
   if (!flags.quiet) {
     const int generated = static_cast<int>(result.tokens.size());
@@ -53,6 +57,9 @@ void run(const RunFlags& flags) {
                result.prompt_tokens, result.prefill_seconds, result.prompt_tokens / std::max(result.prefill_seconds, 1e-9),
                generated, result.decode_seconds, generated / std::max(result.decode_seconds, 1e-9),
                engine::finish_reason_name(result.finish), result.seed);
+    if (stats.verify_steps > 0)
+      fmt::print(stderr, "drafts  {} of {} guessed tokens kept over {} steps that verified guesses\n",
+                 stats.accepted_draft_tokens, stats.draft_tokens, stats.verify_steps);
   }
 }
 
@@ -70,6 +77,7 @@ void add_run_command(CLI::App& app) {
   command->add_option("--stop", flags->stop, "Stop string (repeatable); not printed");
   command->add_flag("--ignore-eos", flags->ignore_eos, "Keep generating past end-of-generation tokens");
   command->add_flag("-q,--quiet", flags->quiet, "Print only the answer");
+  add_draft_flag(*command, flags->draft);
   command->add_option("prompt", flags->prompt, "The user message")->required();
   command->callback([flags] { run(*flags); });
 }

@@ -21,6 +21,7 @@ struct ServeFlags {
   ModelFlags model;
   server::ServerOptions server;
   bool no_webui = false;
+  engine::DraftMode draft = engine::DraftMode::Auto;
 };
 
 // SIGINT/SIGTERM are blocked in every thread and taken by one thread with sigwait, so a
@@ -112,8 +113,13 @@ void serve(ServeFlags flags) {
                                 {"weights_bytes", v.weight_bytes}, {"max_image_pixels", flags.model.max_image_pixels}};
   }
 
+  const bool verifies = loaded->model->info().max_logits_per_slice > 1;
+  served.details["speculative_decoding"] = {
+      {"draft", engine::draft_mode_name(flags.draft)},
+      {"drafter", flags.draft == engine::DraftMode::None || !verifies ? "none" : "lookup"},
+      {"max_draft_tokens", verifies ? loaded->model->info().max_logits_per_slice - 1 : 0}};
   engine::EngineService engine(*loaded->model, loaded->tokenizer, *loaded->chat,
-                               {loaded->vision.get(), flags.model.max_image_pixels});
+                               {loaded->vision.get(), flags.model.max_image_pixels}, {flags.draft, {}});
   server::HttpServer http(flags.server, engine, loaded->tokenizer, *loaded->chat, served);
   http.bind();
   running_engine.store(&engine);
@@ -134,6 +140,7 @@ void add_serve_command(CLI::App& app) {
   auto flags = std::make_shared<ServeFlags>();
   auto* command = app.add_subcommand("serve", "Serve the OpenAI-compatible HTTP API and the chat page");
   add_model_flags(*command, flags->model);
+  add_draft_flag(*command, flags->draft);
   add_vision_flags(*command, flags->model);
   command->add_option("--host", flags->server.host, "Address to listen on")->capture_default_str();
   command->add_option("--port", flags->server.port, "Port to listen on (0: any free port)")

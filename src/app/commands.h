@@ -2,9 +2,11 @@
 // Each subcommand registers its flags and its action on the CLI11 app (one file each).
 #include <CLI/CLI.hpp>
 
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "engine/drafter.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "vision/image_decode.h"
@@ -30,6 +32,12 @@ struct ModelFlags {
 void add_model_flags(CLI::App& command, ModelFlags& flags);
 // --mmproj and --max-image-pixels (serve, and eval for the reference tests).
 void add_vision_flags(CLI::App& command, ModelFlags& flags);
+
+// --draft auto|lookup|none: which guesses speculative decoding verifies (serve, run, bench,
+// eval). The reply is the same whichever: `none` is for comparing and checking.
+void add_draft_flag(CLI::App& command, engine::DraftMode& mode);
+// The drafter a mode gives one sequence (null for none).
+std::unique_ptr<engine::Drafter> make_drafter(engine::DraftMode mode);
 
 // Sampling flags shared by run (and later serve's defaults).
 struct SamplingFlags {

@@ -46,6 +46,22 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
       ->default_str("auto");
 }
 
+void add_draft_flag(CLI::App& command, engine::DraftMode& mode) {
+  command
+      .add_option_function<std::string>(
+          "--draft", [&mode](const std::string& name) { mode = engine::parse_draft_mode(name); },
+          "Speculative decoding: auto (the best drafts the model has: prompt lookup today), lookup (each step "
+          "verifies the tokens that followed the latest earlier occurrence of the last three), or none (plain "
+          "decoding). The output is the same")
+      ->check(CLI::IsMember({"auto", "lookup", "none"}))
+      ->default_str("auto");
+}
+
+std::unique_ptr<engine::Drafter> make_drafter(engine::DraftMode mode) {
+  if (mode == engine::DraftMode::None) return nullptr;
+  return std::make_unique<engine::LookupDrafter>();
+}
+
 void add_vision_flags(CLI::App& command, ModelFlags& flags) {
   command.add_option("--mmproj", flags.mmproj,
                      "Vision encoder GGUF of the model (SmolVLM's mmproj file): requests may then carry images")

@@ -62,6 +62,8 @@ struct ChatEvent {
   int prompt_tokens = 0;               // Started, Finished
   int completion_tokens = 0;           // Finished
   int cached_prompt_tokens = 0;        // Started, Finished: prompt tokens reused from the KV cache
+  int draft_tokens = 0;                // Finished: drafted tokens the model verified (speculative decoding)
+  int accepted_draft_tokens = 0;       // Finished: of them, the tokens the reply kept
   std::string error;                   // Failed: a message for the client (bad request)
 
   static ChatEvent failed(std::string message) {

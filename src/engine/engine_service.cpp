@@ -28,8 +28,29 @@ struct EngineService::Running {
   bool ended = false;
   int cached_prompt_tokens = 0;
   uint64_t order = 0;                   // admission order (older runs first, newer is preempted first)
+  std::unique_ptr<Drafter> drafter;     // speculative decoding's guesses (null: plain decoding)
+  DraftBudget draft_budget;             // guesses its next step may verify
+  int draft_tokens = 0, accepted_draft_tokens = 0;
 
   int pending() const { return static_cast<int>(tokens.size()) - computed; }
+};
+
+// A sequence's part of one pass: its `count` tokens from `computed` on, of which the last
+// `drafted` are guesses being verified.
+struct EngineService::Slot {
+  Running* sequence;
+  int count;
+  int drafted = 0;
+};
+
+// What one forward pass runs: the slots and the model's slices over them (with the token
+// copies of slices that cross images).
+struct EngineService::Pass {
+  std::vector<Slot> slots;
+  std::vector<model::SequenceSlice> batch;
+  std::vector<std::vector<int32_t>> image_slices;
+  std::vector<std::vector<const float*>> image_rows;
+  int tokens = 0;
 };
 
 namespace {
@@ -62,11 +83,13 @@ ChatEvent event_of(const GenerationPiece& piece) {
 }  // namespace
 
 EngineService::EngineService(model::Model& model, const tokenizer::Tokenizer& tokenizer, const chat::ChatFormat& chat,
-                             ImageInput images)
+                             ImageInput images, EngineOptions options)
     : model_(model),
       tokenizer_(tokenizer),
       chat_(chat),
       images_(images),
+      options_(std::move(options)),
+      drafting_(model.info().max_logits_per_slice > 1 && (options_.drafter || options_.draft != DraftMode::None)),
       image_tokens_(images.encoder ? find_image_tokens(tokenizer) : ImageTokenIds{}),
       token_trie_(build_token_trie(tokenizer)),
       blocks_(model.info().kv_blocks, [&model](int from, int to, int tokens) { model.copy_kv_block(from, to, tokens); }),
@@ -242,6 +265,8 @@ bool EngineService::prepare(Running& sequence) {
       return ticket.sink_(event_of(piece)) && !ticket.cancelled();
     };
     sequence.generation.emplace(tokenizer_, std::move(request), sink, &stopping_, model_.info().vocab, context);
+    if (drafting_)
+      sequence.drafter = options_.drafter ? options_.drafter() : std::make_unique<LookupDrafter>();
   } catch (const Error& e) {
     ticket.sink_(ChatEvent::failed(e.what()));
     return false;
@@ -369,6 +394,8 @@ void EngineService::finish(Running& sequence, bool keep_blocks) {
   if (result.finish != FinishReason::Cancelled) {
     ChatEvent done = ChatEvent::finished(result.finish, result.prompt_tokens, static_cast<int>(result.tokens.size()),
                                          sequence.cached_prompt_tokens);
+    done.draft_tokens = sequence.draft_tokens;
+    done.accepted_draft_tokens = sequence.accepted_draft_tokens;
     // Only the caller's own stop strings are reported (not the chat format's end markers).
     const auto& stops = sequence.ticket->request_.stop;
     if (std::find(stops.begin(), stops.end(), result.stop_sequence) != stops.end())
@@ -377,7 +404,7 @@ void EngineService::finish(Running& sequence, bool keep_blocks) {
   }
 }
 
-void EngineService::on_logits(Running& sequence, std::span<const float> logits) {
+std::optional<int32_t> EngineService::sample(Running& sequence, std::span<const float> logits) {
   std::optional<int32_t> token;
   ChatTicket& ticket = *sequence.ticket;
   const auto now = ChatTicket::Clock::now();
@@ -393,13 +420,59 @@ void EngineService::on_logits(Running& sequence, std::span<const float> logits) 
     blocks_.release(sequence.blocks, std::span(sequence.tokens).first(sequence.computed), true);
     sequence.blocks.clear();
     sequence.ticket->sink_(ChatEvent::failed(std::string("generation failed: ") + e.what()));
-    return;
+    return std::nullopt;
   }
-  if (token) sequence.tokens.push_back(*token);
-  else finish(sequence, true);
+  if (!token) finish(sequence, true);
+  return token;
 }
 
-std::vector<int> EngineService::prefill_shares(int budget) const {
+void EngineService::on_logits(Running& sequence, std::span<const float> logits) {
+  if (const auto token = sample(sequence, logits)) sequence.tokens.push_back(*token);
+}
+
+int EngineService::draft(Running& sequence, int room) {
+  if (!sequence.drafter) return 0;
+  const model::ModelInfo& info = model_.info();
+  const GenerationResult& result = sequence.generation->result();
+  // The step emits at most drafted + 1 tokens: no more guesses than the reply has room for.
+  const int reply_room = sequence.generation->request().max_tokens - static_cast<int>(result.tokens.size()) - 1;
+  const int limit = std::min({room, sequence.draft_budget.limit(), info.max_logits_per_slice - 1, reply_room,
+                              info.context - static_cast<int>(sequence.tokens.size())});
+  if (limit <= 0) return 0;
+  const std::vector<int32_t> guesses = sequence.drafter->propose(sequence.tokens, limit);
+  int drafted = 0;
+  for (const int32_t id : guesses) {  // a guess must be a token the model reads (prompts hold image keys)
+    if (drafted == limit || id < 0 || id >= info.vocab) break;
+    sequence.tokens.push_back(id);
+    ++drafted;
+  }
+  return drafted;
+}
+
+void EngineService::verify(Running& sequence, int drafted, std::span<const float> logits) {
+  const std::vector<int32_t> guesses(sequence.tokens.end() - drafted, sequence.tokens.end());
+  sequence.tokens.resize(sequence.tokens.size() - drafted);
+  sequence.computed = static_cast<int>(sequence.tokens.size());  // the fed token; the guesses' positions wait
+  sequence.draft_tokens += drafted;  // (counted before a sample can end the reply and report them)
+  publish_full_blocks(sequence);
+  const VerifiedGuesses verified = verify_guesses(
+      guesses, logits, static_cast<size_t>(model_.info().vocab),
+      [&](std::span<const float> row) { return sample(sequence, row); },
+      [&](int32_t kept) {
+        sequence.tokens.push_back(kept);
+        ++sequence.computed;  // the guess's keys and values are the sampled token's
+        ++sequence.accepted_draft_tokens;
+        publish_full_blocks(sequence);
+      });
+  if (verified.next) sequence.tokens.push_back(*verified.next);
+  sequence.draft_budget.update(drafted, verified.kept);
+  std::lock_guard lock(mutex_);
+  ++counters_.verify_steps;
+  counters_.draft_tokens += drafted;
+  counters_.accepted_draft_tokens += verified.kept;
+}
+
+std::vector<int> EngineService::prefill_shares(int budget, const std::vector<bool>& in_batch) const {
   // Water-filling: the sequences with the fewest prompt tokens left are served whole first;
   // each of the others gets an equal share of what remains. While other sequences share the
   // step, a chunk deep into a long prompt is also kept short: its attention over every
@@ -412,7 +485,7 @@ std::vector<int> EngineService::prefill_shares(int budget) const {
     const Running& s = *running_[i];
     if (s.preempted || s.ended) continue;
     ++active;
-    if (s.pending() > 1) reading.push_back(i);
+    if (s.pending() > 1 && !in_batch[i]) reading.push_back(i);  // (decoding ones carry their guesses)
   }
   constexpr int kDepthScale = 512, kMinChunk = 32;
   auto depth_cap = [&](const Running& s) {
@@ -434,10 +507,18 @@ std::vector<int> EngineService::prefill_shares(int budget) const {
 }
 
 void EngineService::step() {
-  // Admission, oldest first, while the batch has room and the cache has blocks for the
-  // whole prompt (preempted sequences are at the front and go first). A request whose prefix
-  // a running sibling is still computing waits for those blocks instead of computing them
-  // again (sub-agents and title requests arrive together with the same long prefix).
+  admit_waiting();
+  if (running_.empty()) return;
+  Pass pass = schedule();
+  if (!pass.slots.empty()) apply(pass, run(pass));
+  retire();
+}
+
+void EngineService::admit_waiting() {
+  // Oldest first, while the batch has room and the cache has blocks for the whole prompt
+  // (preempted sequences are at the front and go first). A request whose prefix a running
+  // sibling is still computing waits for those blocks instead of computing them again
+  // (sub-agents and title requests arrive together with the same long prefix).
   for (auto it = waiting_.begin(); it != waiting_.end() && static_cast<int>(running_.size()) < model::kMaxBatchSequences;) {
     Running& next = **it;
     if ((next.ticket->cancelled() && !next.started) || (!next.generation && !prepare(next))) {
@@ -452,21 +533,20 @@ void EngineService::step() {
     if (!next.ended) running_.push_back(std::move(*it));
     it = waiting_.erase(it);
   }
-  if (running_.empty()) return;
+}
 
-  // The batch: one token of every decoding sequence, then prefill chunks under the step's
-  // token budget, shared max-min fairly among the sequences reading prompts (prefill_shares):
-  // a short prompt that arrives while a long one is read completes in the next step instead
-  // of waiting for the whole long prompt. A sequence that needs a block when none is left
-  // takes it from the newest sequence not yet in this batch (preemption), or waits itself.
-  struct Slot {
-    Running* sequence;
-    int count;
-  };
-  std::vector<Slot> slots;
+EngineService::Pass EngineService::schedule() {
+  // One token of every decoding sequence, each followed by its drafted guesses, then prefill
+  // chunks under the step's token budget, shared max-min fairly among the sequences reading
+  // prompts (prefill_shares): a short prompt that arrives while a long one is read
+  // completes in the next step instead of waiting for the whole long prompt. A sequence that
+  // needs a block when none is left takes it from the newest sequence not yet in this batch
+  // (preemption), or waits itself; guesses never take blocks from anyone.
+  Pass pass;
   std::vector<bool> in_batch(running_.size(), false);
   const int pass_tokens = model_.info().max_batch_tokens;
   int budget = pass_tokens;
+  int draft_room = drafting_ ? pass_tokens / 2 : 0;  // guesses leave prompts at least half the pass
   auto newest_victim = [&](const Running* asking) -> Running* {
     for (size_t i = running_.size(); i-- > 0;) {
       Running* candidate = running_[i].get();
@@ -476,7 +556,7 @@ void EngineService::step() {
   };
   std::vector<int> shares;  // the prefill pass's tokens per running sequence
   for (const bool decode_pass : {true, false}) {
-    if (!decode_pass) shares = prefill_shares(budget);
+    if (!decode_pass) shares = prefill_shares(budget, in_batch);
     for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
       Running& sequence = *running_[i];
       if (sequence.preempted || sequence.ended || in_batch[i] || (sequence.pending() == 1) != decode_pass) continue;
@@ -488,6 +568,12 @@ void EngineService::step() {
         finish(sequence, true);
         continue;
       }
+      int drafted = decode_pass ? draft(sequence, std::min(draft_room, budget - 1)) : 0;
+      if (drafted > 0 && !grow(sequence, sequence.computed + 1 + drafted)) {
+        sequence.tokens.resize(sequence.tokens.size() - drafted);  // no block for guesses: plain decoding
+        drafted = 0;
+      }
+      draft_room -= drafted;
       const int count = std::min(decode_pass ? sequence.pending() : shares[i], budget);
       bool fits = grow(sequence, sequence.computed + count);
       while (!fits) {
@@ -500,70 +586,82 @@ void EngineService::step() {
         preempt(sequence);
         continue;
       }
-      slots.push_back({&sequence, count});
+      pass.slots.push_back({&sequence, count, drafted});
       in_batch[i] = true;
       budget -= count;
     }
   }
+  pass.tokens = pass_tokens - budget;
 
-  if (!slots.empty()) {
-    std::vector<model::SequenceSlice> batch;
-    std::vector<std::vector<int32_t>> image_slices;  // model tokens of slices that cross images
-    std::vector<std::vector<const float*>> image_rows;
-    image_slices.reserve(slots.size());
-    image_rows.reserve(slots.size());
-    for (const Slot& slot : slots) {
-      Running& s = *slot.sequence;
-      model::SequenceSlice slice{std::span(s.tokens).subspan(s.computed, slot.count), s.computed, s.blocks,
-                                 s.computed + slot.count == static_cast<int>(s.tokens.size())};
-      if (s.computed < static_cast<int>(s.embeddings.size())) {
-        // Image positions hold cache keys; the model reads the image token there, with the
-        // image's features in place of its embedding.
-        auto& tokens = image_slices.emplace_back(slice.tokens.begin(), slice.tokens.end());
-        for (int32_t& token : tokens)
-          if (token & kImageKeyBit) token = s.image_token;
-        slice.tokens = tokens;
-        // A recomputation after preemption may run past the prompt into generated tokens.
-        auto& rows = image_rows.emplace_back(slot.count, nullptr);
-        const int covered = std::min(slot.count, static_cast<int>(s.embeddings.size()) - s.computed);
-        std::copy_n(s.embeddings.begin() + s.computed, covered, rows.begin());
-        slice.embeddings = rows;
-      }
-      batch.push_back(slice);
+  pass.image_slices.reserve(pass.slots.size());
+  pass.image_rows.reserve(pass.slots.size());
+  for (const Slot& slot : pass.slots) {
+    Running& s = *slot.sequence;
+    const bool last = s.computed + slot.count == static_cast<int>(s.tokens.size());
+    model::SequenceSlice slice{std::span(s.tokens).subspan(s.computed, slot.count), s.computed, s.blocks,
+                               slot.drafted > 0 ? slot.count : last ? 1 : 0};
+    if (s.computed < static_cast<int>(s.embeddings.size())) {
+      // Image positions hold cache keys; the model reads the image token there, with the
+      // image's features in place of its embedding.
+      auto& tokens = pass.image_slices.emplace_back(slice.tokens.begin(), slice.tokens.end());
+      for (int32_t& token : tokens)
+        if (token & kImageKeyBit) token = s.image_token;
+      slice.tokens = tokens;
+      // A recomputation after preemption may run past the prompt into generated tokens.
+      auto& rows = pass.image_rows.emplace_back(slot.count, nullptr);
+      const int covered = std::min(slot.count, static_cast<int>(s.embeddings.size()) - s.computed);
+      std::copy_n(s.embeddings.begin() + s.computed, covered, rows.begin());
+      slice.embeddings = rows;
     }
-    std::span<const float> logits;
-    try {
-      logits = model_.forward(batch);
-    } catch (const std::exception& e) {
-      // An engine failure must not take the server down: the batch's requests fail (their
-      // blocks' contents are unknown, so nothing of them is kept), the worker lives.
-      for (const Slot& slot : slots) {
-        Running& s = *slot.sequence;
-        s.ended = true;
-        blocks_.release(s.blocks, std::span(s.tokens).first(s.computed), false);
-        s.blocks.clear();
-        s.ticket->sink_(ChatEvent::failed(std::string("generation failed: ") + e.what()));
-      }
-      slots.clear();
-    }
-    const size_t vocab = static_cast<size_t>(model_.info().vocab);
-    size_t row = 0;
-    for (size_t i = 0; i < slots.size(); ++i) {
-      Running& s = *slots[i].sequence;
-      s.computed += slots[i].count;
-      publish_full_blocks(s);
-      if (!batch[i].want_logits) continue;
-      const auto row_logits = logits.subspan(vocab * row++, vocab);
-      if (s.generation->result().tokens.empty() && !s.generation->done())  // the prompt's end
-        prompt_logits_.store(s.tokens, row_logits);
-      on_logits(s, row_logits);
-    }
-    std::lock_guard lock(mutex_);
-    counters_.batch_size = static_cast<int>(batch.size());
-    counters_.batch_tokens = pass_tokens - budget;
-    ++counters_.steps;
+    pass.batch.push_back(slice);
   }
+  return pass;
+}
 
+std::span<const float> EngineService::run(Pass& pass) {
+  try {
+    return model_.forward(pass.batch);
+  } catch (const std::exception& e) {
+    // An engine failure must not take the server down: the batch's requests fail (their
+    // blocks' contents are unknown, so nothing of them is kept), the worker lives.
+    for (const Slot& slot : pass.slots) {
+      Running& s = *slot.sequence;
+      s.ended = true;
+      blocks_.release(s.blocks, std::span(s.tokens).first(s.computed), false);
+      s.blocks.clear();
+      s.ticket->sink_(ChatEvent::failed(std::string("generation failed: ") + e.what()));
+    }
+    pass.slots.clear();
+    return {};
+  }
+}
+
+void EngineService::apply(const Pass& pass, std::span<const float> logits) {
+  const size_t vocab = static_cast<size_t>(model_.info().vocab);
+  size_t row = 0;
+  for (size_t i = 0; i < pass.slots.size(); ++i) {
+    const Slot& slot = pass.slots[i];
+    Running& s = *slot.sequence;
+    const auto rows = logits.subspan(vocab * row, vocab * pass.batch[i].logits);
+    row += pass.batch[i].logits;
+    if (slot.drafted > 0) {
+      verify(s, slot.drafted, rows);
+      continue;
+    }
+    s.computed += slot.count;
+    publish_full_blocks(s);
+    if (rows.empty()) continue;
+    if (s.generation->result().tokens.empty() && !s.generation->done())  // the prompt's end
+      prompt_logits_.store(s.tokens, rows);
+    on_logits(s, rows);
+  }
+  std::lock_guard lock(mutex_);
+  counters_.batch_size = static_cast<int>(pass.batch.size());
+  counters_.batch_tokens = pass.tokens;
+  ++counters_.steps;
+}
+
+void EngineService::retire() {
   // Preempted sequences go back to the front of the queue, oldest first; ended ones leave.
   std::vector<std::unique_ptr<Running>> still_running, paused;
   for (auto& sequence : running_) {

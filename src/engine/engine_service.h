@@ -16,12 +16,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "cache/block_manager.h"
 #include "chat/chat_format.h"
 #include "engine/chat_request.h"
+#include "engine/drafter.h"
 #include "engine/image_feature_cache.h"
 #include "engine/image_prompt.h"
 #include "engine/latency_histogram.h"
@@ -74,6 +76,20 @@ struct EngineCounters {
   uint64_t cache_hits = 0;              // requests that reused part of the cached sequence
   uint64_t reused_prompt_tokens = 0;    // prompt tokens taken from the cache, not computed
   uint64_t replays_from_logits = 0;     // exact replays whose first token needed no forward pass
+  // Speculative decoding: decode steps that verified drafted tokens, the drafted tokens, and
+  // those the replies kept (each kept token is one the sampler produced from the verified
+  // logits; the others cost compute, never output).
+  uint64_t verify_steps = 0;
+  uint64_t draft_tokens = 0;
+  uint64_t accepted_draft_tokens = 0;
+};
+
+// How the engine decodes.
+struct EngineOptions {
+  DraftMode draft = DraftMode::Auto;
+  // A drafter of the caller's own in place of the one `draft` names (tests: adversarial
+  // drafts); null: by `draft`.
+  DrafterFactory drafter;
 };
 
 // How requests' images reach the model: a vision encoder (null: the model takes no images)
@@ -88,7 +104,7 @@ class EngineService {
   // The model's KV pool (info().kv_blocks) becomes the paged cache. With an image encoder,
   // the vocabulary must have the image tokens (throws splash::Error otherwise).
   EngineService(model::Model& model, const tokenizer::Tokenizer& tokenizer, const chat::ChatFormat& chat,
-                ImageInput images = {});
+                ImageInput images = {}, EngineOptions options = {});
   ~EngineService();  // stops the worker; queued requests fail, the running one finishes early
 
   // Queues a request; its events arrive through sink. The ticket cancels it. Images are
@@ -111,25 +127,46 @@ class EngineService {
 
  private:
   struct Running;
+  struct Slot;
+  struct Pass;
   void worker_loop();
   void take_new_requests(std::deque<std::shared_ptr<ChatTicket>>& arrived);
   bool admit(Running& sequence);
   bool sibling_computing_prefix(const Running& waiting) const;
   bool prepare(Running& sequence);
+  // One scheduler step: schedule (admission, then the pass's slices: every decoding
+  // sequence's next token with its drafts, prompt chunks under the token budget), run (the
+  // forward pass), apply (each slice's logits: sampling, verifying drafts, publishing full
+  // blocks), retire (preempted sequences back to the queue, ended ones out).
   void step();
+  void admit_waiting();
+  Pass schedule();
+  std::span<const float> run(Pass& pass);
+  void apply(const Pass& pass, std::span<const float> logits);
+  void retire();
+  // Appends up to `room` drafted tokens after a decoding sequence's sampled one; how many.
+  int draft(Running& sequence, int room);
+  // Takes a verify block's logits: samples position after position while the sampled token
+  // is the drafted one, keeps those, and rolls the computed positions back past the rest.
+  void verify(Running& sequence, int drafted, std::span<const float> logits);
   // Prompt tokens each running sequence reads in this step (max-min fair split of budget).
-  std::vector<int> prefill_shares(int budget) const;
+  std::vector<int> prefill_shares(int budget, const std::vector<bool>& in_batch) const;
   bool grow(Running& sequence, int positions);
   void preempt(Running& sequence);
   void finish(Running& sequence, bool keep_blocks);
   void publish_full_blocks(Running& sequence);
   void on_logits(Running& sequence, std::span<const float> logits);
+  // The sequence's next token from `logits` (streamed by its generation), or nothing when
+  // the generation ended (the sequence is then finished).
+  std::optional<int32_t> sample(Running& sequence, std::span<const float> logits);
   std::string encode_images(ChatTicket& ticket);
 
   model::Model& model_;
   const tokenizer::Tokenizer& tokenizer_;
   const chat::ChatFormat& chat_;
   ImageInput images_;
+  EngineOptions options_;
+  bool drafting_ = false;  // the model verifies drafts and options_ asks for them
   ImageTokenIds image_tokens_;  // when images_.encoder is set
   ImageFeatureCache image_features_;
   mutable std::mutex mutex_;

@@ -211,17 +211,65 @@ std::optional<int32_t> Generation::step(std::span<const float> logits) { return 
 bool Generation::done() const { return state_->done; }
 GenerationResult& Generation::result() { return state_->result; }
 
+VerifiedGuesses verify_guesses(std::span<const int32_t> guesses, std::span<const float> rows, size_t vocab,
+                               const std::function<std::optional<int32_t>(std::span<const float>)>& sample,
+                               const std::function<void(int32_t)>& kept) {
+  VerifiedGuesses out;
+  for (size_t i = 0; i <= guesses.size(); ++i) {
+    out.next = sample(rows.subspan(vocab * i, vocab));
+    if (!out.next || i == guesses.size() || *out.next != guesses[i]) return out;
+    kept(*out.next);
+    ++out.kept;
+    out.next.reset();
+  }
+  return out;
+}
+
 GenerationResult generate(model::Sequence& sequence, const tokenizer::Tokenizer& tokenizer,
-                          const GenerationRequest& request, const PieceSink& sink, StopFlag stop_flag, int reuse) {
+                          const GenerationRequest& request, const PieceSink& sink, StopFlag stop_flag, int reuse,
+                          Drafter* drafter, DecodeStats* stats) {
   using Clock = std::chrono::steady_clock;
-  Generation generation(tokenizer, request, sink, stop_flag, sequence.info().vocab, sequence.info().context);
+  const model::ModelInfo& info = sequence.info();
+  Generation generation(tokenizer, request, sink, stop_flag, info.vocab, info.context);
   reuse = std::clamp(reuse, 0, static_cast<int>(request.prompt.size()) - 1);
   generation.result().cached_prompt_tokens = reuse;
   sequence.truncate(std::min(reuse, sequence.position()));
   const auto prefill_start = Clock::now();
   std::span<const float> logits = sequence.forward(std::span(request.prompt).subspan(sequence.position()));
   const auto decode_start = Clock::now();
-  while (auto token = generation.step(logits)) logits = sequence.forward({&*token, 1});
+  // One decode loop: each step feeds the sampled token and whatever guesses the drafter has
+  // (none: a plain step), and samples what the verified rows allow.
+  if (info.max_logits_per_slice < 2) drafter = nullptr;
+  std::vector<int32_t> text = request.prompt;  // what the drafter reads: the prompt and the reply so far
+  DraftBudget budget;
+  std::optional<int32_t> token = generation.step(logits);
+  while (token) {
+    text.push_back(*token);
+    const int room = std::min({budget.limit(), info.max_logits_per_slice - 1,
+                               generation.request().max_tokens - static_cast<int>(generation.result().tokens.size()) - 1,
+                               info.context - sequence.position() - 1});
+    std::vector<int32_t> block{*token};
+    if (drafter && room > 0)
+      for (const int32_t guess : drafter->propose(text, room)) {
+        if (static_cast<int>(block.size()) > room || guess < 0 || guess >= info.vocab) break;
+        block.push_back(guess);
+      }
+    if (block.size() == 1) {
+      token = generation.step(sequence.forward(block));
+      continue;
+    }
+    const int fed = sequence.position();
+    const auto rows = sequence.verify(block);
+    const auto guesses = std::span(block).subspan(1);
+    const VerifiedGuesses verified = verify_guesses(guesses, rows, static_cast<size_t>(info.vocab),
+                                                    [&](std::span<const float> row) { return generation.step(row); },
+                                                    [&](int32_t kept) { text.push_back(kept); });
+    sequence.truncate(fed + 1 + verified.kept);  // the refused guesses' positions are forgotten
+    budget.update(static_cast<int>(guesses.size()), verified.kept);
+    if (stats) ++stats->verify_steps, stats->draft_tokens += static_cast<int>(guesses.size()),
+               stats->accepted_draft_tokens += verified.kept;
+    token = verified.next;
+  }
   GenerationResult& result = generation.result();
   result.prefill_seconds = std::chrono::duration<double>(decode_start - prefill_start).count();
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - decode_start).count();

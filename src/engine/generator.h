@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/drafter.h"
 #include "engine/sampler.h"
 #include "engine/tool_call_stream.h"
 #include "model/model.h"
@@ -108,10 +109,27 @@ class Generation {
   std::unique_ptr<State> state_;
 };
 
+// Takes a verify block's logits through the sampler (speculative decoding): row i holds the
+// logits after the fed token and guesses[0, i), which plain decoding would have seen only if
+// every one of those guesses was the token it sampled. So rows are sampled in order while
+// the sampled token is the guess; `kept` hears each kept guess. Returns how many guesses were
+// kept and the last sampled token, to feed next (nothing: the generation ended).
+struct VerifiedGuesses {
+  int kept = 0;
+  std::optional<int32_t> next;
+};
+VerifiedGuesses verify_guesses(std::span<const int32_t> guesses, std::span<const float> rows, size_t vocab,
+                               const std::function<std::optional<int32_t>(std::span<const float>)>& sample,
+                               const std::function<void(int32_t)>& kept);
+
 // Runs one request on a single sequence of the model, reusing the sequence's first
-// `reuse` tokens (the caller knows they equal the prompt's).
+// `reuse` tokens (the caller knows they equal the prompt's). With a drafter (and a model
+// that verifies drafts), each step verifies its guesses in one pass: the reply is the same.
+struct DecodeStats {
+  int verify_steps = 0, draft_tokens = 0, accepted_draft_tokens = 0;
+};
 GenerationResult generate(model::Sequence& sequence, const tokenizer::Tokenizer& tokenizer,
                           const GenerationRequest& request, const PieceSink& sink, StopFlag stop_flag = nullptr,
-                          int reuse = 0);
+                          int reuse = 0, Drafter* drafter = nullptr, DecodeStats* stats = nullptr);
 
 }  // namespace splash::engine

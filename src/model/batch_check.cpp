@@ -20,8 +20,11 @@ BatchCount check_batch(std::span<const SequenceSlice> batch, const ModelInfo& in
       if (id < 0 || id >= info.vocab) fail("token id {} is outside the vocabulary of {}", id, info.vocab);
     if (!slice.embeddings.empty() && slice.embeddings.size() != slice.tokens.size())
       fail("forward: {} embedding entries for {} tokens", slice.embeddings.size(), n);
+    if (slice.logits < 0 || slice.logits > n || slice.logits > info.max_logits_per_slice)
+      fail("forward: logits of {} positions of a {}-token slice (this model returns at most {} a slice)", slice.logits, n,
+           info.max_logits_per_slice);
     count.tokens += n;
-    count.wanted += slice.want_logits ? 1 : 0;
+    count.wanted += slice.logits;
   }
   if (count.tokens == 0) fail("forward: no tokens");
   if (count.tokens > info.max_batch_tokens)

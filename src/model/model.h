@@ -39,6 +39,9 @@ struct ModelInfo {
   // kMaxBatchTokens on the CPU, more on the GPU, where every prefill pass turns each quantized
   // matrix into f16 once and a longer pass shares that among more tokens.
   int max_batch_tokens = kMaxBatchTokens;
+  // The most positions of one slice whose logits a pass returns: 1 where only each slice's
+  // last token is read, 1 + drafted tokens where a backend verifies drafts (SequenceSlice).
+  int max_logits_per_slice = 1;
 };
 
 using kernels::KvType;
@@ -65,13 +68,25 @@ struct LoadOptions {
 // The most sequences in one pass (bounds the logits buffer).
 inline constexpr int kMaxBatchSequences = 64;
 
+// The most drafted tokens one decoding sequence verifies in a pass (speculative decoding):
+// its slice is the last sampled token and up to this many guesses of the next ones.
+inline constexpr int kMaxDraftTokens = 16;
+
 // One sequence's part of a batch: its new tokens, the position of the first, and its block
 // table (block ids covering positions 0 .. first_position + tokens.size() - 1).
+//
+// `logits`: the positions at the slice's end whose logits the pass returns — 0 (a prompt
+// chunk before the last), 1 (the last token: a prompt's end, a decode step), or more: a
+// verify block, a decode step's sampled token followed by drafted guesses, every position
+// wanted (at most ModelInfo::max_logits_per_slice). Each token of a slice wanting more than
+// one row is computed exactly as a decode step of that token at its position would compute
+// it (its attention included), so the verified logits are, bit for bit, those that plain
+// decoding would have seen, and speculative decoding changes no output.
 struct SequenceSlice {
   std::span<const int32_t> tokens;
   int first_position = 0;
   std::span<const int32_t> block_table;
-  bool want_logits = true;  // logits after the slice's last token
+  int logits = 1;
   // Empty, or one entry per token: where an entry is not null, the d_model floats it points
   // to replace that token's embedding (an image's features from the vision encoder stand
   // where the prompt holds the image token).

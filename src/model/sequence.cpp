@@ -30,6 +30,14 @@ std::span<const float> Sequence::forward(std::span<const int32_t> tokens, std::s
   return logits;
 }
 
+std::span<const float> Sequence::verify(std::span<const int32_t> tokens) {
+  if (tokens.empty()) fail("verify: no tokens");
+  const SequenceSlice slice{tokens, position_, blocks_, static_cast<int>(tokens.size())};
+  const auto logits = model_.forward({&slice, 1});
+  position_ += static_cast<int>(tokens.size());
+  return logits;
+}
+
 void Sequence::truncate(int n) {
   if (n < 0 || n > position_) fail("truncate({}) outside the sequence of {} tokens", n, position_);
   position_ = n;

@@ -289,6 +289,17 @@ void HttpServer::register_routes() {
                            {"preemptions", counters.preemptions},
                            {"running", counters.requests_running},
                            {"queued", counters.requests_queued}};
+    // Speculative decoding overall: of the guesses verified, how many replies kept, and the
+    // tokens a verifying step yields on average (a plain step yields one).
+    auto& speculative = status["speculative_decoding"];
+    speculative["verify_steps"] = counters.verify_steps;
+    speculative["draft_tokens"] = counters.draft_tokens;
+    speculative["accepted_draft_tokens"] = counters.accepted_draft_tokens;
+    speculative["acceptance_rate"] =
+        counters.draft_tokens > 0 ? static_cast<double>(counters.accepted_draft_tokens) / counters.draft_tokens : 0.0;
+    speculative["tokens_per_verify_step"] =
+        counters.verify_steps > 0 ? 1.0 + static_cast<double>(counters.accepted_draft_tokens) / counters.verify_steps
+                                  : 0.0;
     if (status.contains("vision")) {
       const auto images = engine_.image_cache_counters();
       status["vision"]["feature_cache"] = {

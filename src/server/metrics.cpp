@@ -96,6 +96,12 @@ std::string prometheus_text(const MetricsInput& in) {
   scalar(out, "splash_preemptions_total", "counter", "Sequences paused to free KV blocks (resumed later).",
          static_cast<double>(e.preemptions));
   scalar(out, "splash_engine_steps_total", "counter", "Forward passes of the model.", static_cast<double>(e.steps));
+  scalar(out, "splash_verify_steps_total", "counter", "Decode steps that verified drafted tokens (speculative decoding).",
+         static_cast<double>(e.verify_steps));
+  scalar(out, "splash_draft_tokens_total", "counter", "Drafted tokens the model verified.",
+         static_cast<double>(e.draft_tokens));
+  scalar(out, "splash_accepted_draft_tokens_total", "counter", "Drafted tokens the replies kept.",
+         static_cast<double>(e.accepted_draft_tokens));
   scalar(out, "splash_batch_tokens", "gauge", "Tokens in the last forward pass.", e.batch_tokens);
   header(out, "splash_kv_blocks", "gauge", "Blocks of the paged KV cache, by state.");
   out += fmt::format("splash_kv_blocks{{state=\"in_use\"}} {}\nsplash_kv_blocks{{state=\"cached\"}} {}\n"

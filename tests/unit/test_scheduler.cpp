@@ -16,59 +16,12 @@
 #include "formats/gguf.h"
 #include "model/model.h"
 #include "model/sequence.h"
+#include "engine_fixture.h"
 #include "real_model_fixture.h"
 #include "tokenizer/tokenizer.h"
 
 namespace splash::engine {
 namespace {
-
-struct Outcome {
-  std::string text;
-  std::string error;
-  int prompt_tokens = 0, cached_prompt_tokens = 0, completion_tokens = 0;
-  bool finished = false;
-};
-
-// Collects the events of many requests and waits for all of them.
-class Collector {
- public:
-  explicit Collector(size_t n) : outcomes_(n) {}
-  ChatEventSink sink(size_t i) {
-    return [this, i](const ChatEvent& e) {
-      std::lock_guard lock(mutex_);
-      Outcome& o = outcomes_[i];
-      switch (e.kind) {
-        case ChatEvent::Kind::Text: o.text += e.text; break;
-        case ChatEvent::Kind::Started: o.cached_prompt_tokens = e.cached_prompt_tokens; break;
-        case ChatEvent::Kind::Finished:
-          o.prompt_tokens = e.prompt_tokens;
-          o.completion_tokens = e.completion_tokens;
-          o.finished = true;
-          ++done_;
-          changed_.notify_all();
-          break;
-        case ChatEvent::Kind::Failed:
-          o.error = e.error;
-          ++done_;
-          changed_.notify_all();
-          break;
-        default: break;
-      }
-      return true;
-    };
-  }
-  const std::vector<Outcome>& wait() {
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return done_ == outcomes_.size(); });
-    return outcomes_;
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::vector<Outcome> outcomes_;
-  size_t done_ = 0;
-};
 
 class SchedulerOnModel : public splash::testing::RealModelTest {
  protected:
@@ -93,12 +46,6 @@ class SchedulerOnModel : public splash::testing::RealModelTest {
     g.max_tokens = chat.max_tokens;
     g.stop = chat_->stop_texts();
     return generate(*single_, *tokenizer_, g, nullptr).text;
-  }
-
-  std::vector<Outcome> run_all(EngineService& engine, const std::vector<ChatRequest>& requests) {
-    Collector collector(requests.size());
-    for (size_t i = 0; i < requests.size(); ++i) engine.submit(requests[i], collector.sink(i));
-    return collector.wait();
   }
 
   std::unique_ptr<model::Model> single_model_;

@@ -66,6 +66,7 @@ class LlamaModel final : public Model {
       : file_(file), shapes_(make_shapes(h)), h_(h), pool_(options.threads) {
     fill_model_info(file, h, options.max_context, info_);
     info_.isa = kernels::matmul_isa_name();
+    info_.max_logits_per_slice = 1 + kMaxDraftTokens;  // verify blocks computed as decode steps
     info_.threads = pool_.size();
     info_.kernel_shapes = Shapes::name ? fmt::format("compile-time shapes of {}", Shapes::name)
                                        : std::string("run-time shapes (no specialised kernels for this model)");
@@ -278,11 +279,20 @@ class LlamaModel final : public Model {
       int row = 0;
       for (const auto& slice : batch) {
         const int count = static_cast<int>(slice.tokens.size());
-        attention_args.push_back({qkv + static_cast<size_t>(row) * qkv_width(), qkv_width(),
-                                  attn_.as<float>() + static_cast<size_t>(row) * q_width(), count,
-                                  slice.first_position, s.n_heads, s.n_kv_heads, s.head_dim,
-                                  1.0f / std::sqrt(static_cast<float>(s.head_dim)), head_layout_.type, layer_kv(l),
-                                  head_layout_.bytes(), kv_head_stride(), slice.block_table.data()});
+        const auto args = [&](int first, int tokens) {
+          return kernels::AttentionArgs{qkv + static_cast<size_t>(row + first) * qkv_width(), qkv_width(),
+                                        attn_.as<float>() + static_cast<size_t>(row + first) * q_width(), tokens,
+                                        slice.first_position + first, s.n_heads, s.n_kv_heads, s.head_dim,
+                                        1.0f / std::sqrt(static_cast<float>(s.head_dim)), head_layout_.type, layer_kv(l),
+                                        head_layout_.bytes(), kv_head_stride(), slice.block_table.data()};
+        };
+        if (slice.logits > 1) {
+          // A verify block: each token's attention as a decode step of it (model.h), so
+          // the split of a long context is the one plain decoding makes.
+          for (int t = 0; t < count; ++t) attention_args.push_back(args(t, 1));
+        } else {
+          attention_args.push_back(args(0, count));
+        }
         row += count;
       }
       kernels::attention(attention_args, pool_);
@@ -299,15 +309,15 @@ class LlamaModel final : public Model {
       add_into(x, projected_.as<float>(), static_cast<size_t>(n) * s.d_model);
     }
     if (wanted == 0) return;
-    // Only each wanting slice's last position needs logits: gather those rows, then one
-    // output matmul over all of them.
+    // Only the wanted positions (each slice's last `logits`) need logits: gather those rows,
+    // then one output matmul over all of them.
     float* last_rows = projected_.as<float>();
     int row = 0, out = 0;
     for (const auto& slice : batch) {
       row += static_cast<int>(slice.tokens.size());
-      if (slice.want_logits)
-        std::memcpy(last_rows + static_cast<size_t>(out++) * s.d_model, x + static_cast<size_t>(row - 1) * s.d_model,
-                    sizeof(float) * s.d_model);
+      std::memcpy(last_rows + static_cast<size_t>(out) * s.d_model, x + static_cast<size_t>(row - slice.logits) * s.d_model,
+                  sizeof(float) * s.d_model * slice.logits);
+      out += slice.logits;
     }
     kernels::rms_norm(last_rows, output_norm_.data(), normed_.as<float>(), wanted, s.d_model, h_.rms_eps, pool_);
     activations_.quantize(normed_.as<float>(), wanted, s.d_model, pool_);

@@ -401,7 +401,7 @@ class LlamaCudaModel final : public Model {
         positions[row] = slice.first_position + t;
         offsets[row] = static_cast<int32_t>(table_size);
       }
-      if (slice.want_logits) rows[out++] = row - 1;
+      if (slice.logits > 0) rows[out++] = row - 1;  // one at most (ModelInfo::max_logits_per_slice)
       table_size += used_blocks;
     }
     const size_t bytes = ((tables - host) + table_size) * sizeof(int32_t);

@@ -1,0 +1,62 @@
+#include "engine/drafter.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "model/model.h"
+
+namespace splash::engine {
+
+DraftMode parse_draft_mode(std::string_view name) {
+  if (name == "auto") return DraftMode::Auto;
+  if (name == "lookup") return DraftMode::Lookup;
+  if (name == "none") return DraftMode::None;
+  fail("--draft: '{}' is not a draft mode (auto, lookup or none)", name);
+}
+
+const char* draft_mode_name(DraftMode mode) {
+  switch (mode) {
+    case DraftMode::Auto: return "auto";
+    case DraftMode::Lookup: return "lookup";
+    case DraftMode::None: return "none";
+  }
+  return "auto";
+}
+
+void DraftBudget::update(int drafted, int accepted) {
+  if (drafted <= 0) return;
+  if (accepted == drafted) limit_ = std::min(model::kMaxDraftTokens, 2 * limit_);
+  else if (accepted == 0) limit_ = std::max(1, limit_ / 2);
+}
+
+uint64_t LookupDrafter::gram_key(std::span<const int32_t> tokens, size_t end) {
+  uint64_t key = 1469598103934665603ull;  // FNV-1a over the gram's token ids
+  for (size_t i = end - kMatch; i < end; ++i) {
+    const auto id = static_cast<uint32_t>(tokens[i]);
+    for (int byte = 0; byte < 4; ++byte) key = (key ^ ((id >> (8 * byte)) & 0xFF)) * 1099511628211ull;
+  }
+  return key;
+}
+
+std::vector<int32_t> LookupDrafter::propose(std::span<const int32_t> tokens, int max_tokens) {
+  const size_t size = tokens.size();
+  if (size < indexed_end_) next_after_.clear(), indexed_end_ = 0;  // not the same sequence: start over
+  if (max_tokens <= 0 || size <= kMatch) return {};
+  // Index every gram with a token after it: those ending at kMatch .. size - 1. The gram at
+  // the end (the one looked up) stays out until a token follows it, so it never finds itself.
+  for (size_t end = std::max<size_t>(indexed_end_, kMatch); end < size; ++end) next_after_[gram_key(tokens, end)] = end;
+  indexed_end_ = std::max<size_t>(indexed_end_, size);
+  const auto found = next_after_.find(gram_key(tokens, size));
+  if (found == next_after_.end()) return {};
+  const size_t next = found->second;
+  if (!std::equal(tokens.begin() + (next - kMatch), tokens.begin() + next, tokens.end() - kMatch)) return {};  // a collision
+  // The tokens from `next` on, and past the end the guesses themselves: text that repeats
+  // with period size - next goes on repeating (an overlapping copy, as LZ77's).
+  std::vector<int32_t> guesses;
+  guesses.reserve(max_tokens);
+  for (size_t from = next; guesses.size() < static_cast<size_t>(max_tokens); ++from)
+    guesses.push_back(from < size ? tokens[from] : guesses[from - size]);
+  return guesses;
+}
+
+}  // namespace splash::engine

@@ -1,0 +1,307 @@
+// Speculative decoding changes no output. The prompt-lookup drafter's proposals; a verify
+// block's logits are, bit for bit, the logits of decoding its tokens one at a time (the
+// property everything else rests on); and through the scheduler, on the real model, replies
+// with drafts equal replies without, greedy and sampled, with a JSON Schema, with stop
+// strings and max_tokens that cut inside a block, and under adversarial drafters (random
+// tokens, the right tokens shifted by one, an end-of-generation token mid-block, right runs
+// broken at random, nothing at all).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "chat/chat_format.h"
+#include "common/error.h"
+#include "engine/drafter.h"
+#include "engine/engine_service.h"
+#include "engine/output_constraints.h"
+#include "engine_fixture.h"
+#include "model/model.h"
+#include "model/sequence.h"
+#include "real_model_fixture.h"
+
+namespace splash::engine {
+namespace {
+
+using Tokens = std::vector<int32_t>;
+
+TEST(LookupDrafter, ProposesWhatFollowedTheLatestEarlierMatch) {
+  LookupDrafter drafter;
+  Tokens tokens{1, 2, 3, 4, 5, 6, 9, 1, 2, 3};
+  EXPECT_EQ(drafter.propose(tokens, 2), (Tokens{4, 5}));
+  tokens.insert(tokens.end(), {4, 7, 1, 2, 3});  // "1 2 3" again, followed by 4 7 this time
+  EXPECT_EQ(drafter.propose(tokens, 2), (Tokens{4, 7}));
+  EXPECT_EQ(drafter.propose(tokens, 0), Tokens{});
+}
+
+TEST(LookupDrafter, NothingWithoutAMatch) {
+  LookupDrafter drafter;
+  EXPECT_EQ(drafter.propose(Tokens{1, 2, 3, 4, 5, 6}, 8), Tokens{});
+  EXPECT_EQ(drafter.propose(Tokens{1, 2, 3, 4, 5, 6, 7}, 8), Tokens{});  // grown: still no repeat
+  EXPECT_EQ(LookupDrafter().propose(Tokens{5, 5, 5}, 8), Tokens{});      // no room for a match before the end
+  EXPECT_EQ(LookupDrafter().propose(Tokens{}, 8), Tokens{});
+}
+
+// Where the copy reaches the end of the sequence, the repeating text goes on repeating.
+TEST(LookupDrafter, RepeatingTextGoesOnRepeating) {
+  EXPECT_EQ(LookupDrafter().propose(Tokens{7, 7, 7, 7}, 5), (Tokens{7, 7, 7, 7, 7}));
+  EXPECT_EQ(LookupDrafter().propose(Tokens{1, 2, 3, 1, 2, 3}, 7), (Tokens{1, 2, 3, 1, 2, 3, 1}));
+  EXPECT_EQ(LookupDrafter().propose(Tokens{9, 1, 2, 3, 4, 1, 2, 3}, 6), (Tokens{4, 1, 2, 3, 4, 1}));
+  // A sequence shorter than the last one is another sequence: the index starts over.
+  LookupDrafter drafter;
+  EXPECT_EQ(drafter.propose(Tokens{1, 2, 3, 8, 8, 1, 2, 3}, 2), (Tokens{8, 8}));
+  EXPECT_EQ(drafter.propose(Tokens{5, 6, 5, 6, 5}, 3), (Tokens{6, 5, 6}));
+}
+
+TEST(DraftMode, ParsesItsNamesAndRefusesOthers) {
+  EXPECT_EQ(parse_draft_mode("auto"), DraftMode::Auto);
+  EXPECT_EQ(parse_draft_mode("lookup"), DraftMode::Lookup);
+  EXPECT_EQ(parse_draft_mode("none"), DraftMode::None);
+  EXPECT_THROW(parse_draft_mode("model"), Error);
+  EXPECT_THROW(parse_draft_mode(""), Error);
+  EXPECT_STREQ(draft_mode_name(DraftMode::Lookup), "lookup");
+}
+
+EngineOptions none() { return EngineOptions{DraftMode::None, {}}; }
+EngineOptions lookup() { return EngineOptions{DraftMode::Lookup, {}}; }
+
+class SpeculativeOnModel : public splash::testing::RealModelTest {
+ protected:
+  // Logits of one pass for the given slices, copied.
+  static std::vector<float> forward(model::Model& model, std::span<const model::SequenceSlice> slices) {
+    const auto logits = model.forward(slices);
+    return {logits.begin(), logits.end()};
+  }
+
+  static Tokens prompt_ids(int n, int salt) {
+    Tokens ids(n);
+    for (int i = 0; i < n; ++i) ids[i] = 100 + (i * 37 + salt * 101) % 4000;
+    return ids;
+  }
+
+  // Runs the requests on a fresh engine with these options; the engine's counters after.
+  std::vector<Outcome> run(const std::vector<ChatRequest>& requests, EngineOptions options) {
+    auto model = model::load_model(*file_, {.max_context = 1024, .threads = 0, .kv_blocks = 256});
+    EngineService engine(*model, *tokenizer_, *chat_, {}, std::move(options));
+    const auto outcomes = run_all(engine, requests);
+    counters_ = engine.counters();
+    EXPECT_EQ(counters_.blocks.in_use, 0);
+    return outcomes;
+  }
+
+  static ChatRequest request(const std::string& text, int max_tokens, float temperature = 0.0f) {
+    ChatRequest r;
+    r.messages = {{"user", text}};
+    r.sampling.temperature = temperature;
+    r.sampling.seed = 1234;
+    r.max_tokens = max_tokens;
+    r.top_logprobs = 0;  // the events carry each token's id
+    return r;
+  }
+
+  // The same requests without drafts and with `options`: equal replies, token for token.
+  void expect_same_replies(const std::vector<ChatRequest>& requests, EngineOptions options, const char* what) {
+    const auto plain = run(requests, none());
+    EXPECT_EQ(counters_.draft_tokens, 0u);
+    const auto drafted = run(requests, std::move(options));
+    for (size_t i = 0; i < requests.size(); ++i) {
+      SCOPED_TRACE(std::string(what) + ", request " + std::to_string(i));
+      ASSERT_TRUE(plain[i].finished) << plain[i].error;
+      ASSERT_TRUE(drafted[i].finished) << drafted[i].error;
+      EXPECT_EQ(drafted[i].text, plain[i].text);
+      EXPECT_EQ(drafted[i].tokens, plain[i].tokens);
+      EXPECT_EQ(drafted[i].finish, plain[i].finish);
+      EXPECT_EQ(drafted[i].stop_sequence, plain[i].stop_sequence);
+      EXPECT_EQ(drafted[i].completion_tokens, plain[i].completion_tokens);
+      EXPECT_LE(drafted[i].accepted_draft_tokens, drafted[i].draft_tokens);
+    }
+  }
+
+  EngineCounters counters_;
+};
+
+// A verify block (the sampled token and its guesses, every position's logits) gives exactly
+// the logits of feeding those tokens one decode step at a time: after a short prompt and
+// after one long enough that decode splits its attention across the context; alone and
+// batched beside another sequence's prompt chunk.
+TEST_F(SpeculativeOnModel, VerifyBlockLogitsAreThoseOfDecodeSteps) {
+  auto model = model::load_model(*file_, {.max_context = 2048, .threads = 0, .kv_blocks = 400});
+  ASSERT_GT(model->info().max_logits_per_slice, 8);
+  const int vocab = model->info().vocab;
+  for (const int prompt : {40, 1100}) {
+    SCOPED_TRACE("prompt of " + std::to_string(prompt));
+    const Tokens tokens = prompt_ids(prompt + 9, prompt);
+    // Decode steps: blocks 0..; verify block: blocks 150..; a neighbour's chunk: 300..
+    Tokens steps_table(100), verify_table(100), neighbour_table(90);
+    for (int i = 0; i < 100; ++i) steps_table[i] = i, verify_table[i] = 150 + i;
+    for (int i = 0; i < 90; ++i) neighbour_table[i] = 300 + i;
+    const auto prefill = [&](const Tokens& table) {
+      for (int start = 0; start < prompt; start += model::kMaxBatchTokens) {
+        const int count = std::min(model::kMaxBatchTokens, prompt - start);
+        const model::SequenceSlice chunk{std::span(tokens).subspan(start, count), start, table, 0};
+        model->forward({&chunk, 1});
+      }
+    };
+    prefill(steps_table);
+    std::vector<float> stepped;
+    for (int i = 0; i < 9; ++i) {
+      const model::SequenceSlice step{std::span(tokens).subspan(prompt + i, 1), prompt + i, steps_table, 1};
+      const auto row = forward(*model, {&step, 1});
+      stepped.insert(stepped.end(), row.begin(), row.end());
+    }
+    prefill(verify_table);
+    const model::SequenceSlice block{std::span(tokens).subspan(prompt, 9), prompt, verify_table, 9};
+    const auto verified = forward(*model, {&block, 1});
+    ASSERT_EQ(verified.size(), stepped.size());
+    EXPECT_EQ(std::memcmp(verified.data(), stepped.data(), sizeof(float) * stepped.size()), 0);
+
+    // Batched beside a prompt chunk of another sequence (its rows come first).
+    const Tokens other = prompt_ids(200, 7);
+    const model::SequenceSlice pair[] = {{other, 0, neighbour_table, 1},
+                                         {std::span(tokens).subspan(prompt, 9), prompt, verify_table, 9}};
+    const auto batched = forward(*model, pair);
+    ASSERT_EQ(batched.size(), stepped.size() + vocab);
+    EXPECT_EQ(std::memcmp(batched.data() + vocab, stepped.data(), sizeof(float) * stepped.size()), 0);
+  }
+  // A slice cannot want more rows than it has tokens, or than the model returns.
+  const Tokens few = prompt_ids(3, 1);
+  Tokens table{0};
+  const model::SequenceSlice too_many{few, 0, table, 4};
+  EXPECT_THROW(model->forward({&too_many, 1}), Error);
+}
+
+// Prompts whose replies repeat what the conversation holds (the lookup drafter's case) and
+// ones that do not: the replies with prompt lookup equal those without, greedy and sampled.
+TEST_F(SpeculativeOnModel, LookupDraftsChangeNoReply) {
+  const std::string code =
+      "def moving_average(values, window):\n    total = 0.0\n    out = []\n    for i, value in enumerate(values):\n"
+      "        total += value\n        if i >= window:\n            total -= values[i - window]\n"
+      "        if i >= window - 1:\n            out.append(total / window)\n    return out\n";
+  std::vector<ChatRequest> requests{
+      request("Repeat this code exactly, then stop:\n" + code, 120),
+      request("Rename the variable total to running_sum in this function:\n" + code, 120),
+      request("Count from 1 to 40, separated by commas.", 100),
+      request("Name a primary color.", 24),
+      request("Repeat this code exactly:\n" + code, 100, 0.7f),
+      request("Write the word banana five times.", 60, 1.0f),
+  };
+  expect_same_replies(requests, lookup(), "lookup");
+  EXPECT_GT(counters_.verify_steps, 0u);
+  EXPECT_GT(counters_.accepted_draft_tokens, 0u) << "no guess was ever taken: the test exercises nothing";
+}
+
+// Drafters that are wrong in every way a drafter can be.
+class ScriptedDrafter final : public Drafter {
+ public:
+  enum class Kind { Random, ShiftedReference, EndMidBlock, BrokenReference, Nothing };
+  ScriptedDrafter(Kind kind, Tokens reference, size_t prompt, int32_t end_token, int vocab)
+      : kind_(kind), reference_(std::move(reference)), prompt_(prompt), end_(end_token), vocab_(vocab) {}
+
+  std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) override {
+    std::vector<int32_t> out;
+    const size_t done = tokens.size() - prompt_;  // reply tokens so far (the last one is the one fed now)
+    for (int i = 0; i < max_tokens; ++i) {
+      const size_t next = done + i;  // the reference's index of guess i
+      const int32_t right = next < reference_.size() ? reference_[next] : end_;
+      switch (kind_) {
+        case Kind::Random: out.push_back(static_cast<int32_t>(rng_() % vocab_)); break;
+        case Kind::ShiftedReference: out.push_back(next + 1 < reference_.size() ? reference_[next + 1] : right); break;
+        case Kind::EndMidBlock: out.push_back(i == 2 ? end_ : right); break;
+        case Kind::BrokenReference: out.push_back(rng_() % 4 == 0 ? (right + 1) % vocab_ : right); break;
+        case Kind::Nothing: return {};
+      }
+    }
+    return out;
+  }
+
+ private:
+  Kind kind_;
+  Tokens reference_;
+  size_t prompt_;
+  int32_t end_;
+  int vocab_;
+  std::mt19937 rng_{7};
+};
+
+TEST_F(SpeculativeOnModel, AdversarialDraftsChangeNoReply) {
+  const auto model = model::load_model(*file_, {.max_context = 256, .threads = 1});
+  const int vocab = model->info().vocab;
+  const int32_t end = tokenizer_->eos();
+  struct Case {
+    ChatRequest request;
+    const char* what;
+  };
+  std::vector<Case> cases{
+      {request("Count from 1 to 30, separated by commas.", 80), "greedy"},
+      {request("Write a short poem about rain.", 48, 0.8f), "sampled"},
+      {request("Count from 1 to 30, separated by commas.", 13), "max_tokens inside a block"},
+  };
+  // A stop string that the plain reply reaches in its middle.
+  ChatRequest stopped = request("Count from 1 to 30, separated by commas.", 80);
+  const auto plain = run({stopped}, none())[0];
+  ASSERT_GT(plain.text.size(), 12u);
+  stopped.stop = {plain.text.substr(plain.text.size() / 2, 3)};
+  cases.push_back({stopped, "a stop string inside a block"});
+  // A JSON Schema: the constraint's mask applies position by position to the verified rows.
+  ChatRequest schema = request("Describe a cat as JSON.", 60);
+  schema.output_format.kind = OutputFormat::Kind::JsonSchema;
+  schema.output_format.schema = nlohmann::json::parse(
+      R"({"type": "object", "properties": {"name": {"type": "string"}, "legs": {"type": "integer"}},
+          "required": ["name", "legs"]})");
+  schema.constraints = compile_output_constraints(schema);
+  cases.push_back({schema, "JSON Schema"});
+
+  for (const auto& c : cases) {
+    // The reference: the plain reply's token ids, which the scripted drafters corrupt.
+    const auto reference = run({c.request}, none())[0];
+    ASSERT_TRUE(reference.finished) << reference.error;
+    const size_t prompt = chat::encode_prompt(*chat_, *tokenizer_, c.request.messages).size();
+    for (const auto kind : {ScriptedDrafter::Kind::Random, ScriptedDrafter::Kind::ShiftedReference,
+                            ScriptedDrafter::Kind::EndMidBlock, ScriptedDrafter::Kind::BrokenReference,
+                            ScriptedDrafter::Kind::Nothing}) {
+      EngineOptions options;
+      options.drafter = [=] { return std::make_unique<ScriptedDrafter>(kind, reference.tokens, prompt, end, vocab); };
+      expect_same_replies({c.request}, options,
+                          (std::string(c.what) + ", drafter " + std::to_string(static_cast<int>(kind))).c_str());
+      if (kind == ScriptedDrafter::Kind::Nothing) EXPECT_EQ(counters_.verify_steps, 0u);
+      else EXPECT_GT(counters_.verify_steps, 0u) << c.what;
+    }
+  }
+}
+
+// The single-sequence loop (`splash run`, `bench`): the same reply with prompt lookup and
+// with wrong guesses as without drafts, greedy and sampled, and the statistics add up.
+TEST_F(SpeculativeOnModel, GenerateWithDraftsEqualsPlainGenerate) {
+  auto model = model::load_model(*file_, {.max_context = 1024, .threads = 0});
+  model::Sequence sequence(*model);
+  const std::string code = "for i in range(10):\n    print(i * i)\n    total += i\nprint(total)\n";
+  for (const float temperature : {0.0f, 0.9f}) {
+    GenerationRequest g;
+    const std::vector<chat::ChatMessage> messages{{"user", "Repeat this code exactly:\n" + code}};
+    g.prompt = chat::encode_prompt(*chat_, *tokenizer_, messages);
+    g.sampling.temperature = temperature;
+    g.sampling.seed = 99;
+    g.max_tokens = 80;
+    g.stop = chat_->stop_texts();
+    const auto plain = generate(sequence, *tokenizer_, g, nullptr);
+    DecodeStats stats;
+    LookupDrafter lookup;
+    const auto drafted = generate(sequence, *tokenizer_, g, nullptr, nullptr, 0, &lookup, &stats);
+    EXPECT_EQ(drafted.tokens, plain.tokens) << "temperature " << temperature;
+    EXPECT_EQ(drafted.text, plain.text);
+    EXPECT_EQ(drafted.finish, plain.finish);
+    EXPECT_LE(stats.accepted_draft_tokens, stats.draft_tokens);
+    if (temperature == 0.0f) {
+      EXPECT_GT(stats.accepted_draft_tokens, 0) << "no guess was taken: nothing exercised";
+    }
+    ScriptedDrafter wrong(ScriptedDrafter::Kind::BrokenReference, plain.tokens, g.prompt.size(), tokenizer_->eos(),
+                          model->info().vocab);
+    EXPECT_EQ(generate(sequence, *tokenizer_, g, nullptr, nullptr, 0, &wrong).tokens, plain.tokens);
+  }
+}
+
+}  // namespace
+}  // namespace splash::engine
