@@ -346,7 +346,7 @@ void bench(BenchFlags flags) {
   bench_depths(model, flags, tokens, report);
   bench_parallel(*loaded->model, flags, tokens, report);
   if (flags.structured) bench_structured(*loaded, flags.decode_tokens, flags.repetitions, report);
-  if (flags.draft != engine::DraftMode::None && info.max_logits_per_slice > 1)
+  if (flags.draft != engine::DraftMode::None && info.max_logits_per_slice > 1 && info.draft_pass_tokens > 1)
     bench_drafts(*loaded, flags.draft, flags.decode_tokens, flags.repetitions, report);
   if (loaded->vision) bench_images(*loaded->vision, flags.repetitions, report);
   if (flags.json) fmt::print("{}\n", report.dump());

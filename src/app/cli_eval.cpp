@@ -87,7 +87,8 @@ void eval(const EvalFlags& flags) {
     const auto drafter = info.max_logits_per_slice > 1 ? make_drafter(flags.draft) : nullptr;
     std::optional<int32_t> next = argmax(logits);
     while (next) {
-      const int room = std::min({info.max_logits_per_slice - 1, flags.greedy - static_cast<int>(generated.size()) - 1,
+      const int room = std::min({info.max_logits_per_slice - 1, info.draft_pass_tokens - 1,
+                                 flags.greedy - static_cast<int>(generated.size()) - 1,
                                  info.context - model.position() - 1});
       std::vector<int32_t> block{*next};
       if (drafter && room > 0)

@@ -113,7 +113,7 @@ void serve(ServeFlags flags) {
                                 {"weights_bytes", v.weight_bytes}, {"max_image_pixels", flags.model.max_image_pixels}};
   }
 
-  const bool verifies = loaded->model->info().max_logits_per_slice > 1;
+  const bool verifies = loaded->model->info().max_logits_per_slice > 1 && loaded->model->info().draft_pass_tokens > 1;
   served.details["speculative_decoding"] = {
       {"draft", engine::draft_mode_name(flags.draft)},
       {"drafter", flags.draft == engine::DraftMode::None || !verifies ? "none" : "lookup"},

@@ -89,7 +89,8 @@ EngineService::EngineService(model::Model& model, const tokenizer::Tokenizer& to
       chat_(chat),
       images_(images),
       options_(std::move(options)),
-      drafting_(model.info().max_logits_per_slice > 1 && (options_.drafter || options_.draft != DraftMode::None)),
+      drafting_(model.info().max_logits_per_slice > 1 && model.info().draft_pass_tokens > 1 &&
+                (options_.drafter || options_.draft != DraftMode::None)),
       image_tokens_(images.encoder ? find_image_tokens(tokenizer) : ImageTokenIds{}),
       token_trie_(build_token_trie(tokenizer)),
       blocks_(model.info().kv_blocks, [&model](int from, int to, int tokens) { model.copy_kv_block(from, to, tokens); }),
@@ -546,7 +547,11 @@ EngineService::Pass EngineService::schedule() {
   std::vector<bool> in_batch(running_.size(), false);
   const int pass_tokens = model_.info().max_batch_tokens;
   int budget = pass_tokens;
-  int draft_room = drafting_ ? pass_tokens / 2 : 0;  // guesses leave prompts at least half the pass
+  // Guesses fill what a decode pass takes nearly for free (ModelInfo::draft_pass_tokens),
+  // shared among the decoding sequences, and leave prompts at least half the pass.
+  int decoding = 0;
+  for (const auto& sequence : running_) decoding += !sequence->preempted && !sequence->ended && sequence->pending() == 1;
+  int draft_room = drafting_ ? std::clamp(model_.info().draft_pass_tokens - decoding, 0, pass_tokens / 2) : 0;
   auto newest_victim = [&](const Running* asking) -> Running* {
     for (size_t i = running_.size(); i-- > 0;) {
       Running* candidate = running_[i].get();
@@ -568,7 +573,9 @@ EngineService::Pass EngineService::schedule() {
         finish(sequence, true);
         continue;
       }
-      int drafted = decode_pass ? draft(sequence, std::min(draft_room, budget - 1)) : 0;
+      const int share = decoding > 0 ? draft_room / decoding : 0;
+      int drafted = decode_pass ? draft(sequence, std::min(share, budget - 1)) : 0;
+      decoding -= decode_pass;
       if (drafted > 0 && !grow(sequence, sequence.computed + 1 + drafted)) {
         sequence.tokens.resize(sequence.tokens.size() - drafted);  // no block for guesses: plain decoding
         drafted = 0;

@@ -239,13 +239,13 @@ GenerationResult generate(model::Sequence& sequence, const tokenizer::Tokenizer&
   const auto decode_start = Clock::now();
   // One decode loop: each step feeds the sampled token and whatever guesses the drafter has
   // (none: a plain step), and samples what the verified rows allow.
-  if (info.max_logits_per_slice < 2) drafter = nullptr;
+  if (info.max_logits_per_slice < 2 || info.draft_pass_tokens < 2) drafter = nullptr;
   std::vector<int32_t> text = request.prompt;  // what the drafter reads: the prompt and the reply so far
   DraftBudget budget;
   std::optional<int32_t> token = generation.step(logits);
   while (token) {
     text.push_back(*token);
-    const int room = std::min({budget.limit(), info.max_logits_per_slice - 1,
+    const int room = std::min({budget.limit(), info.max_logits_per_slice - 1, info.draft_pass_tokens - 1,
                                generation.request().max_tokens - static_cast<int>(generation.result().tokens.size()) - 1,
                                info.context - sequence.position() - 1});
     std::vector<int32_t> block{*token};

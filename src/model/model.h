@@ -42,6 +42,11 @@ struct ModelInfo {
   // The most positions of one slice whose logits a pass returns: 1 where only each slice's
   // last token is read, 1 + drafted tokens where a backend verifies drafts (SequenceSlice).
   int max_logits_per_slice = 1;
+  // The tokens a decode pass takes before it costs more than reading the weights once: the
+  // scheduler keeps decoding sequences plus their drafted guesses within it, so guesses are
+  // nearly free at small batches and vanish from full ones (where each would displace a token
+  // another sequence needs). 0: no drafts.
+  int draft_pass_tokens = 0;
 };
 
 using kernels::KvType;

@@ -67,6 +67,10 @@ class LlamaModel final : public Model {
     fill_model_info(file, h, options.max_context, info_);
     info_.isa = kernels::matmul_isa_name();
     info_.max_logits_per_slice = 1 + kMaxDraftTokens;  // verify blocks computed as decode steps
+    // A decode step streams every weight once; on the project's 2-core machine a Qwen2.5-Coder-
+    // 1.5B step (22 ms) costs as much compute as ~7 prompt tokens, and guesses are often
+    // refused: beyond about 16 tokens a pass, a guess costs more than it is likely to save.
+    info_.draft_pass_tokens = 16;
     info_.threads = pool_.size();
     info_.kernel_shapes = Shapes::name ? fmt::format("compile-time shapes of {}", Shapes::name)
                                        : std::string("run-time shapes (no specialised kernels for this model)");
