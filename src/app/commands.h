@@ -4,6 +4,8 @@
 
 #include <memory>
 #include <optional>
+#include <string_view>
+#include <vector>
 #include <string>
 
 #include "engine/drafter.h"
@@ -19,6 +21,16 @@ void add_bench_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_pull_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_launch_commands(CLI::App& app);  // claude, codex, opencode, hermes, aider
+// `splash claude ... -- ARGS`: the arguments after "--" are the agent's, whatever they look
+// like; main() takes them out before parsing (CLI11 would give them to the top level).
+bool is_launch_command(std::string_view name);
+std::vector<std::string>& launch_passthrough();
+
+// A command that ran another program ends with that program's exit status (main returns it).
+struct ExitCode {
+  int code;
+};
 
 // Flags shared by the subcommands that load a model.
 struct ModelFlags {

@@ -5,8 +5,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <string_view>
+#include <vector>
 
 #include "app/commands.h"
 #include "common/error.h"
@@ -130,8 +133,17 @@ int main(int argc, char** argv) {
   splash::app::add_bench_command(app);
   splash::app::add_eval_command(app);
   splash::app::add_pull_command(app);
+  splash::app::add_launch_commands(app);
+  // An agent launcher's arguments after "--" are the agent's alone.
+  std::vector<char*> args(argv, argv + argc);
+  if (argc > 1 && splash::app::is_launch_command(argv[1]))
+    if (const auto dashes = std::find_if(args.begin() + 2, args.end(), [](const char* a) { return std::string_view(a) == "--"; });
+        dashes != args.end()) {
+      splash::app::launch_passthrough().assign(dashes + 1, args.end());
+      args.erase(dashes, args.end());
+    }
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -142,6 +154,8 @@ int main(int argc, char** argv) {
     // One line, then a pointer to --help, instead of CLI11's multi-line dump.
     std::fprintf(stderr, "splash: error: %s (see splash --help)\n", e.what());
     return e.get_exit_code() == 0 ? 2 : e.get_exit_code();
+  } catch (const splash::app::ExitCode& e) {
+    return e.code;
   } catch (const splash::Error& e) {
     // On a terminal a progress line may still be open; end it first.
     std::fprintf(stderr, "%ssplash: error: %s\n", isatty(STDERR_FILENO) ? "\n" : "", e.what());

@@ -137,10 +137,17 @@ BareCallOpening match_bare_call_opening(std::string_view text) {
     while (i < text.size() && std::isalpha(static_cast<unsigned char>(text[i])) && n++ < kMaxLanguage) ++i;
     if (!space()) return {};
   }
-  for (std::string_view step : {"{", "", "\"name\"", "", ":", "", "\""}) {
+  // "{{" too: Qwen2.5-Coder-1.5B's template shows its example call in doubled braces
+  // (chat/tool_prompt.h), and the model writes its calls that way; the grammar after the
+  // opening closes the object with one brace, so the call is the same.
+  for (std::string_view step : {"{", "{?", "", "\"name\"", "", ":", "", "\""}) {
     if (i == text.size()) return {Match::Maybe, 0};
     if (step.empty()) {
       if (!space()) return {};
+      continue;
+    }
+    if (step == "{?") {
+      if (text[i] == '{') ++i;
       continue;
     }
     if (const auto m = literal(step); m != Match::Yes) return {m, 0};

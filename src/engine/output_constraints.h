@@ -51,7 +51,7 @@ struct OutputConstraints {
 };
 
 // Where a reply's first bytes stand against the bare JSON call opening
-// (ws* ("```" lang? ws*)? "{" ws* "\"name\"" ws* ":" ws* "\""): not it, maybe (so far a
+// (ws* ("```" lang? ws*)? "{" "{"? ws* "\"name\"" ws* ":" ws* "\""): not it, maybe (so far a
 // prefix of it), or it, ending at `end`.
 struct BareCallOpening {
   enum class Match { No, Maybe, Yes };

@@ -165,4 +165,46 @@ DownloadResult download_file(const std::string& url, const std::filesystem::path
   return DownloadResult{.bytes = transfer.bytes, .sha256 = transfer.hasher.finish_hex()};
 }
 
+namespace {
+
+struct MemoryBody {
+  std::string* body;
+  std::uint64_t max_bytes;
+};
+
+size_t on_memory_body(char* data, size_t size, size_t count, void* user) {
+  auto& sink = *static_cast<MemoryBody*>(user);
+  const size_t length = size * count;
+  if (sink.body->size() + length > sink.max_bytes) return 0;  // aborts: too large
+  sink.body->append(data, length);
+  return length;
+}
+
+}  // namespace
+
+HttpResponse http_get(const std::string& url, const std::vector<std::string>& headers, long timeout_seconds,
+                      std::uint64_t max_bytes) {
+  init_curl_once();
+  CURL* curl = curl_easy_init();
+  if (!curl) fail("cannot initialise libcurl");
+  HttpResponse response;
+  MemoryBody sink{&response.body, max_bytes};
+  curl_slist* list = nullptr;
+  for (const auto& header : headers) list = curl_slist_append(list, header.c_str());
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, list);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_memory_body);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT, timeout_seconds);
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, timeout_seconds);
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+  const CURLcode code = curl_easy_perform(curl);
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
+  curl_slist_free_all(list);
+  curl_easy_cleanup(curl);
+  if (code != CURLE_OK) fail("{}: {}", url, curl_easy_strerror(code));
+  return response;
+}
+
 }  // namespace splash::hub

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "hub/progress.h"
 
@@ -30,5 +31,15 @@ struct DownloadResult {
 // at once (the partial name is fixed); model_cache holds a lock for that.
 DownloadResult download_file(const std::string& url, const std::filesystem::path& dest,
                              const ProgressFn& progress, const DownloadOptions& options = {});
+
+// A small GET into memory (a JSON API: a server's /v1/models), with extra request headers
+// ("Name: value"). The body is capped at max_bytes. Throws splash::Error when nothing answers
+// (refused, timed out, bad URL); an HTTP error status is returned, not thrown.
+struct HttpResponse {
+  long status = 0;
+  std::string body;
+};
+HttpResponse http_get(const std::string& url, const std::vector<std::string>& headers, long timeout_seconds = 10,
+                      std::uint64_t max_bytes = 1 << 20);
 
 }  // namespace splash::hub

@@ -142,14 +142,17 @@ TEST(ToolPrompt, ToolsJoinTheSystemPromptAndCallsRoundTrip) {
 
 TEST(BareJsonCall, TheOpeningIsRecognisedWithFencesAndWhitespace) {
   using Match = BareCallOpening::Match;
-  for (const char* yes : {"{\"name\": \"", "```json\n{\n  \"name\": \"", "  {\"name\":\"", "```\n{ \"name\" : \""}) {
+  // Doubled braces too: Qwen2.5-Coder-1.5B writes its calls as its template's example shows them.
+  for (const char* yes : {"{\"name\": \"", "```json\n{\n  \"name\": \"", "  {\"name\":\"", "```\n{ \"name\" : \"",
+                          "{{\"name\": \"", "{{ \"name\": \""}) {
     const auto m = match_bare_call_opening(yes);
     EXPECT_EQ(m.match, Match::Yes) << yes;
     EXPECT_EQ(m.end, std::string_view(yes).size()) << yes;
   }
-  for (const char* maybe : {"", " ", "`", "```js", "```json\n", "{", "{\n  \"na", "{\"name\"", "{\"name\": "})
+  for (const char* maybe : {"", " ", "`", "```js", "```json\n", "{", "{\n  \"na", "{\"name\"", "{\"name\": ", "{{", "{{\"na"})
     EXPECT_EQ(match_bare_call_opening(maybe).match, Match::Maybe) << maybe;
-  for (const char* no : {"Sure", "{\"nam3", "``x", "{\"arguments\"", "[", "```json\nHello", "{\"name\": 5"})
+  for (const char* no : {"Sure", "{\"nam3", "``x", "{\"arguments\"", "[", "```json\nHello", "{\"name\": 5", "{{{\"name\"",
+                         "{ {\"name\""})
     EXPECT_EQ(match_bare_call_opening(no).match, Match::No) << no;
   EXPECT_EQ(match_bare_call_opening(std::string(40, ' ')).match, Match::No);  // bounded whitespace
 }
