@@ -238,7 +238,8 @@ void bench_depths(model::Sequence& model, const BenchFlags& flags, const std::ve
 }
 
 // Aggregate decode of n sequences stepping together (each after its own prompt), as the
-// scheduler batches them: tokens per second over all of them. Tokens are fed, not sampled.
+// scheduler batches them: tokens per second over all of them. Tokens are fed, not sampled;
+// on a GPU each row comes back as its best tokens, as the server's decode steps take it.
 void bench_parallel(model::Model& model, const BenchFlags& flags, const std::vector<int32_t>& tokens,
                     nlohmann::json& report) {
   const int prompt = flags.parallel_prompt;
@@ -261,7 +262,11 @@ void bench_parallel(model::Model& model, const BenchFlags& flags, const std::vec
     std::vector<model::SequenceSlice> slices(n);
     const double seconds = seconds_of([&] {
       for (int step = 0; step < flags.decode_tokens; ++step) {
-        for (int i = 0; i < n; ++i) slices[i] = {{&tokens[prompt + step], 1}, prompt + step, tables[i], true};
+        for (int i = 0; i < n; ++i) {
+          slices[i] = {{&tokens[prompt + step], 1}, prompt + step, tables[i], true};
+          // (as the server decodes where the model finds a row's best tokens on its device)
+          slices[i].best_only = model.info().best_tokens_on_device;
+        }
         model.forward(slices);
       }
     });
@@ -326,10 +331,15 @@ void bench(BenchFlags flags) {
   for (int r = 0; r < flags.repetitions; ++r) {
     model.truncate(0);
     auto logits = model.forward({tokens.data(), 16});
+    int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     runs.push_back(seconds_of([&] {
       for (int i = 0; i < flags.decode_tokens; ++i) {
-        const auto next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        if (info.best_tokens_on_device) {  // greedy as the server decodes there: from the row's best tokens
+          next = model.forward_best(next).front().id;
+          continue;
+        }
         logits = model.forward({&next, 1});
+        next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       }
     }));
   }

@@ -119,7 +119,7 @@ void serve(ServeFlags flags) {
       {"drafter", flags.draft == engine::DraftMode::None || !verifies ? "none" : "lookup"},
       {"max_draft_tokens", verifies ? loaded->model->info().max_logits_per_slice - 1 : 0}};
   engine::EngineService engine(*loaded->model, loaded->tokenizer, *loaded->chat,
-                               {loaded->vision.get(), flags.model.max_image_pixels}, {flags.draft, {}});
+                               {loaded->vision.get(), flags.model.max_image_pixels}, {flags.draft, {}, {}});
   server::HttpServer http(flags.server, engine, loaded->tokenizer, *loaded->chat, served);
   http.bind();
   running_engine.store(&engine);

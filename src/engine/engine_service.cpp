@@ -91,6 +91,7 @@ EngineService::EngineService(model::Model& model, const tokenizer::Tokenizer& to
       options_(std::move(options)),
       drafting_(model.info().max_logits_per_slice > 1 && model.info().draft_pass_tokens > 1 &&
                 (options_.drafter || options_.draft != DraftMode::None)),
+      best_token_rows_(options_.best_token_rows.value_or(model.info().best_tokens_on_device)),
       image_tokens_(images.encoder ? find_image_tokens(tokenizer) : ImageTokenIds{}),
       token_trie_(build_token_trie(tokenizer)),
       blocks_(model.info().kv_blocks, [&model](int from, int to, int tokens) { model.copy_kv_block(from, to, tokens); }),
@@ -317,7 +318,8 @@ bool EngineService::admit(Running& sequence) {
           std::lock_guard lock(mutex_);
           ++counters_.replays_from_logits;
         }
-        on_logits(sequence, *logits);
+        LogitsRow row(*logits);
+        on_logits(sequence, row);
       }
   }
   return true;
@@ -405,7 +407,7 @@ void EngineService::finish(Running& sequence, bool keep_blocks) {
   }
 }
 
-std::optional<int32_t> EngineService::sample(Running& sequence, std::span<const float> logits) {
+std::optional<int32_t> EngineService::sample(Running& sequence, LogitsRow& logits) {
   std::optional<int32_t> token;
   ChatTicket& ticket = *sequence.ticket;
   const auto now = ChatTicket::Clock::now();
@@ -427,7 +429,7 @@ std::optional<int32_t> EngineService::sample(Running& sequence, std::span<const 
   return token;
 }
 
-void EngineService::on_logits(Running& sequence, std::span<const float> logits) {
+void EngineService::on_logits(Running& sequence, LogitsRow& logits) {
   if (const auto token = sample(sequence, logits)) sequence.tokens.push_back(*token);
 }
 
@@ -458,7 +460,10 @@ void EngineService::verify(Running& sequence, int drafted, std::span<const float
   publish_full_blocks(sequence);
   const VerifiedGuesses verified = verify_guesses(
       guesses, logits, static_cast<size_t>(model_.info().vocab),
-      [&](std::span<const float> row) { return sample(sequence, row); },
+      [&](std::span<const float> row) {
+        LogitsRow logits(row);
+        return sample(sequence, logits);
+      },
       [&](int32_t kept) {
         sequence.tokens.push_back(kept);
         ++sequence.computed;  // the guess's keys and values are the sampled token's
@@ -607,6 +612,10 @@ EngineService::Pass EngineService::schedule() {
     const bool last = s.computed + slot.count == static_cast<int>(s.tokens.size());
     model::SequenceSlice slice{std::span(s.tokens).subspan(s.computed, slot.count), s.computed, s.blocks,
                                slot.drafted > 0 ? slot.count : last ? 1 : 0};
+    // A decode step's row: its best tokens do (a prompt's end keeps its whole row, which
+    // the prompt-logits cache stores for replays under any sampling settings).
+    slice.best_only = best_token_rows_ && slot.drafted == 0 && last && !s.generation->result().tokens.empty() &&
+                      s.generation->best_tokens_suffice();
     if (s.computed < static_cast<int>(s.embeddings.size())) {
       // Image positions hold cache keys; the model reads the image token there, with the
       // image's features in place of its embedding.
@@ -645,10 +654,24 @@ std::span<const float> EngineService::run(Pass& pass) {
 
 void EngineService::apply(const Pass& pass, std::span<const float> logits) {
   const size_t vocab = static_cast<size_t>(model_.info().vocab);
-  size_t row = 0;
+  const auto best = pass.slots.empty() ? std::span<const model::TokenLogit>{} : model_.best_tokens();
+  size_t row = 0, best_row = 0;
+  uint64_t whole_reads = 0;
   for (size_t i = 0; i < pass.slots.size(); ++i) {
     const Slot& slot = pass.slots[i];
     Running& s = *slot.sequence;
+    if (pass.batch[i].best_only) {  // one row: a decode step (see schedule)
+      s.computed += slot.count;
+      publish_full_blocks(s);
+      LogitsRow row_of_best(best.subspan(best_row * model::kBestTokens, model::kBestTokens),
+                            [this, &whole_reads, index = static_cast<int>(best_row)] {
+                              ++whole_reads;
+                              return model_.whole_row(index);
+                            });
+      ++best_row;
+      on_logits(s, row_of_best);
+      continue;
+    }
     const auto rows = logits.subspan(vocab * row, vocab * pass.batch[i].logits);
     row += pass.batch[i].logits;
     if (slot.drafted > 0) {
@@ -660,12 +683,15 @@ void EngineService::apply(const Pass& pass, std::span<const float> logits) {
     if (rows.empty()) continue;
     if (s.generation->result().tokens.empty() && !s.generation->done())  // the prompt's end
       prompt_logits_.store(s.tokens, rows);
-    on_logits(s, rows);
+    LogitsRow whole(rows);
+    on_logits(s, whole);
   }
   std::lock_guard lock(mutex_);
   counters_.batch_size = static_cast<int>(pass.batch.size());
   counters_.batch_tokens = pass.tokens;
   ++counters_.steps;
+  counters_.best_token_rows += best_row;
+  counters_.whole_rows_read += whole_reads;
 }
 
 void EngineService::retire() {

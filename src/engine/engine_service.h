@@ -82,6 +82,10 @@ struct EngineCounters {
   uint64_t verify_steps = 0;
   uint64_t draft_tokens = 0;
   uint64_t accepted_draft_tokens = 0;
+  // Decode steps sampled from their rows' best tokens (SequenceSlice::best_only), and of
+  // those, the ones whose best tokens could not decide (the whole row was read back).
+  uint64_t best_token_rows = 0;
+  uint64_t whole_rows_read = 0;
 };
 
 // How the engine decodes.
@@ -90,6 +94,10 @@ struct EngineOptions {
   // A drafter of the caller's own in place of the one `draft` names (tests: adversarial
   // drafts); null: by `draft`.
   DrafterFactory drafter;
+  // Decoding sequences ask the model for their rows' best tokens instead of whole rows
+  // (SequenceSlice::best_only); unset: where the model finds them on its device
+  // (ModelInfo::best_tokens_on_device). Either way the tokens are the same.
+  std::optional<bool> best_token_rows;
 };
 
 // How requests' images reach the model: a vision encoder (null: the model takes no images)
@@ -155,10 +163,10 @@ class EngineService {
   void preempt(Running& sequence);
   void finish(Running& sequence, bool keep_blocks);
   void publish_full_blocks(Running& sequence);
-  void on_logits(Running& sequence, std::span<const float> logits);
+  void on_logits(Running& sequence, LogitsRow& logits);
   // The sequence's next token from `logits` (streamed by its generation), or nothing when
   // the generation ended (the sequence is then finished).
-  std::optional<int32_t> sample(Running& sequence, std::span<const float> logits);
+  std::optional<int32_t> sample(Running& sequence, LogitsRow& logits);
   std::string encode_images(ChatTicket& ticket);
 
   model::Model& model_;
@@ -167,6 +175,7 @@ class EngineService {
   ImageInput images_;
   EngineOptions options_;
   bool drafting_ = false;  // the model verifies drafts and options_ asks for them
+  bool best_token_rows_ = false;  // decoding sequences ask for their rows' best tokens
   ImageTokenIds image_tokens_;  // when images_.encoder is set
   ImageFeatureCache image_features_;
   mutable std::mutex mutex_;

@@ -87,7 +87,7 @@ struct Generation::State {
 
   // Optimistic constrained sampling: draw from the whole distribution, and only when the
   // shaper refuses that token compute the mask and draw again from the allowed tokens.
-  int32_t next_token(std::span<const float> logits) {
+  int32_t next_token(LogitsRow& logits) {
     const int32_t token = sampler.sample(logits, history);
     if (!shaper.active() || shaper.allows(token)) return token;
     ++result.masked_tokens;
@@ -114,7 +114,7 @@ struct Generation::State {
     result.tool_calls = shaper.calls();
   }
 
-  std::optional<int32_t> step(std::span<const float> logits) {
+  std::optional<int32_t> step(LogitsRow& logits) {
     if (done) return std::nullopt;
     const int32_t token = next_token(logits);
     if (token < 0) {  // the constraints allow nothing more (e.g. a complete structured reply)
@@ -127,7 +127,7 @@ struct Generation::State {
     }
     result.tokens.push_back(token);
     history.push_back(token);
-    if (request.top_logprobs >= 0) pending_logprobs.push_back(logprob_of(token, logits, request.top_logprobs, tokenizer));
+    if (request.top_logprobs >= 0) pending_logprobs.push_back(logprob_of(token, logits.whole(), request.top_logprobs, tokenizer));
     shaper.accept(token, updates);
     bool keep_going = true;
     if (in_text) {
@@ -207,7 +207,14 @@ Generation::Generation(const tokenizer::Tokenizer& tokenizer, GenerationRequest 
 Generation::~Generation() = default;
 Generation::Generation(Generation&&) noexcept = default;
 const GenerationRequest& Generation::request() const { return state_->request; }
-std::optional<int32_t> Generation::step(std::span<const float> logits) { return state_->step(logits); }
+std::optional<int32_t> Generation::step(std::span<const float> logits) {
+  LogitsRow row(logits);
+  return state_->step(row);
+}
+std::optional<int32_t> Generation::step(LogitsRow& logits) { return state_->step(logits); }
+bool Generation::best_tokens_suffice() const {
+  return state_->request.top_logprobs < 0 && !state_->sampler.raises_logits();
+}
 bool Generation::done() const { return state_->done; }
 GenerationResult& Generation::result() { return state_->result; }
 
@@ -254,6 +261,12 @@ GenerationResult generate(model::Sequence& sequence, const tokenizer::Tokenizer&
         if (static_cast<int>(block.size()) > room || guess < 0 || guess >= info.vocab) break;
         block.push_back(guess);
       }
+    if (block.size() == 1 && info.best_tokens_on_device && generation.best_tokens_suffice()) {
+      // The row's best tokens, found where the logits are; the whole row only if they cannot decide.
+      LogitsRow row(sequence.forward_best(*token), [&] { return sequence.whole_row(); });
+      token = generation.step(row);
+      continue;
+    }
     if (block.size() == 1) {
       token = generation.step(sequence.forward(block));
       continue;

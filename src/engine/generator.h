@@ -100,6 +100,11 @@ class Generation {
 
   const GenerationRequest& request() const;
   std::optional<int32_t> step(std::span<const float> logits);
+  // The same from a row's best tokens (the whole row read only if they cannot decide).
+  std::optional<int32_t> step(LogitsRow& logits);
+  // Whether a row's best tokens usually decide this generation's next token (no logprobs,
+  // no adjustment that raises a logit): worth asking the model for them instead of whole rows.
+  bool best_tokens_suffice() const;
   bool done() const;
   // The outcome so far (complete once done()); prefill/decode times are the caller's.
   GenerationResult& result();

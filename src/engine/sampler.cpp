@@ -41,27 +41,44 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   return sample(logits, history, {});
 }
 
+bool Sampler::penalizes() const {
+  return params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+}
+
+bool Sampler::raises_logits() const {
+  for (const auto& [id, bias] : params_.logit_bias)
+    if (bias > 0.0f) return true;
+  return params_.repetition_penalty < 1.0f || params_.presence_penalty < 0.0f || params_.frequency_penalty < 0.0f;
+}
+
+Sampler::Counts Sampler::penalty_counts(std::span<const int32_t> history) const {
+  Counts counts;
+  if (!penalizes() || history.empty()) return counts;
+  const size_t window = params_.penalty_window < 0 ? history.size()
+                                                   : std::min<size_t>(history.size(), params_.penalty_window);
+  for (int32_t id : history.subspan(history.size() - window)) ++counts[id];
+  return counts;
+}
+
+float Sampler::adjusted(int32_t id, float logit, const Counts& counts) const {
+  if (const auto bias = params_.logit_bias.find(id); bias != params_.logit_bias.end()) logit += bias->second;
+  if (const auto count = counts.find(id); count != counts.end()) {
+    if (params_.repetition_penalty != 1.0f)
+      logit = logit > 0.0f ? logit / params_.repetition_penalty : logit * params_.repetition_penalty;
+    logit -= params_.frequency_penalty * static_cast<float>(count->second) + params_.presence_penalty;
+  }
+  return logit;
+}
+
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history,
                         std::span<const uint8_t> allowed) {
   adjusted_.assign(logits.begin(), logits.end());
+  const Counts counts = penalty_counts(history);
   for (const auto& [id, bias] : params_.logit_bias)
-    if (id >= 0 && static_cast<size_t>(id) < adjusted_.size()) adjusted_[id] += bias;
-
-  const bool penalize = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
-                        params_.frequency_penalty != 0.0f;
-  if (penalize && !history.empty()) {
-    const size_t window = params_.penalty_window < 0 ? history.size()
-                                                     : std::min<size_t>(history.size(), params_.penalty_window);
-    std::unordered_map<int32_t, int> counts;
-    for (int32_t id : history.subspan(history.size() - window)) ++counts[id];
-    for (const auto& [id, count] : counts) {
-      if (id < 0 || static_cast<size_t>(id) >= adjusted_.size()) continue;
-      float& logit = adjusted_[id];
-      if (params_.repetition_penalty != 1.0f)
-        logit = logit > 0.0f ? logit / params_.repetition_penalty : logit * params_.repetition_penalty;
-      logit -= params_.frequency_penalty * static_cast<float>(count) + params_.presence_penalty;
-    }
-  }
+    if (id >= 0 && static_cast<size_t>(id) < adjusted_.size()) adjusted_[id] = adjusted(id, adjusted_[id], counts);
+  for (const auto& [id, count] : counts)
+    if (id >= 0 && static_cast<size_t>(id) < adjusted_.size() && !params_.logit_bias.contains(id))
+      adjusted_[id] = adjusted(id, adjusted_[id], counts);
 
   if (!allowed.empty()) {
     bool any = false;
@@ -79,11 +96,50 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   candidates_.clear();
   const float best = *std::max_element(adjusted_.begin(), adjusted_.end());
   for (size_t i = 0; i < adjusted_.size(); ++i)
-    if (std::isfinite(adjusted_[i]) && adjusted_[i] >= best - 30.0f * std::max(params_.temperature, 1.0f))
+    if (std::isfinite(adjusted_[i]) && adjusted_[i] >= best - window())
       candidates_.push_back({static_cast<int32_t>(i), adjusted_[i]});
-  auto by_logit = [](const Candidate& a, const Candidate& b) {
-    return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
-  };
+  return draw();
+}
+
+// From the best tokens, ranked by their adjusted logits. Every token outside them has an
+// unadjusted logit ranking at or below the last of them (`edge`), and no adjustment raises a
+// logit, so a candidate ranking above the edge outranks every token outside: when enough
+// of them do (the best one; top_k of them, or every token within reach of the best), the
+// token and the random draw are those of the whole row. Otherwise nothing is drawn.
+std::optional<int32_t> Sampler::sample_from_best(std::span<const model::TokenLogit> best,
+                                                 std::span<const int32_t> history, std::span<const uint8_t> allowed) {
+  if (best.empty() || raises_logits()) return std::nullopt;
+  const model::TokenLogit edge = best.back();
+  const bool complete = edge.id < 0;  // a row shorter than kBestTokens: padded, every token here
+  const auto above_edge = [&](const Candidate& c) { return complete || !model::ranks_before(edge, c); };
+  const Counts counts = penalty_counts(history);
+  candidates_.clear();
+  for (const model::TokenLogit& token : best) {
+    if (token.id < 0) break;
+    if (!allowed.empty() && (static_cast<size_t>(token.id) >= allowed.size() || !allowed[token.id])) continue;
+    candidates_.push_back({token.id, adjusted(token.id, token.logit, counts)});
+  }
+  if (candidates_.empty()) return std::nullopt;
+  const Candidate first = *std::min_element(candidates_.begin(), candidates_.end(), model::ranks_before);
+  if (!above_edge(first)) return std::nullopt;
+  if (params_.greedy()) return first.id;
+  if (!std::isfinite(first.logit)) return std::nullopt;
+  const float reach = first.logit - window();
+  std::erase_if(candidates_, [&](const Candidate& c) { return !(std::isfinite(c.logit) && c.logit >= reach); });
+  const bool all_within_reach = complete || edge.logit < reach;
+  const auto ranked_above = std::count_if(candidates_.begin(), candidates_.end(), above_edge);
+  if (!all_within_reach && !(params_.top_k > 0 && ranked_above >= params_.top_k)) return std::nullopt;
+  return draw();
+}
+
+int32_t Sampler::sample(LogitsRow& row, std::span<const int32_t> history, std::span<const uint8_t> allowed) {
+  if (!row.best().empty())
+    if (const auto token = sample_from_best(row.best(), history, allowed)) return *token;
+  return sample(row.whole(), history, allowed);
+}
+
+int32_t Sampler::draw() {
+  auto by_logit = model::ranks_before;
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < candidates_.size()) {
     std::partial_sort(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.end(), by_logit);
     candidates_.resize(params_.top_k);

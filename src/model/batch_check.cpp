@@ -1,4 +1,11 @@
 // The batch checks every backend makes before it runs a forward pass.
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cmath>
+#include <limits>
+#include <vector>
+
 #include "common/error.h"
 #include "model/model.h"
 
@@ -25,6 +32,7 @@ BatchCount check_batch(std::span<const SequenceSlice> batch, const ModelInfo& in
            info.max_logits_per_slice);
     count.tokens += n;
     count.wanted += slice.logits;
+    if (slice.best_only) count.best_only += slice.logits;
   }
   if (count.tokens == 0) fail("forward: no tokens");
   if (count.tokens > info.max_batch_tokens)
@@ -32,6 +40,45 @@ BatchCount check_batch(std::span<const SequenceSlice> batch, const ModelInfo& in
   if (batch.size() > kMaxBatchSequences)
     fail("forward: {} sequences in one pass (at most {})", batch.size(), kMaxBatchSequences);
   return count;
+}
+
+namespace {
+// Larger logit, larger key; -0 and +0 one value; a NaN below every number (as the GPU's
+// selection orders them).
+uint32_t order_key(float logit) {
+  if (std::isnan(logit)) return 1;
+  if (logit == 0.0f) logit = 0.0f;
+  const auto bits = std::bit_cast<uint32_t>(logit);
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+}  // namespace
+
+void select_best_tokens(std::span<const float> row, std::span<TokenLogit> best) {
+  struct Keyed {
+    uint32_t key;
+    int32_t id;
+  };
+  // Orders the better token first: the larger key, then the lower id.
+  const auto better = [](const Keyed& a, const Keyed& b) { return a.key != b.key ? a.key > b.key : a.id < b.id; };
+  const size_t keep = std::min(best.size(), row.size());
+  // A bounded heap whose front is the worst token kept so far.
+  std::vector<Keyed> heap;
+  heap.reserve(keep);
+  for (size_t i = 0; i < row.size() && keep > 0; ++i) {
+    const Keyed token{order_key(row[i]), static_cast<int32_t>(i)};
+    if (heap.size() < keep) {
+      heap.push_back(token);
+      std::push_heap(heap.begin(), heap.end(), better);
+    } else if (better(token, heap.front())) {
+      std::pop_heap(heap.begin(), heap.end(), better);
+      heap.back() = token;
+      std::push_heap(heap.begin(), heap.end(), better);
+    }
+  }
+  std::sort(heap.begin(), heap.end(), better);
+  for (size_t i = 0; i < best.size(); ++i)
+    best[i] = i < heap.size() ? TokenLogit{heap[i].id, row[heap[i].id]}
+                              : TokenLogit{-1, -std::numeric_limits<float>::infinity()};
 }
 
 }  // namespace splash::model

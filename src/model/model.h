@@ -47,6 +47,10 @@ struct ModelInfo {
   // nearly free at small batches and vanish from full ones (where each would displace a token
   // another sequence needs). 0: no drafts.
   int draft_pass_tokens = 0;
+  // The pass finds a row's best tokens where its logits are (the GPU): a decoding sequence
+  // asks for those (SequenceSlice::best_only) instead of its whole row, which saves copying
+  // the row back and scanning it on the host.
+  bool best_tokens_on_device = false;
 };
 
 using kernels::KvType;
@@ -77,6 +81,20 @@ inline constexpr int kMaxBatchSequences = 64;
 // its slice is the last sampled token and up to this many guesses of the next ones.
 inline constexpr int kMaxDraftTokens = 16;
 
+// A row's best tokens: what a sampler drawing among its top k (k <= kBestTokens, after
+// adjustments that only lower logits) needs of a row, known exactly from them.
+inline constexpr int kBestTokens = 64;
+struct TokenLogit {
+  int32_t id = 0;
+  float logit = 0.0f;
+  bool operator==(const TokenLogit&) const = default;
+};
+// The order of best tokens: higher logit first, the lower id first among equal logits (the
+// order a sampler ranks tokens in, so the kBestTokens kept are the ones it would rank first).
+inline bool ranks_before(const TokenLogit& a, const TokenLogit& b) {
+  return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
+}
+
 // One sequence's part of a batch: its new tokens, the position of the first, and its block
 // table (block ids covering positions 0 .. first_position + tokens.size() - 1).
 //
@@ -96,6 +114,9 @@ struct SequenceSlice {
   // to replace that token's embedding (an image's features from the vision encoder stand
   // where the prompt holds the image token).
   std::span<const float* const> embeddings = {};
+  // The pass returns each wanted row's kBestTokens best tokens (Model::best_tokens) instead
+  // of the whole row; the whole row can still be read until the next pass (Model::whole_row).
+  bool best_only = false;
 };
 
 // What a model needs in memory, known from its file before its weights are loaded (the
@@ -117,7 +138,14 @@ class Model {
   // keys and values into their blocks, and returns the logits of the slices that want them,
   // [slices wanting logits][vocab], in batch order. Throws splash::Error on a token id out
   // of range, a position past the context or a block table too short.
+  // Rows of slices that ask for their best tokens only are not among those logits.
   virtual std::span<const float> forward(std::span<const SequenceSlice> batch) = 0;
+  // The last pass's best tokens: kBestTokens per wanted row of the slices that asked
+  // (best_only), in batch order, each row best first (ranks_before). Valid until the next pass.
+  virtual std::span<const TokenLogit> best_tokens() const = 0;
+  // The whole logits row behind row `best_row` of best_tokens() (a sampler that cannot
+  // decide from the best tokens alone reads it). Valid until the next pass.
+  virtual std::span<const float> whole_row(int best_row) = 0;
   // Copies the first `tokens` positions of a block into another (copy-on-write of a shared,
   // partly filled block).
   virtual void copy_kv_block(int from, int to, int tokens) = 0;
@@ -145,10 +173,16 @@ MemoryNeeds estimate_memory(const gguf::File& file, KvType kv_type = KvType::Q8,
 // throws splash::Error. Returns the total tokens and the slices wanting logits.
 struct BatchCount {
   int tokens = 0, wanted = 0;
+  int best_only = 0;  // of the wanted rows, those of best_only slices
 };
 BatchCount check_batch(std::span<const SequenceSlice> batch, const ModelInfo& info);
 std::string supported_architectures();
 // Throws splash::Error naming the supported architectures unless the file has one of them.
 void require_supported_architecture(const gguf::File& file);
+
+// The kBestTokens best tokens of a row (fewer when the row is shorter), best first: how a
+// backend without a device-side selection answers best_only slices, and the reference the
+// device's selection is tested against.
+void select_best_tokens(std::span<const float> row, std::span<TokenLogit> best);
 
 }  // namespace splash::model

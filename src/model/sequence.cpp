@@ -38,6 +38,14 @@ std::span<const float> Sequence::verify(std::span<const int32_t> tokens) {
   return logits;
 }
 
+std::span<const TokenLogit> Sequence::forward_best(int32_t token) {
+  SequenceSlice slice{{&token, 1}, position_, blocks_, 1};
+  slice.best_only = true;
+  model_.forward({&slice, 1});
+  ++position_;
+  return model_.best_tokens();
+}
+
 void Sequence::truncate(int n) {
   if (n < 0 || n > position_) fail("truncate({}) outside the sequence of {} tokens", n, position_);
   position_ = n;

@@ -23,6 +23,11 @@ class Sequence {
   // Appends a verify block (a sampled token and drafted guesses, at most
   // info().max_logits_per_slice) and returns every position's logits, [tokens][vocab].
   std::span<const float> verify(std::span<const int32_t> tokens);
+  // Appends one token and returns its row's best tokens (kBestTokens, best first: found on
+  // the device where the model does that, else selected from the row); whole_row() reads the
+  // row itself, until the next pass.
+  std::span<const TokenLogit> forward_best(int32_t token);
+  std::span<const float> whole_row() { return model_.whole_row(0); }
   int position() const { return position_; }
   // Forgets everything after the first n tokens (n <= position()).
   void truncate(int n);

@@ -300,6 +300,9 @@ void HttpServer::register_routes() {
     speculative["tokens_per_verify_step"] =
         counters.verify_steps > 0 ? 1.0 + static_cast<double>(counters.accepted_draft_tokens) / counters.verify_steps
                                   : 0.0;
+    // Decode steps sampled from the best tokens the model found on its device (the GPU), and
+    // how many of them still needed their whole logits row.
+    status["sampling"] = {{"best_token_rows", counters.best_token_rows}, {"whole_rows_read", counters.whole_rows_read}};
     if (status.contains("vision")) {
       const auto images = engine_.image_cache_counters();
       status["vision"]["feature_cache"] = {

@@ -102,6 +102,12 @@ std::string prometheus_text(const MetricsInput& in) {
          static_cast<double>(e.draft_tokens));
   scalar(out, "splash_accepted_draft_tokens_total", "counter", "Drafted tokens the replies kept.",
          static_cast<double>(e.accepted_draft_tokens));
+  scalar(out, "splash_best_token_rows_total", "counter",
+         "Decode steps sampled from the best tokens the model found on its device.",
+         static_cast<double>(e.best_token_rows));
+  scalar(out, "splash_whole_rows_read_total", "counter",
+         "Of those, steps whose best tokens could not decide (the whole logits row was read).",
+         static_cast<double>(e.whole_rows_read));
   scalar(out, "splash_batch_tokens", "gauge", "Tokens in the last forward pass.", e.batch_tokens);
   header(out, "splash_kv_blocks", "gauge", "Blocks of the paged KV cache, by state.");
   out += fmt::format("splash_kv_blocks{{state=\"in_use\"}} {}\nsplash_kv_blocks{{state=\"cached\"}} {}\n"

@@ -2,7 +2,7 @@
 // (NaN) before each run so an unwritten element fails: the GEMV family and the tensor-core
 // path for every GGUF weight type (references from the CPU dequantizer, itself checked
 // against gguf-py's goldens), and the QKV epilogue + paged attention for every KV element
-// type, decode and causal prefill, across context splits.
+// type, decode and causal prefill, across context splits; the best tokens of logits rows.
 #include <algorithm>
 #include <numeric>
 #include <tuple>
@@ -12,6 +12,7 @@
 #include "kernels/cpu/kv_layout.h"
 #include "kernels/cpu/quant_formats.h"
 #include "kernels/cuda/ops.h"
+#include "model/model.h"
 
 namespace splash::testing {
 namespace {
@@ -348,6 +349,56 @@ TEST_F(CudaMatmulTest, FusedQuantizedCopiesMatchQuantizeRows) {
       }
     EXPECT_LT(relative_error(to_host<float>(out, ref.size()), ref), 1e-6);
     compare_copies(copy, out.as<float>(), ffn, "silu_mul");
+  }
+}
+
+// --- Best tokens ----------------------------------------------------------------------------
+
+// The GPU's best tokens of logits rows, exactly model::select_best_tokens's (ids and logits,
+// in order): at the Qwen vocabulary, 1, 7 and 64 rows, rows of many ties (few distinct
+// values, an all-equal row: the lowest ids win), -inf and NaN entries, and vocabularies
+// shorter than a segment and than kBestTokens (padded with id -1). Outputs poisoned first.
+class CudaBestTokensTest : public GpuTest {};
+
+TEST_F(CudaBestTokensTest, AreTheHostSelection) {
+  std::mt19937_64& rng = rng_;
+  cu::Stream stream;
+  for (const int vocab : {151936, 49152, 9000, 100, 40}) {
+    for (const int rows : {1, 7, 64}) {
+      std::vector<float> logits(static_cast<size_t>(rows) * vocab);
+      for (int r = 0; r < rows; ++r) {
+        float* row = logits.data() + static_cast<size_t>(r) * vocab;
+        std::normal_distribution<float> normal(0.0f, 3.0f);
+        for (int i = 0; i < vocab; ++i) {
+          switch (r % 4) {
+            case 0: row[i] = normal(rng); break;
+            case 1: row[i] = std::round(normal(rng)) * 0.25f; break;  // few distinct values
+            case 2: row[i] = 1.5f; break;                              // every token ties
+            default: row[i] = normal(rng) - (i % 3 == 0 ? 1e4f : 0.0f); break;
+          }
+        }
+        row[rng() % vocab] = -std::numeric_limits<float>::infinity();
+        row[rng() % vocab] = std::numeric_limits<float>::quiet_NaN();
+        if (r % 4 == 1) row[rng() % vocab] = -0.0f;
+      }
+      const auto device_logits = to_device(logits);
+      cu::DeviceBuffer scratch(cu::best_tokens_scratch_bytes(rows, vocab));
+      cu::DeviceBuffer best(sizeof(cu::BestToken) * rows * cu::kBestTokenCount);
+      stream.fill(best.data(), 0xff, best.size());  // poisoned: id -1, logit NaN
+      cu::best_tokens(device_logits.as<float>(), rows, vocab, scratch.as<int32_t>(), best.as<cu::BestToken>(), stream);
+      stream.synchronize("best_tokens");
+      const auto got = to_host<cu::BestToken>(best, static_cast<size_t>(rows) * cu::kBestTokenCount);
+      for (int r = 0; r < rows; ++r) {
+        std::vector<model::TokenLogit> want(model::kBestTokens);
+        model::select_best_tokens(std::span(logits).subspan(static_cast<size_t>(r) * vocab, vocab), want);
+        for (int k = 0; k < cu::kBestTokenCount; ++k) {
+          const auto& g = got[static_cast<size_t>(r) * cu::kBestTokenCount + k];
+          ASSERT_EQ(g.id, want[k].id) << "vocab " << vocab << ", row " << r << " of " << rows << ", rank " << k;
+          ASSERT_EQ(std::bit_cast<uint32_t>(g.logit), std::bit_cast<uint32_t>(want[k].logit))
+              << "vocab " << vocab << ", row " << r << ", rank " << k;
+        }
+      }
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/error.h"
 #include "gpu_fixture.h"
 #include "kernels/cuda/ops.h"
 #include "model/model.h"
@@ -154,6 +155,47 @@ TEST_F(CudaModelTest, RecordedDecodePassesEqualKernelByKernel) {
     const std::vector<float> want_copy(want.begin(), want.end());
     const auto got = recorded->forward(pass);
     EXPECT_LT(logits_error(got, want_copy), 1e-6) << "decode step " << step;
+  }
+}
+
+// A slice that asks for its best tokens only: the pass returns the other slices' whole rows
+// (the same bits as when every slice wants its row), best_tokens() has exactly what the host
+// selects from the whole row, and whole_row() reads that row back, for a decode pass
+// (recorded as a graph) and for a prompt pass.
+TEST_F(CudaModelTest, BestOnlySlicesGetTheirRowsBestTokens) {
+  const auto paths = fixture_models();
+  if (paths.empty()) GTEST_SKIP() << "SPLASH_GPU_FIXTURES names no random-*.gguf";
+  const auto file = gguf::File::open(paths.front());
+  auto gpu = model::load_model(file, options(model::Device::Cuda, model::KvType::Q8, 640, 80));
+  ASSERT_TRUE(gpu->info().best_tokens_on_device);
+  const size_t vocab = gpu->info().vocab;
+  std::vector<int32_t> table_a, table_b;
+  for (int b = 0; b < 40; ++b) table_a.push_back(b), table_b.push_back(79 - b);
+  std::vector<int32_t> a(70), b(33);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<int32_t>((i * 31 + 1) % vocab);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<int32_t>((i * 17 + 5) % vocab);
+  for (int step = 0; step < 4; ++step) {
+    SCOPED_TRACE(step == 0 ? "prompt pass" : "decode pass " + std::to_string(step));
+    const int32_t next_a = static_cast<int32_t>((step * 101 + 7) % vocab), next_b = next_a + 1;
+    std::vector<model::SequenceSlice> pass;
+    if (step == 0) pass = {{a, 0, table_a, 1}, {b, 0, table_b, 1}};
+    else pass = {{{&next_a, 1}, 69 + step, table_a, 1}, {{&next_b, 1}, 32 + step, table_b, 1}};
+    const auto whole = gpu->forward(pass);  // (the same pass again below writes the same keys and values)
+    ASSERT_EQ(whole.size(), 2 * vocab);
+    EXPECT_TRUE(gpu->best_tokens().empty());
+    const std::vector<float> row_a(whole.begin(), whole.begin() + vocab), row_b(whole.begin() + vocab, whole.end());
+    pass[0].best_only = true;
+    const auto rest = gpu->forward(pass);
+    ASSERT_EQ(rest.size(), vocab);
+    EXPECT_TRUE(std::equal(rest.begin(), rest.end(), row_b.begin())) << "the other slice's row";
+    std::vector<model::TokenLogit> want(model::kBestTokens);
+    model::select_best_tokens(row_a, want);
+    const auto best = gpu->best_tokens();
+    ASSERT_EQ(best.size(), want.size());
+    EXPECT_TRUE(std::equal(best.begin(), best.end(), want.begin())) << "best tokens";
+    const auto read = gpu->whole_row(0);
+    EXPECT_TRUE(std::equal(read.begin(), read.end(), row_a.begin(), row_a.end())) << "whole_row";
+    EXPECT_THROW(gpu->whole_row(1), Error);
   }
 }
 

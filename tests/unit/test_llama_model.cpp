@@ -157,6 +157,36 @@ TEST(PagedModel, BatchedSequencesGetWhatEachGetsAlone) {
   EXPECT_LT(max_abs_difference(b_alone, std::span(both).subspan(vocab)), kSameComputationTolerance);
 }
 
+// A slice asking for its best tokens only (SequenceSlice::best_only): the pass returns the
+// other slice's whole row, the best tokens of the asking slice's row (the host selection of
+// that row) and its whole row on request; a verify-style slice's rows all get best tokens.
+TEST(PagedModel, BestOnlySlicesGetTheirRowsBestTokens) {
+  SPLASH_REQUIRE_TEST_MODEL(path);
+  auto file = gguf::File::open(path);
+  auto model = load_model(file, {.max_context = 256, .threads = 0, .kv_blocks = 64});
+  const size_t vocab = model->info().vocab;
+  EXPECT_FALSE(model->info().best_tokens_on_device);
+  const auto a = prompt_tokens(40), b = prompt_tokens(21);
+  const auto a_blocks = block_range(0, 16), b_blocks = block_range(20, 16);
+  SequenceSlice batch[] = {{a, 0, a_blocks, 3}, {b, 0, b_blocks, 1}};
+  const auto whole = copy(model->forward(batch));
+  ASSERT_EQ(whole.size(), 4 * vocab);
+  EXPECT_TRUE(model->best_tokens().empty());
+  batch[0].best_only = true;  // the same pass again: the same keys and values rewritten
+  const auto rest = copy(model->forward(batch));
+  EXPECT_EQ(rest, std::vector<float>(whole.begin() + 3 * vocab, whole.end()));
+  const auto best = model->best_tokens();
+  ASSERT_EQ(best.size(), 3u * kBestTokens);
+  for (int r = 0; r < 3; ++r) {
+    std::vector<TokenLogit> want(kBestTokens);
+    select_best_tokens(std::span(whole).subspan(r * vocab, vocab), want);
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), best.begin() + r * kBestTokens)) << "row " << r;
+    const auto row = model->whole_row(r);
+    EXPECT_TRUE(std::equal(row.begin(), row.end(), whole.begin() + r * vocab, whole.begin() + (r + 1) * vocab));
+  }
+  EXPECT_THROW(model->whole_row(3), Error);
+}
+
 TEST(PagedModel, CopiedPrefixBlocksGiveTheLogitsOfRecomputing) {
   SPLASH_REQUIRE_TEST_MODEL(path);
   auto file = gguf::File::open(path);

@@ -1,5 +1,7 @@
 // Sampler: greedy, seeded reproducibility, top-k / top-p / min-p / temperature against the
-// softmax they should produce, penalties, logit bias, and parameter validation.
+// softmax they should produce, penalties, logit bias, parameter validation; drawing from a
+// row's best tokens gives the tokens (and random draws) of the whole row; the best-token
+// selection itself.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -388,6 +390,144 @@ TEST(SamplerValidate, RejectsNaNAndOutOfRange) {
     const std::string message = validate(p, 100);
     EXPECT_NE(message, "") << c.what;
     EXPECT_NE(message.find(c.needle), std::string::npos) << c.what << ": " << message;
+  }
+}
+
+
+// select_best_tokens against a full sort by (logit descending, id ascending), with ties,
+// infinities, a NaN and a row shorter than kBestTokens (padded with id -1).
+TEST(BestTokens, SelectionIsTheFirstOfAFullSort) {
+  std::mt19937 rng(7);
+  for (const size_t vocab : {size_t{10}, size_t{64}, size_t{65}, size_t{3000}}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> row(vocab);
+      std::uniform_int_distribution<int> level(-6, 6);  // few distinct values: many ties
+      for (auto& x : row) x = trial % 2 ? level(rng) * 0.5f : std::normal_distribution<float>(0, 3)(rng);
+      row[rng() % vocab] = -std::numeric_limits<float>::infinity();
+      if (trial % 3 == 0) row[rng() % vocab] = std::numeric_limits<float>::quiet_NaN();
+      std::vector<model::TokenLogit> expected;
+      for (size_t i = 0; i < vocab; ++i)
+        if (!std::isnan(row[i])) expected.push_back({static_cast<int32_t>(i), row[i]});
+      std::sort(expected.begin(), expected.end(), model::ranks_before);
+      for (size_t i = 0; i < vocab; ++i)  // a NaN ranks below every number
+        if (std::isnan(row[i])) expected.push_back({static_cast<int32_t>(i), row[i]});
+      std::vector<model::TokenLogit> best(model::kBestTokens);
+      model::select_best_tokens(row, best);
+      for (size_t i = 0; i < best.size(); ++i) {
+        if (i >= vocab) {
+          EXPECT_EQ(best[i].id, -1) << "padding at " << i;
+          continue;
+        }
+        EXPECT_EQ(best[i].id, expected[i].id) << "vocab " << vocab << " trial " << trial << " rank " << i;
+      }
+    }
+  }
+}
+
+// Rows from a model-like distribution: a few tokens far above the rest (a peaked row), or
+// all close (a flat one), with ties.
+std::vector<float> model_like_row(size_t vocab, bool peaked, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, peaked ? 2.0f : 0.3f);
+  std::vector<float> row(vocab);
+  for (auto& x : row) x = std::round(normal(rng) * 64.0f) / 64.0f;
+  if (peaked)
+    for (int i = 0; i < 12; ++i) row[rng() % vocab] += 25.0f + static_cast<float>(rng() % 8);
+  return row;
+}
+
+enum class Reads { Never, Sometimes, Always };  // of the whole row, without a mask
+struct SamplerCase {
+  const char* what;
+  SamplingParams params;
+  Reads reads;
+};
+
+std::vector<SamplerCase> best_token_cases() {
+  auto with = [](float temperature, int top_k, float top_p, float min_p) {
+    SamplingParams p = plain(temperature, 42);
+    p.top_k = top_k, p.top_p = top_p, p.min_p = min_p;
+    return p;
+  };
+  std::vector<SamplerCase> cases{
+      {"greedy", with(0.0f, 0, 1.0f, 0.0f), Reads::Never},
+      {"defaults", SamplingParams{}, Reads::Never},  // (seeded: SamplingParams{} draws a random seed)
+      {"top_k 40, T 0.7", with(0.7f, 40, 1.0f, 0.0f), Reads::Never},
+      {"top_k 64, T 1.0", with(1.0f, 64, 1.0f, 0.0f), Reads::Never},
+      {"no top_k, T 1.0, top_p 0.9", with(1.0f, 0, 0.9f, 0.0f), Reads::Sometimes},
+      {"no top_k, T 2.0", with(2.0f, 0, 1.0f, 0.0f), Reads::Sometimes},
+      {"top_k 200", with(1.0f, 200, 1.0f, 0.0f), Reads::Sometimes},
+      {"min_p 0.1", with(1.2f, 0, 1.0f, 0.1f), Reads::Sometimes},
+  };
+  cases[1].params.seed = 5;
+  SamplingParams penalties = with(0.8f, 40, 0.95f, 0.05f);
+  penalties.repetition_penalty = 1.3f, penalties.presence_penalty = 0.5f, penalties.frequency_penalty = 0.3f;
+  cases.push_back({"lowering penalties", penalties, Reads::Sometimes});
+  SamplingParams greedy_penalties = with(0.0f, 0, 1.0f, 0.0f);
+  greedy_penalties.repetition_penalty = 2.0f, greedy_penalties.penalty_window = -1;
+  greedy_penalties.logit_bias[3] = -100.0f;
+  cases.push_back({"greedy, penalties, a ban", greedy_penalties, Reads::Never});
+  SamplingParams raising = with(0.8f, 40, 1.0f, 0.0f);
+  raising.logit_bias[5] = 30.0f;
+  cases.push_back({"a raising bias", raising, Reads::Always});
+  SamplingParams soft = with(0.0f, 0, 1.0f, 0.0f);
+  soft.repetition_penalty = 0.8f;
+  cases.push_back({"repetition penalty under 1", soft, Reads::Always});
+  return cases;
+}
+
+// The same seeded draws from whole rows and from their best tokens: the same tokens,
+// step after step (a differing random draw would show in the next steps too), with and
+// without a constraint mask; the whole row is read only where the best tokens cannot decide.
+TEST(BestTokens, SamplingFromTheBestTokensDrawsWhatTheWholeRowDraws) {
+  constexpr size_t kVocab = 5000;
+  for (const auto& c : best_token_cases()) {
+    for (const bool peaked : {true, false}) {
+      for (const bool masked : {false, true}) {
+        std::mt19937 rng(11);
+        Sampler whole(c.params), from_best(c.params);
+        std::vector<int32_t> history;
+        std::vector<uint8_t> allowed;
+        int reads = 0, steps = 0;
+        for (int step = 0; step < 150; ++step, ++steps) {
+          const auto row = model_like_row(kVocab, peaked, rng);
+          if (masked) {
+            allowed.assign(kVocab, 0);
+            for (size_t i = 0; i < kVocab; ++i) allowed[i] = (i * 7 + step) % 3 == 0;
+          }
+          std::vector<model::TokenLogit> best(model::kBestTokens);
+          model::select_best_tokens(row, best);
+          LogitsRow logits(best, [&] { return ++reads, std::span<const float>(row); });
+          const int32_t expected = whole.sample(row, history, allowed);
+          ASSERT_EQ(from_best.sample(logits, history, allowed), expected)
+              << c.what << (peaked ? ", peaked" : ", flat") << (masked ? ", masked" : "") << ", step " << step;
+          history.push_back(expected);
+        }
+        if (masked) continue;  // (a mask can leave too few of the best tokens)
+        const std::string what = std::string(c.what) + (peaked ? ", peaked" : ", flat");
+        if (c.reads == Reads::Never) {
+          EXPECT_EQ(reads, 0) << what << ": the best tokens decide";
+        } else if (c.reads == Reads::Always) {
+          EXPECT_EQ(reads, steps) << what << ": only the whole row decides";
+        }
+      }
+    }
+  }
+}
+
+// Whether raises_logits() sees each way a logit can go up.
+TEST(BestTokens, RaisingAdjustmentsAreRecognized) {
+  SamplingParams p;
+  EXPECT_FALSE(Sampler(p).raises_logits());
+  p.logit_bias[1] = -5.0f;
+  EXPECT_FALSE(Sampler(p).raises_logits());
+  p.logit_bias[2] = 0.5f;
+  EXPECT_TRUE(Sampler(p).raises_logits());
+  for (auto set : {+[](SamplingParams& q) { q.repetition_penalty = 0.9f; },
+                   +[](SamplingParams& q) { q.presence_penalty = -0.1f; },
+                   +[](SamplingParams& q) { q.frequency_penalty = -0.1f; }}) {
+    SamplingParams q;
+    set(q);
+    EXPECT_TRUE(Sampler(q).raises_logits());
   }
 }
 

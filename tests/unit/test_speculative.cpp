@@ -4,7 +4,8 @@
 // with drafts equal replies without, greedy and sampled, with a JSON Schema, with stop
 // strings and max_tokens that cut inside a block, and under adversarial drafters (random
 // tokens, the right tokens shifted by one, an end-of-generation token mid-block, right runs
-// broken at random, nothing at all).
+// broken at random, nothing at all). Decoding from the rows' best tokens (what the GPU
+// returns) instead of whole rows changes no reply either.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -65,8 +66,8 @@ TEST(DraftMode, ParsesItsNamesAndRefusesOthers) {
   EXPECT_STREQ(draft_mode_name(DraftMode::Lookup), "lookup");
 }
 
-EngineOptions none() { return EngineOptions{DraftMode::None, {}}; }
-EngineOptions lookup() { return EngineOptions{DraftMode::Lookup, {}}; }
+EngineOptions none() { return EngineOptions{DraftMode::None, {}, {}}; }
+EngineOptions lookup() { return EngineOptions{DraftMode::Lookup, {}, {}}; }
 
 class SpeculativeOnModel : public splash::testing::RealModelTest {
  protected:
@@ -191,6 +192,52 @@ TEST_F(SpeculativeOnModel, LookupDraftsChangeNoReply) {
   expect_same_replies(requests, lookup(), "lookup");
   EXPECT_GT(counters_.verify_steps, 0u);
   EXPECT_GT(counters_.accepted_draft_tokens, 0u) << "no guess was ever taken: the test exercises nothing";
+}
+
+// Decode steps sampled from their rows' best tokens give the replies whole rows give:
+// greedy, sampled, with penalties, with a logit bias that raises a token (whole rows read),
+// under a JSON Schema (masks), beside prompt lookup drafts; and the best tokens decide most
+// steps. (No logprobs here: a request asking for them reads whole rows.)
+TEST_F(SpeculativeOnModel, BestTokenRowsChangeNoReply) {
+  auto plain_text = [](const std::string& text, int max_tokens, float temperature = 0.0f) {
+    ChatRequest r = request(text, max_tokens, temperature);
+    r.top_logprobs = -1;
+    return r;
+  };
+  std::vector<ChatRequest> requests{
+      plain_text("Count from 1 to 40, separated by commas.", 90),
+      plain_text("Write a short poem about rain.", 60, 0.8f),
+      plain_text("Write a short story about a robot.", 60, 1.3f),
+  };
+  ChatRequest penalized = plain_text("List ten fruits.", 60, 0.7f);
+  penalized.sampling.repetition_penalty = 1.3f;
+  penalized.sampling.frequency_penalty = 0.4f;
+  requests.push_back(penalized);
+  ChatRequest no_top_k = plain_text("Name some animals.", 40, 1.0f);
+  no_top_k.sampling.top_k = 0;
+  requests.push_back(no_top_k);
+  ChatRequest raised = plain_text("Say hello.", 30, 0.8f);
+  raised.sampling.logit_bias[tokenizer_->encode(" banana").front()] = 3.0f;
+  requests.push_back(raised);
+  ChatRequest schema = plain_text("Describe a cat as JSON.", 60);
+  schema.output_format.kind = OutputFormat::Kind::JsonSchema;
+  schema.output_format.schema = nlohmann::json::parse(
+      R"({"type": "object", "properties": {"name": {"type": "string"}, "legs": {"type": "integer"}},
+          "required": ["name", "legs"]})");
+  schema.constraints = compile_output_constraints(schema);
+  requests.push_back(schema);
+
+  EngineOptions best = none();
+  best.best_token_rows = true;
+  expect_same_replies(requests, best, "best tokens");
+  EXPECT_GT(counters_.best_token_rows, 200u);
+  EXPECT_GT(counters_.whole_rows_read, 0u) << "the raising bias reads whole rows";
+  EXPECT_LT(counters_.whole_rows_read * 2, counters_.best_token_rows) << "the best tokens decide most steps";
+
+  EngineOptions best_and_drafts = lookup();
+  best_and_drafts.best_token_rows = true;
+  expect_same_replies(requests, best_and_drafts, "best tokens and drafts");
+  EXPECT_GT(counters_.best_token_rows, 0u);
 }
 
 // Drafters that are wrong in every way a drafter can be.

@@ -214,4 +214,17 @@ size_t attention_scratch_bytes(int n_heads, int head_dim);
 bool attention(const float* qkv, int ld, float* out, int n_heads, const BatchLayout& batch, const KvPool& pool,
                int layer, AttentionScratch& scratch, Stream& stream, const QuantizedRowsBuffer* quantized = nullptr);
 
+// The best tokens of logits rows (best_tokens.cu): for each of `rows` rows of `vocab`
+// logits, its kBestTokenCount best (id, logit), best first; equal logits rank by the lower id
+// (NaN below every number; a vocabulary shorter than kBestTokenCount is padded with id -1).
+constexpr int kBestTokenCount = 64;
+constexpr int kBestSegment = 8192;  // logits a block of the first kernel takes
+struct BestToken {
+  int32_t id;
+  float logit;
+};
+int best_token_segments(int vocab);
+size_t best_tokens_scratch_bytes(int rows, int vocab);
+void best_tokens(const float* logits, int rows, int vocab, int32_t* scratch, BestToken* best, Stream& stream);
+
 }  // namespace splash::kernels::cuda

@@ -81,9 +81,36 @@ class LlamaModel final : public Model {
   const ModelInfo& info() const override { return info_; }
 
   std::span<const float> forward(std::span<const SequenceSlice> batch) override {
-    const auto [total, wanted] = check_batch(batch, info_);
-    forward_batch(batch, total, wanted);
-    return {logits_.as<float>(), static_cast<size_t>(wanted) * shapes_.vocab};
+    const auto count = check_batch(batch, info_);
+    forward_batch(batch, count.tokens, count.wanted);
+    const size_t vocab = shapes_.vocab;
+    const std::span<const float> rows{logits_.as<float>(), count.wanted * vocab};
+    best_.clear();
+    best_rows_.clear();
+    if (count.best_only == 0) return rows;
+    // Rows of best_only slices leave the returned rows for their best tokens, selected here.
+    whole_.clear();
+    size_t row = 0;
+    for (const auto& slice : batch)
+      for (int i = 0; i < slice.logits; ++i, ++row) {
+        const auto logits = rows.subspan(row * vocab, vocab);
+        if (!slice.best_only) {
+          whole_.insert(whole_.end(), logits.begin(), logits.end());
+          continue;
+        }
+        best_rows_.push_back(row);
+        best_.resize(best_.size() + kBestTokens);
+        select_best_tokens(logits, std::span(best_).last(kBestTokens));
+      }
+    return whole_;
+  }
+
+  std::span<const TokenLogit> best_tokens() const override { return best_; }
+
+  std::span<const float> whole_row(int best_row) override {
+    if (best_row < 0 || static_cast<size_t>(best_row) >= best_rows_.size())
+      fail("whole_row({}): the last pass has {} best-token rows", best_row, best_rows_.size());
+    return {logits_.as<float>() + best_rows_[best_row] * shapes_.vocab, static_cast<size_t>(shapes_.vocab)};
   }
 
   void copy_kv_block(int from, int to, int tokens) override {
@@ -349,6 +376,9 @@ class LlamaModel final : public Model {
   std::unique_ptr<kernels::LazyMemory> kv_pool_;  // [layer][kv head][block] records
   std::vector<float> cos_, sin_;
   AlignedBuffer x_, normed_, qkv_, attn_, projected_, gate_up_, hidden_, logits_;
+  std::vector<float> whole_;         // the last pass's whole rows when some slices were best_only
+  std::vector<TokenLogit> best_;     // their best tokens
+  std::vector<size_t> best_rows_;    // and where their rows lie in logits_
   kernels::QuantizedActivations activations_;
 };
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +27,10 @@ namespace splash::model::llama {
 namespace {
 
 namespace cu = kernels::cuda;
+
+// The GPU's best tokens are copied back as the model layer's TokenLogit.
+static_assert(cu::kBestTokenCount == kBestTokens);
+static_assert(sizeof(cu::BestToken) == sizeof(TokenLogit) && offsetof(cu::BestToken, logit) == offsetof(TokenLogit, logit));
 
 constexpr size_t kAlignment = 256;  // of every array in the weight arena
 size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
@@ -92,7 +97,11 @@ struct ScratchSizes {
   size_t split_k = 0;          // the small GEMM's partial sums
   size_t attention = 0;    // split partials
   size_t inputs = 0;       // token ids, positions, block tables
-  size_t total() const { return activations + weight_f16 + activations_f16 + activations_q8 + split_k + attention + inputs; }
+  size_t best_tokens = 0, best_tokens_scratch = 0;  // each wanted row's best tokens, their candidates
+  size_t total() const {
+    return activations + weight_f16 + activations_f16 + activations_q8 + split_k + attention + inputs + best_tokens +
+           best_tokens_scratch;
+  }
 };
 
 ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
@@ -113,6 +122,8 @@ ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
   const size_t table_entries = static_cast<size_t>(kMaxBatchSequences) * ((context + kKvBlockTokens - 1) / kKvBlockTokens);
   // ids, positions, table offsets, logits rows, attention's decode list and tiles, tables
   sizes.inputs = sizeof(int32_t) * (6 * kCudaMaxBatchTokens + kMaxBatchSequences + table_entries);
+  sizes.best_tokens = sizeof(TokenLogit) * kMaxBatchSequences * kBestTokens;
+  sizes.best_tokens_scratch = cu::best_tokens_scratch_bytes(kMaxBatchSequences, s.vocab);
   return sizes;
 }
 
@@ -134,6 +145,7 @@ class LlamaCudaModel final : public Model {
     info_.max_batch_tokens = kCudaMaxBatchTokens;
     info_.device = device.summary;
     info_.kernel_shapes = "run-time shapes (CUDA kernels for any GGUF of the family)";
+    info_.best_tokens_on_device = true;
     load_weights();
     allocate(options);
     if (options.tune_kernels) tune(options.tuning_cache_dir);
@@ -147,9 +159,24 @@ class LlamaCudaModel final : public Model {
   const ModelInfo& info() const override { return info_; }
 
   std::span<const float> forward(std::span<const SequenceSlice> batch) override {
-    const auto [total, wanted] = check_batch(batch, info_);
-    run(batch, total, wanted);
-    return {logits_host_.as<float>(), static_cast<size_t>(wanted) * h_.shapes.vocab};
+    const auto count = check_batch(batch, info_);
+    run(batch, count.tokens, count.wanted);
+    return {logits_host_.as<float>(), static_cast<size_t>(count.wanted - count.best_only) * h_.shapes.vocab};
+  }
+
+  std::span<const TokenLogit> best_tokens() const override {
+    return {best_host_.data(), best_host_.size()};
+  }
+
+  std::span<const float> whole_row(int best_row) override {
+    if (best_row < 0 || static_cast<size_t>(best_row) >= best_rows_.size())
+      fail("whole_row({}): the last pass has {} best-token rows", best_row, best_rows_.size());
+    const size_t vocab = h_.shapes.vocab;
+    // The pass's logits stay on the device until the next pass; one row comes back.
+    float* row = whole_row_host_.as<float>();
+    stream_.copy_to_host(row, logits_.as<float>() + best_rows_[best_row] * vocab, vocab * sizeof(float));
+    stream_.synchronize("reading a logits row back");
+    return {row, vocab};
   }
 
   void copy_kv_block(int from, int to, int tokens) override {
@@ -345,6 +372,10 @@ class LlamaCudaModel final : public Model {
     inputs_.resize(sizes.inputs);
     inputs_host_.resize(sizes.inputs);
     logits_host_.resize(static_cast<size_t>(kMaxBatchSequences) * s.vocab * sizeof(float));
+    whole_row_host_.resize(static_cast<size_t>(s.vocab) * sizeof(float));
+    best_scratch_.resize(sizes.best_tokens_scratch);
+    best_.resize(sizes.best_tokens);
+    best_pinned_.resize(sizes.best_tokens);
     matmul_scratch_.weight_f16.resize(sizes.weight_f16);
     matmul_scratch_.activations_f16.resize(sizes.activations_f16);
     matmul_scratch_.activations_q8.resize(sizes.activations_q8);
@@ -478,10 +509,38 @@ class LlamaCudaModel final : public Model {
     } else {
       launch_pass(batch, layout, n, wanted);
     }
-    if (wanted > 0)
-      stream_.copy_to_host(logits_host_.data(), logits_.data(), static_cast<size_t>(wanted) * h_.shapes.vocab * sizeof(float));
+    copy_back(batch, wanted);
     stream_.synchronize("the forward pass on the GPU");
     if (timeline_) timeline_->collect();
+    // The best tokens of best_only slices' rows, in batch order (all rows' were copied).
+    best_host_.clear();
+    for (const size_t row : best_rows_) {
+      const auto* from = best_pinned_.as<TokenLogit>() + row * kBestTokens;
+      best_host_.insert(best_host_.end(), from, from + kBestTokens);
+    }
+  }
+
+  // Queues the copies back: every wanted row's best tokens (a few hundred bytes each), and
+  // the whole rows of slices that want them, in runs of consecutive rows.
+  void copy_back(std::span<const SequenceSlice> batch, int wanted) {
+    best_rows_.clear();
+    if (wanted == 0) return;
+    const size_t vocab = h_.shapes.vocab, row_bytes = vocab * sizeof(float);
+    stream_.copy_to_host(best_pinned_.data(), best_.data(), static_cast<size_t>(wanted) * kBestTokens * sizeof(TokenLogit));
+    size_t row = 0, whole = 0;
+    auto* host = logits_host_.as<uint8_t>();
+    const auto* device = logits_.as<uint8_t>();
+    for (const auto& slice : batch) {
+      const size_t rows = slice.logits;
+      if (rows == 0) continue;
+      if (slice.best_only) {
+        for (size_t i = 0; i < rows; ++i) best_rows_.push_back(row + i);
+      } else {
+        stream_.copy_to_host(host + whole * row_bytes, device + row * row_bytes, rows * row_bytes);
+        whole += rows;
+      }
+      row += rows;
+    }
   }
 
   // Every kernel of one pass, queued on the stream (or recorded into a graph).
@@ -555,6 +614,9 @@ class LlamaCudaModel final : public Model {
       cu::matmul(output_, last_normed_.as<float>(), s.d_model, wanted, logits_.as<float>(), s.vocab, false,
                  matmul_scratch_, stream_, /*xq=*/nullptr, /*always_gemv=*/true);
       mark("head (norm, matmul)");
+      cu::best_tokens(logits_.as<float>(), wanted, s.vocab, best_scratch_.as<int32_t>(), best_.as<cu::BestToken>(),
+                      stream_);
+      mark("best tokens");
     }
   }
 
@@ -570,6 +632,12 @@ class LlamaCudaModel final : public Model {
   cu::DeviceBuffer kv_data_, kv_scales_;
   cu::DeviceBuffer x_, normed_, qkv_, attn_, gate_up_, hidden_, last_, last_normed_, logits_, inputs_;
   cu::PinnedBuffer inputs_host_, logits_host_;
+  // Every wanted row's best tokens (cu::best_tokens), on the device and copied back; those
+  // of best_only slices, in batch order; where those rows lie among the pass's logits rows.
+  cu::DeviceBuffer best_scratch_, best_;
+  cu::PinnedBuffer best_pinned_, whole_row_host_;
+  std::vector<TokenLogit> best_host_;
+  std::vector<size_t> best_rows_;
   const int32_t* rows_ = nullptr;
   cu::MatmulScratch matmul_scratch_;
   cu::AttentionScratch attention_scratch_;
