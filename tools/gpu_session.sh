@@ -214,6 +214,11 @@ phase_bench() {
     --repetitions 3 --json > "$OUT/bench_8b_no_graphs.txt" 2> /dev/null
   row "bench, no CUDA graphs" "$(grep -E '^decode' "$OUT/bench_8b_no_graphs.txt" | tr '\n' ';')"
   record bench_8b_no_graphs "$(tail -n 1 "$OUT/bench_8b_no_graphs.txt" | grep '^{' || echo '{}')"
+  # Decode with whole logits rows copied back and scanned on the host (before best tokens).
+  SPLASH_CUDA_BEST_TOKENS=0 splash bench --device cuda -m "$model" --prompt-sizes 512 --decode-tokens 128 \
+    --repetitions 3 --parallel 1,16,64 --json > "$OUT/bench_8b_whole_rows.txt" 2> /dev/null
+  row "bench, whole rows back" "$(grep -E '^decode' "$OUT/bench_8b_whole_rows.txt" | tr '\n' ';')"
+  record bench_8b_whole_rows "$(tail -n 1 "$OUT/bench_8b_whole_rows.txt" | grep '^{' || echo '{}')"
 }
 
 # Where a decode step's GPU time goes, step by step (SPLASH_CUDA_PROFILE=1: an event after
@@ -300,13 +305,67 @@ phase_peer() {
     > "$OUT/peer_bench.json" 2> "$OUT/peer_bench.err"
   row "llama-bench pp512/pp4096/tg128" "rc=$? $(python3 -c "
 import json; print('; '.join(f\"{'pp'+str(r['n_prompt']) if r['n_prompt'] else 'tg'+str(r['n_gen'])}: {r['avg_ts']:.1f} tok/s\" for r in json.load(open('$OUT/peer_bench.json'))))" 2>&1)"
-  LD_LIBRARY_PATH="$bin" timeout 300 "$bin/llama-bench" -m "$model" -ngl 99 -fa 1 -p 0 -n 128 -d 8192,32768 -r 2 -o json \
-    > "$OUT/peer_depth.json" 2> "$OUT/peer_depth.err"
-  row "llama-bench tg128 at depth 8K/32K" "rc=$? $(python3 -c "
+  if [ "${PEER_DEPTH:-1}" = 1 ]; then
+    LD_LIBRARY_PATH="$bin" timeout 300 "$bin/llama-bench" -m "$model" -ngl 99 -fa 1 -p 0 -n 128 -d 8192,32768 -r 2 -o json \
+      > "$OUT/peer_depth.json" 2> "$OUT/peer_depth.err"
+    row "llama-bench tg128 at depth 8K/32K" "rc=$? $(python3 -c "
 import json; print('; '.join(f\"d{r['n_depth']}: {r['avg_ts']:.1f} tok/s\" for r in json.load(open('$OUT/peer_depth.json'))))" 2>&1)"
+  fi
   LD_LIBRARY_PATH="$bin" timeout 300 "$bin/llama-batched-bench" -m "$model" -ngl 99 -fa on -c 45056 -b 2048 -ub 512 \
     -npp 512 -ntg 128 -npl 1,4,16,64 > "$OUT/peer_batched.txt" 2> "$OUT/peer_batched.err"
   row "llama-batched-bench 512+128 x 1/4/16/64" "rc=$? $(grep -E '^\|\s+512' "$OUT/peer_batched.txt" | awk -F'|' '{printf "B=%s S_TG=%s; ", $4, $9}')"
+}
+
+# Aggregate decode through HTTP (bench/four_phase.py phase d: 1, 16 and 64 concurrent
+# streaming chats of 128-token prompts, 128 tokens each) on the Qwen3-8B-shape file: splash
+# with best tokens, splash with whole rows back (SPLASH_CUDA_BEST_TOKENS=0), llama-server
+# (-np 64), the same prompts for all three.
+phase_http() {
+  local model=$KEEP/qwen3-8b-q4km.gguf bin=$KEEP/llama
+  make_8b "$model" || { row http "failed to make the model"; return; }
+  local args=(--phases d --concurrency 1,16,64 --long-requests 0 --repetitions 1 --decode-tokens 128 --wait 120)
+  for mode in best whole; do
+    env $([ $mode = whole ] && echo SPLASH_CUDA_BEST_TOKENS=0) LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/bin/splash serve \
+      --device cuda -m "$model" --max-context 16384 --port 8124 > "$OUT/http_serve_$mode.log" 2>&1 &
+    local pid=$!
+    local prompts=(--prompts-out "$OUT/http_prompts.json")
+    [ -f "$OUT/http_prompts.json" ] && prompts=(--prompts-in "$OUT/http_prompts.json")
+    timeout 200 python3 bench/four_phase.py --url http://127.0.0.1:8124 --label "splash-$mode" "${args[@]}" \
+      "${prompts[@]}" --out "$OUT/http_$mode.json" > "$OUT/http_$mode.txt" 2>&1
+    row "four_phase d, splash ($mode)" "rc=$? $(grep -iE 'aggregate|concurren' "$OUT/http_$mode.txt" | tr '\n' ';' | cut -c1-400)"
+    kill -INT $pid; wait $pid
+  done
+  [ -x "$bin/llama-server" ] || { row http-peer "skipped: peer not built"; return; }
+  LD_LIBRARY_PATH="$bin" "$bin/llama-server" -m "$model" -ngl 99 -fa on -np 64 -c 65536 --port 8125 \
+    > "$OUT/http_peer_server.log" 2>&1 &
+  local pid=$!
+  timeout 200 python3 bench/four_phase.py --url http://127.0.0.1:8125 --label llama-server "${args[@]}" \
+    --prompts-in "$OUT/http_prompts.json" --status-path "" --out "$OUT/http_peer.json" > "$OUT/http_peer.txt" 2>&1
+  row "four_phase d, llama-server" "rc=$? $(grep -iE 'aggregate|concurren' "$OUT/http_peer.txt" | tr '\n' ';' | cut -c1-400)"
+  kill $pid; wait $pid
+}
+
+# Cached replay and long-context decode through HTTP (four_phase.py phases a and c at 32K)
+# on the Qwen3-8B-shape file: splash, then llama-server (one slot, 40960 context).
+phase_http_replay() {
+  local model=$KEEP/qwen3-8b-q4km.gguf bin=$KEEP/llama
+  make_8b "$model" || { row http-replay "failed to make the model"; return; }
+  local args=(--phases ac --decode-contexts short,32768 --replay-size 32768 --repetitions 2 --decode-tokens 128 --wait 120)
+  LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/bin/splash serve --device cuda -m "$model" --max-context 40960 --port 8124 \
+    > "$OUT/replay_serve.log" 2>&1 &
+  local pid=$!
+  timeout 240 python3 bench/four_phase.py --url http://127.0.0.1:8124 --label splash "${args[@]}" \
+    --prompts-out "$OUT/replay_prompts.json" --out "$OUT/replay_splash.json" > "$OUT/replay_splash.txt" 2>&1
+  row "four_phase a+c at 32K, splash" "rc=$? $(grep -iE '^\s*\(a\)|^\s*\(c\)|time to first|decode' "$OUT/replay_splash.txt" | tail -n 8 | tr '\n' ';' | cut -c1-500)"
+  kill -INT $pid; wait $pid
+  [ -x "$bin/llama-server" ] || { row http-replay-peer "skipped: peer not built"; return; }
+  LD_LIBRARY_PATH="$bin" "$bin/llama-server" -m "$model" -ngl 99 -fa on -np 1 -c 40960 --port 8125 \
+    > "$OUT/replay_peer_server.log" 2>&1 &
+  pid=$!
+  timeout 240 python3 bench/four_phase.py --url http://127.0.0.1:8125 --label llama-server "${args[@]}" \
+    --prompts-in "$OUT/replay_prompts.json" --status-path "" --out "$OUT/replay_peer.json" > "$OUT/replay_peer.txt" 2>&1
+  row "four_phase a+c at 32K, llama-server" "rc=$? $(grep -iE '^\s*\(a\)|^\s*\(c\)|time to first|decode' "$OUT/replay_peer.txt" | tail -n 8 | tr '\n' ';' | cut -c1-500)"
+  kill $pid; wait $pid
 }
 
 # splash on the Qwen3-8B-shape file alone (the second call of a side-by-side after phase peer).
@@ -365,6 +424,13 @@ case "${1:-tests}" in
          gtest tuned_repeat 'CudaModelTest.Tuned*' SPLASH_GPU_FIXTURES="$KEEP/fixtures" GTEST_REPEAT=6
          phase_ncu; phase_bench; phase_profile; phase_sanitizers ;;
   peer) phase_peer ;;
+  http) phase_http ;;
+  http-replay) phase_http_replay ;;
+  # One call for a side by side when warm machines do not last between calls: the peer
+  # builds (low priority) while splash's benchmarks run on the GPU, then the peer runs alone
+  # (without its depth runs: PEER_DEPTH=0).
+  side) phase_peer_build "${2:-330}" & build=$!
+        phase_bench; wait "$build"; PEER_DEPTH=0 phase_peer ;;
   peer-build) phase_peer_build "${2:-540}" ;;
   bench8b) phase_bench8b ;;
   *) echo "usage: $0 tests|quick|serve|bench|profile|kernels [FILTER]|sanitize FILTER|work|final|peer-build S|peer|bench8b|part N|real" >&2; exit 2 ;;

@@ -145,7 +145,9 @@ class LlamaCudaModel final : public Model {
     info_.max_batch_tokens = kCudaMaxBatchTokens;
     info_.device = device.summary;
     info_.kernel_shapes = "run-time shapes (CUDA kernels for any GGUF of the family)";
-    info_.best_tokens_on_device = true;
+    // SPLASH_CUDA_BEST_TOKENS=0: decoding sequences take whole rows back (to compare).
+    const char* best = std::getenv("SPLASH_CUDA_BEST_TOKENS");
+    info_.best_tokens_on_device = !best || std::string_view(best) != "0";
     load_weights();
     allocate(options);
     if (options.tune_kernels) tune(options.tuning_cache_dir);
