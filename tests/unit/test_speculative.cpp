@@ -103,6 +103,16 @@ class SpeculativeOnModel : public splash::testing::RealModelTest {
     return r;
   }
 
+  // The request constrained to a small JSON Schema (a cat's name and legs).
+  static ChatRequest with_cat_schema(ChatRequest r) {
+    r.output_format.kind = OutputFormat::Kind::JsonSchema;
+    r.output_format.schema = nlohmann::json::parse(
+        R"({"type": "object", "properties": {"name": {"type": "string"}, "legs": {"type": "integer"}},
+            "required": ["name", "legs"]})");
+    r.constraints = compile_output_constraints(r);
+    return r;
+  }
+
   // The same requests without drafts and with `options`: equal replies, token for token.
   void expect_same_replies(const std::vector<ChatRequest>& requests, EngineOptions options, const char* what) {
     const auto plain = run(requests, none());
@@ -219,13 +229,7 @@ TEST_F(SpeculativeOnModel, BestTokenRowsChangeNoReply) {
   ChatRequest raised = plain_text("Say hello.", 30, 0.8f);
   raised.sampling.logit_bias[tokenizer_->encode(" banana").front()] = 3.0f;
   requests.push_back(raised);
-  ChatRequest schema = plain_text("Describe a cat as JSON.", 60);
-  schema.output_format.kind = OutputFormat::Kind::JsonSchema;
-  schema.output_format.schema = nlohmann::json::parse(
-      R"({"type": "object", "properties": {"name": {"type": "string"}, "legs": {"type": "integer"}},
-          "required": ["name", "legs"]})");
-  schema.constraints = compile_output_constraints(schema);
-  requests.push_back(schema);
+  requests.push_back(with_cat_schema(plain_text("Describe a cat as JSON.", 60)));
 
   EngineOptions best = none();
   best.best_token_rows = true;
@@ -293,13 +297,7 @@ TEST_F(SpeculativeOnModel, AdversarialDraftsChangeNoReply) {
   stopped.stop = {plain.text.substr(plain.text.size() / 2, 3)};
   cases.push_back({stopped, "a stop string inside a block"});
   // A JSON Schema: the constraint's mask applies position by position to the verified rows.
-  ChatRequest schema = request("Describe a cat as JSON.", 60);
-  schema.output_format.kind = OutputFormat::Kind::JsonSchema;
-  schema.output_format.schema = nlohmann::json::parse(
-      R"({"type": "object", "properties": {"name": {"type": "string"}, "legs": {"type": "integer"}},
-          "required": ["name", "legs"]})");
-  schema.constraints = compile_output_constraints(schema);
-  cases.push_back({schema, "JSON Schema"});
+  cases.push_back({with_cat_schema(request("Describe a cat as JSON.", 60)), "JSON Schema"});
 
   for (const auto& c : cases) {
     // The reference: the plain reply's token ids, which the scripted drafters corrupt.
