@@ -15,13 +15,18 @@ namespace splash::app {
 
 void add_pull_command(CLI::App& app) {
   auto name = std::make_shared<std::string>();
-  auto* pull = app.add_subcommand("pull", "Fetch and verify a model by name (default: the default model, qwen2.5-coder-1.5b); print its path");
-  pull->add_option("name", *name, "A name from `splash models`");
+  auto* pull = app.add_subcommand(
+      "pull", "Fetch and verify a model by name or from the Hugging Face hub (default: the default model, "
+              "qwen2.5-coder-1.5b); print its path");
+  pull->add_option("name", *name, "A name from `splash models`, or owner/repo[:file.gguf] on the Hugging Face hub");
   pull->callback([name] {
     if (name->empty()) return fmt::print("{}\n", resolve_model_path(""));
-    const auto* model = hub::find_catalogue_model(*name);
-    if (!model) fail("no model named '{}' can be pulled; the names: {}", *name, hub::catalogue_names());
-    fmt::print("{}\n", pull_catalogue_model(*model));
+    if (const auto* model = hub::find_catalogue_model(*name)) return fmt::print("{}\n", pull_catalogue_model(*model));
+    const auto reference = hub::parse_hub_reference(*name);
+    if (!reference)
+      fail("no model named '{}' can be pulled; the names: {}; or owner/repo[:file.gguf] from the Hugging Face hub",
+           *name, hub::catalogue_names());
+    fmt::print("{}\n", pull_hub_model(*reference));
   });
 
   auto* models = app.add_subcommand("models", "List the models `splash pull` and --model fetch by name");

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "engine/image_feature_cache.h"
 
+#include "hub/hf_hub.h"
 #include "hub/model_cache.h"
 #include "hub/model_catalogue.h"
 #include "hub/model_source.h"
@@ -21,6 +22,11 @@ std::string pull_catalogue_model(const hub::CatalogueModel& model) {
       .string();
 }
 
+std::string pull_hub_model(const hub::HubReference& reference) {
+  const std::string label = reference.file.empty() ? reference.repo : reference.repo + ":" + reference.file;
+  return hub::ensure_hub_model(reference, hub::terminal_progress(label)).string();
+}
+
 std::string resolve_model_path(const std::string& model_flag) {
   if (model_flag.empty()) {
     const auto* model = hub::find_catalogue_model(kDefaultModel);
@@ -30,6 +36,9 @@ std::string resolve_model_path(const std::string& model_flag) {
   std::error_code error;
   if (std::filesystem::exists(model_flag, error)) return model_flag;  // a file (or package) named so wins
   if (const auto* model = hub::find_catalogue_model(model_flag)) return pull_catalogue_model(*model);
+  // owner/repo[:file] names a GGUF on the Hugging Face hub (a missing dir/model.gguf is a path).
+  if (const auto reference = hub::parse_hub_reference(model_flag); reference && !reference->repo.ends_with(".gguf"))
+    return pull_hub_model(*reference);
   if (model_flag.find('/') == std::string::npos && !model_flag.ends_with(".gguf"))
     fail("unknown model '{}': no such file, and no model of that name can be pulled (the names: {})", model_flag,
          hub::catalogue_names());

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "hub/hf_hub.h"
 #include "hub/model_catalogue.h"
 
 #include "chat/chat_format.h"
@@ -33,11 +34,13 @@ struct LoadedModel {
 // tests name the small SmolLM2-135M, `smollm2-135m`, wherever a small model does the job).
 inline constexpr const char* kDefaultModel = "qwen2.5-coder-1.5b";
 
-// The --model flag (a file, or a catalogue name: fetched and verified on first use), or the
-// default model.
+// The --model flag (a file, a catalogue name or a Hugging Face hub owner/repo[:file]: fetched
+// and verified on first use), or the default model.
 std::string resolve_model_path(const std::string& model_flag);
 // A catalogue model's file, fetched first when missing, with progress on the terminal.
 std::string pull_catalogue_model(const hub::CatalogueModel& model);
+// A hub GGUF's file in the hub cache, fetched first when missing (hub/hf_hub.h).
+std::string pull_hub_model(const hub::HubReference& reference);
 
 // Opens the GGUF and loads tokenizer, chat format and (unless tokenizer_only) the weights,
 // with the context the memory plan allows (max_memory: --max-memory, if given), and the

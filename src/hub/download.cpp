@@ -131,7 +131,11 @@ DownloadResult download_file(const std::string& url, const std::filesystem::path
     set_option(handle, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(options.max_bytes));
   }
 
+  curl_slist* headers = nullptr;
+  for (const auto& header : options.headers) headers = curl_slist_append(headers, header.c_str());
+  if (headers) set_option(handle, CURLOPT_HTTPHEADER, headers);
   const CURLcode code = curl_easy_perform(handle);
+  curl_slist_free_all(headers);
   if (transfer.error) std::rethrow_exception(transfer.error);
   if (transfer.too_large || code == CURLE_FILESIZE_EXCEEDED) {
     fail(

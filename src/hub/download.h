@@ -17,6 +17,9 @@ struct DownloadOptions {
   long low_speed_seconds = 60;
   // Refuse a body larger than this (0 = no limit): a wrong URL must not fill the disk.
   std::uint64_t max_bytes = 0;
+  // Extra request headers ("Name: value"), e.g. a hub's Authorization. libcurl keeps them
+  // from a redirect to another host (a hub's CDN gets no token).
+  std::vector<std::string> headers;
 };
 
 struct DownloadResult {

@@ -25,6 +25,7 @@
 
 #include "common/error.h"
 #include "hub/download.h"
+#include "hub/hf_hub.h"
 #include "hub/model_cache.h"
 #include "hub/model_catalogue.h"
 #include "hub/model_source.h"
@@ -743,6 +744,26 @@ TEST_F(PiecesTest, AModelInOnePieceIsThatPiece) {
                              .file_sha256 = source.file_sha256, .file_size = source.file_size};
   EXPECT_EQ(ensure_catalogue_model(model, progress()), cached_model_path(source));
   EXPECT_EQ(downloads_, 1);
+}
+
+// owner/repo[:file] and nothing else: hostile and malformed names are not references (so
+// they never reach a URL or a cache path).
+TEST(HubReferenceTest, ParsesRepoAndFileAndRefusesTheRest) {
+  const auto plain = parse_hub_reference("Qwen/Qwen2.5-Coder-7B-Instruct-GGUF");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->repo, "Qwen/Qwen2.5-Coder-7B-Instruct-GGUF");
+  EXPECT_EQ(plain->file, "");
+  EXPECT_EQ(plain->revision, "main");
+  const auto named = parse_hub_reference("unsloth/Qwen3-8B-GGUF:sub/Qwen3-8B-Q4_K_M.gguf");
+  ASSERT_TRUE(named);
+  EXPECT_EQ(named->repo, "unsloth/Qwen3-8B-GGUF");
+  EXPECT_EQ(named->file, "sub/Qwen3-8B-Q4_K_M.gguf");
+  for (const char* bad : {"", "/", "a/", "/b", "a/b/c", "a/b:", "a/b:/x.gguf", "a/b:x/../y.gguf", "a/b:../x", "../a/b",
+                          "a/..", "./b", "a b/c", "a/b:x y.gguf", "a/b:x\\y", "a/b?x=1", "a/b#x", "a%2fb/c",
+                          "a/b:x//y.gguf", "a/b:x/", "\xff/b", "a/b\n"})
+    EXPECT_FALSE(parse_hub_reference(bad)) << bad;
+  EXPECT_FALSE(parse_hub_reference(std::string(300, 'a') + "/b"));
+  EXPECT_FALSE(parse_hub_reference(std::string_view("a/b\0c", 5)));
 }
 
 }  // namespace
