@@ -20,6 +20,7 @@ void add_tokenize_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_pull_command(CLI::App& app);
+void add_pack_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_launch_commands(CLI::App& app);  // claude, codex, opencode, hermes, aider
 // `splash claude ... -- ARGS`: the arguments after "--" are the agent's, whatever they look

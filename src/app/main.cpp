@@ -133,6 +133,7 @@ int main(int argc, char** argv) {
   splash::app::add_bench_command(app);
   splash::app::add_eval_command(app);
   splash::app::add_pull_command(app);
+  splash::app::add_pack_command(app);
   splash::app::add_launch_commands(app);
   // An agent launcher's arguments after "--" are the agent's alone.
   std::vector<char*> args(argv, argv + argc);

@@ -10,6 +10,7 @@
 
 #include "hub/hf_hub.h"
 #include "hub/model_cache.h"
+#include "hub/model_package.h"
 #include "hub/model_catalogue.h"
 #include "hub/model_source.h"
 #include "hub/progress.h"
@@ -33,8 +34,11 @@ std::string resolve_model_path(const std::string& model_flag) {
     if (!model) fail("the default model '{}' is missing from the catalogue", kDefaultModel);
     return pull_catalogue_model(*model);
   }
+  // A model package: its manifest checked, every file's size and sha256 verified.
+  if (hub::is_package(model_flag))
+    return hub::open_package(model_flag, hub::terminal_progress(model_flag)).model.string();
   std::error_code error;
-  if (std::filesystem::exists(model_flag, error)) return model_flag;  // a file (or package) named so wins
+  if (std::filesystem::exists(model_flag, error)) return model_flag;  // a file named so wins
   if (const auto* model = hub::find_catalogue_model(model_flag)) return pull_catalogue_model(*model);
   // owner/repo[:file] names a GGUF on the Hugging Face hub (a missing dir/model.gguf is a path).
   if (const auto reference = hub::parse_hub_reference(model_flag); reference && !reference->repo.ends_with(".gguf"))

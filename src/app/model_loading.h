@@ -34,8 +34,8 @@ struct LoadedModel {
 // tests name the small SmolLM2-135M, `smollm2-135m`, wherever a small model does the job).
 inline constexpr const char* kDefaultModel = "qwen2.5-coder-1.5b";
 
-// The --model flag (a file, a catalogue name or a Hugging Face hub owner/repo[:file]: fetched
-// and verified on first use), or the default model.
+// The --model flag (a file, a model package directory, a catalogue name or a Hugging Face hub
+// owner/repo[:file]: fetched and verified on first use), or the default model.
 std::string resolve_model_path(const std::string& model_flag);
 // A catalogue model's file, fetched first when missing, with progress on the terminal.
 std::string pull_catalogue_model(const hub::CatalogueModel& model);

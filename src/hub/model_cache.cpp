@@ -99,22 +99,28 @@ std::string stamp_text(const std::string& identity, const std::string& sha256) {
   return "splash-verified-v1\n" + identity + "sha256=" + sha256 + "\n";
 }
 
-bool stamp_matches(const fs::path& file, const fs::path& stamp, const ModelSource& source) {
+bool stamp_matches(const fs::path& file, const fs::path& stamp, const std::string& sha256) {
   const auto identity = describe_identity(file);
   if (!identity) return false;
   std::ifstream in(stamp, std::ios::binary);
   if (!in) return false;
   std::ostringstream contents;
   contents << in.rdbuf();
-  return contents.str() == stamp_text(*identity, source.file_sha256);
+  return contents.str() == stamp_text(*identity, sha256);
+}
+bool stamp_matches(const fs::path& file, const fs::path& stamp, const ModelSource& source) {
+  return stamp_matches(file, stamp, source.file_sha256);
 }
 
-void write_stamp(const fs::path& file, const fs::path& stamp, const ModelSource& source) {
+void write_stamp(const fs::path& file, const fs::path& stamp, const std::string& sha256) {
   const auto identity = describe_identity(file);
   if (!identity) fail("{} disappeared right after it was verified", file.string());
   AtomicFile out(stamp);
-  out.write(stamp_text(*identity, source.file_sha256));
+  out.write(stamp_text(*identity, sha256));
   out.commit();
+}
+void write_stamp(const fs::path& file, const fs::path& stamp, const ModelSource& source) {
+  write_stamp(file, stamp, source.file_sha256);
 }
 
 // A file that was already there (older run, or put there by hand) is kept when it
@@ -518,6 +524,14 @@ fs::path ensure_catalogue_model(const CatalogueModel& model,
   write_stamp(file, stamp, joined);
   remove_pieces();
   return file;
+}
+
+bool verified_before(const fs::path& file, const std::string& sha256) {
+  return stamp_matches(file, sibling(file, ".verified"), sha256);
+}
+
+void remember_verified(const fs::path& file, const std::string& sha256) {
+  write_stamp(file, sibling(file, ".verified"), sha256);
 }
 
 }  // namespace splash::hub

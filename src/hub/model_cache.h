@@ -37,4 +37,10 @@ std::filesystem::path ensure_catalogue_model(const CatalogueModel& model,
 // Whether the model's file is in the cache with its pinned size (verified on use).
 bool is_cached(const CatalogueModel& model);
 
+// Whether `file` is the very file (size, mtime, inode) that its "<file>.verified" stamp says
+// hashed to sha256, and writing that stamp after a verification: a large file is hashed once,
+// not at every start.
+bool verified_before(const std::filesystem::path& file, const std::string& sha256);
+void remember_verified(const std::filesystem::path& file, const std::string& sha256);
+
 }  // namespace splash::hub
