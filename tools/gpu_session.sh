@@ -13,6 +13,8 @@
 #   tools/gpu_session.sh peer-build-tests S   the same beside a peer build of at most S seconds
 #   tools/gpu_session.sh work      GPU tests, kernel timings, the 8B benchmark and the profile
 #   tools/gpu_session.sh confirm   GPU tests and the 8B benchmark (after a change)
+#   tools/gpu_session.sh changed F the same plus memcheck and racecheck over the tests F names
+#                                  and the step-by-step profile
 #   tools/gpu_session.sh part N    keeps .gpu/parts/<model>.partN (carried in this call) for later
 #   tools/gpu_session.sh real      joins the parts, checks the sha256, greedy identity on the
 #                                  real model against the CPU path
@@ -82,6 +84,14 @@ phase_fixtures() {
   python3 tools/make_random_llama.py --tokenizer-from $tok --mix b --out "$KEEP/fixtures/random-llama-b.gguf" 2>/dev/null
   python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen2 --mix qwen --out "$KEEP/fixtures/random-qwen2.gguf" 2>/dev/null
   python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen3 --mix qwen --out "$KEEP/fixtures/random-qwen3.gguf" 2>/dev/null
+  # Every matrix an integer type, gate and up alike (the fused decode layer serves these):
+  # a Q4_K_M-like qwen3 and a llama of the 32-weight block types.
+  python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen3 --all Q4_K --set blk.0.attn_v=Q6_K \
+    --set blk.1.ffn_down=Q6_K \
+    --out "$KEEP/fixtures/random-qwen3-q4km.gguf" 2>/dev/null
+  python3 tools/make_random_llama.py --tokenizer-from $tok --all Q4_0 --set blk.0.attn_q=Q4_1 --set blk.0.attn_v=Q5_0 \
+    --set blk.0.attn_output=Q5_1 --set blk.1.ffn_gate=Q8_0 --set blk.1.ffn_up=Q8_0 --set blk.2.ffn_down=Q5_1 \
+    --out "$KEEP/fixtures/random-llama-legacy.gguf" 2>/dev/null
   ls -la "$KEEP/fixtures"
 }
 
@@ -202,7 +212,7 @@ phase_bench() {
   local model=$KEEP/qwen3-8b-q4km.gguf
   make_8b "$model" || { row bench "failed to make the model"; return; }
   splash bench --device cuda -m "$model" --prompt-sizes 512,4096 --decode-tokens 128 --repetitions 3 \
-    --decode-depths 8192,32768 --parallel 1,4,8,16,32,64 --json \
+    --decode-depths 8192,32768 --parallel 1,2,4,8,16,32,64 --json \
     > "$OUT/bench_8b.txt" 2> "$OUT/bench_8b.err"
   local rc=$?
   cat "$OUT/bench_8b.txt"
@@ -214,6 +224,11 @@ phase_bench() {
     --repetitions 3 --json > "$OUT/bench_8b_no_graphs.txt" 2> /dev/null
   row "bench, no CUDA graphs" "$(grep -E '^decode' "$OUT/bench_8b_no_graphs.txt" | tr '\n' ';')"
   record bench_8b_no_graphs "$(tail -n 1 "$OUT/bench_8b_no_graphs.txt" | grep '^{' || echo '{}')"
+  # Decode-sized passes with the kernel-per-step layer (before the fused GEMVs).
+  SPLASH_CUDA_FUSED=0 splash bench --device cuda -m "$model" --prompt-sizes 512 --decode-tokens 128 \
+    --repetitions 3 --parallel 1,2,4 --json > "$OUT/bench_8b_unfused.txt" 2> /dev/null
+  row "bench, layers kernel per step (SPLASH_CUDA_FUSED=0)" "$(grep -E '^decode' "$OUT/bench_8b_unfused.txt" | tr '\n' ';')"
+  record bench_8b_unfused "$(tail -n 1 "$OUT/bench_8b_unfused.txt" | grep '^{' || echo '{}')"
   # Decode with whole logits rows copied back and scanned on the host (before best tokens).
   SPLASH_CUDA_BEST_TOKENS=0 splash bench --device cuda -m "$model" --prompt-sizes 512 --decode-tokens 128 \
     --repetitions 3 --parallel 1,16,64 --json > "$OUT/bench_8b_whole_rows.txt" 2> /dev/null
@@ -423,6 +438,10 @@ case "${1:-tests}" in
   check) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"
          gtest tuned_repeat 'CudaModelTest.Tuned*' SPLASH_GPU_FIXTURES="$KEEP/fixtures" GTEST_REPEAT=6
          phase_ncu; phase_bench; phase_profile; phase_sanitizers ;;
+  # After a kernel change: the GPU tests, both sanitizers over the tests a filter names, the
+  # 8B benchmark and the step-by-step profile.
+  changed) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_sanitize "${2:-*}"
+           phase_bench; phase_profile ;;
   peer) phase_peer ;;
   http) phase_http ;;
   http-replay) phase_http_replay ;;
@@ -431,6 +450,10 @@ case "${1:-tests}" in
   # (without its depth runs: PEER_DEPTH=0).
   side) phase_peer_build "${2:-330}" & build=$!
         phase_bench; wait "$build"; PEER_DEPTH=0 phase_peer ;;
+  # The same after a kernel change: the GPU tests first.
+  side-tests) phase_peer_build "${2:-360}" & build=$!
+              phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"
+              phase_bench; wait "$build"; PEER_DEPTH=0 phase_peer ;;
   peer-build) phase_peer_build "${2:-540}" ;;
   bench8b) phase_bench8b ;;
   *) echo "usage: $0 tests|quick|serve|bench|profile|kernels [FILTER]|sanitize FILTER|work|final|peer-build S|peer|bench8b|part N|real" >&2; exit 2 ;;

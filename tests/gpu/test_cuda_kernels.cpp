@@ -352,6 +352,115 @@ TEST_F(CudaMatmulTest, FusedQuantizedCopiesMatchQuantizeRows) {
   }
 }
 
+// The fused batch-1 GEMVs (gemv_residual_norm, gemv_swiglu) for every integer type in every
+// launch shape they take (each weight's GEMV choice at one row), chained as a layer chains them (the output projection's residual step leaves the
+// next norm pending; gate/up reads it and applies it): against float64 (1e-5 over the int8
+// activations each reads; the sums of squares 1e-6), and bit for bit what the kernel-per-step
+// layer computes from the same inputs (the plain GEMV, quantize_rows of x * norm, silu_mul):
+// the same dot products in the same order, the same int8 rounding.
+TEST_F(CudaMatmulTest, FusedGemvsAgainstFloat64AndTheSeparateKernels) {
+  const int k = 768, d = 512, ffn = 256;  // in: k wide; the residual d; the hidden ffn
+  cu::Stream stream;
+  cu::MatmulScratch scratch;
+  for (const GgmlType type : kWeightTypes) {
+    if (is_float_type(type)) continue;
+    const auto o_bytes = random_matrix(type, d, k, rng_), gu_bytes = random_matrix(type, 2 * ffn, d, rng_);
+    const auto wo = dequantized(type, o_bytes, d, k), wgu = dequantized(type, gu_bytes, 2 * ffn, d);
+    const auto o_dev = packed_on_device(type, o_bytes, d, k), gu_dev = packed_on_device(type, gu_bytes, 2 * ffn, d);
+    cu::DeviceWeight o{type, o_dev.as<uint8_t>(), d, k}, gate_up{type, gu_dev.as<uint8_t>(), 2 * ffn, d};
+    ASSERT_TRUE(cu::gemv_fused_reads(o) && cu::gemv_fused_reads(gate_up)) << type_name(type);
+    for (const int variant : {0, 1, 2, 3}) {  // (rows a warp, parts in flight): 1,4 2,4 1,8 2,2
+      const auto shape = cu::gemv_variants()[variant];
+      ASSERT_EQ(shape.tokens, 1);
+      SCOPED_TRACE(std::string(type_name(type)) + " shape " + std::to_string(shape.rows) + "," +
+                   std::to_string(shape.parts));
+      o.gemv_choice[0] = gate_up.gemv_choice[0] = static_cast<int8_t>(variant);
+      const int n = 1;
+      const auto a = random_floats(rng_, static_cast<size_t>(n) * k), x0 = random_floats(rng_, static_cast<size_t>(n) * d);
+      const auto norm = random_floats(rng_, d);
+      const auto da = to_device(a), dnorm = to_device(norm);
+      cu::DeviceBuffer a_q8, next_q8, hidden_q8;
+      const cu::QuantizedRows in = cu::quantize_rows(da.as<float>(), k, n, k, a_q8, stream);
+      // The residual step: x += o . a, then the int8 copy of x * norm with its sums of squares.
+      auto dx = to_device(x0);
+      const cu::QuantizedRowsBuffer next = cu::normed_rows_in(next_q8, n, d);
+      stream.fill(next_q8.data(), 0xFF, next_q8.size());
+      cu::gemv_residual_norm(o, in, dx.as<float>(), dnorm.as<float>(), &next, stream);
+      stream.synchronize("gemv_residual_norm");
+      const auto x = to_host<float>(dx, static_cast<size_t>(n) * d);
+      const auto aq = int8_activations(a, n, k);
+      std::vector<double> x_ref(x.size()), sumsq_ref(static_cast<size_t>(n) * (d / 16), 0.0);
+      for (int t = 0; t < n; ++t)
+        for (int r = 0; r < d; ++r) {
+          double sum = x0[t * d + r];
+          for (int c = 0; c < k; ++c) sum += wo[static_cast<size_t>(r) * k + c] * aq[static_cast<size_t>(t) * k + c];
+          x_ref[t * d + r] = sum;
+          sumsq_ref[t * (d / 16) + r / 16] += static_cast<double>(x[t * d + r]) * x[t * d + r];
+        }
+      EXPECT_LT(relative_error(x, x_ref), 1e-5) << "residual";
+      const size_t q8_bytes = cu::quantized_activation_bytes(n, d);
+      const auto sumsq = to_host<float>(next_q8, q8_bytes / 4 + sumsq_ref.size());
+      EXPECT_LT(relative_error(std::vector<float>(sumsq.end() - sumsq_ref.size(), sumsq.end()), sumsq_ref), 1e-6);
+      // The separate kernels from the same inputs: the plain GEMV accumulating, then
+      // quantize_rows of x * norm.
+      auto dx_plain = to_device(x0);
+      cu::gemv(o, nullptr, k, n, dx_plain.as<float>(), d, true, scratch, stream, &in);
+      stream.synchronize("gemv");
+      EXPECT_EQ(to_host<float>(dx_plain, x.size()), x) << "residual, against the plain GEMV";
+      std::vector<float> scaled(x.size());
+      for (size_t i = 0; i < x.size(); ++i) scaled[i] = x[i] * norm[i % d];
+      const auto dscaled = to_device(scaled);
+      cu::DeviceBuffer separate;
+      cu::quantize_rows(dscaled.as<float>(), d, n, d, separate, stream);
+      stream.synchronize("quantize_rows");
+      EXPECT_EQ(to_host<uint8_t>(next_q8, q8_bytes), to_host<uint8_t>(separate, q8_bytes)) << "the next input's copy";
+
+      // SwiGLU over the pending norm: hidden = silu(s gate . u) * (s up . u), s = 1 / rms(x).
+      const cu::QuantizedRows pending = next.pending_norm(n, d, 1e-6f);
+      const cu::QuantizedRowsBuffer hidden = cu::quantized_rows_in(hidden_q8, n, ffn);
+      stream.fill(hidden_q8.data(), 0xFF, hidden_q8.size());
+      cu::gemv_swiglu(gate_up, pending, hidden, stream);
+      stream.synchronize("gemv_swiglu");
+      const auto uq = int8_activations(scaled, n, d);
+      std::vector<double> gu_ref(static_cast<size_t>(n) * 2 * ffn), h_ref(static_cast<size_t>(n) * ffn);
+      for (int t = 0; t < n; ++t) {
+        double total = 0.0;
+        for (int i = 0; i < d; ++i) total += static_cast<double>(x[t * d + i]) * x[t * d + i];
+        const double inv_rms = 1.0 / std::sqrt(total / d + 1e-6);
+        for (int r = 0; r < 2 * ffn; ++r) {
+          double sum = 0.0;
+          for (int c = 0; c < d; ++c) sum += wgu[static_cast<size_t>(r) * d + c] * uq[static_cast<size_t>(t) * d + c];
+          gu_ref[static_cast<size_t>(t) * 2 * ffn + r] = sum * inv_rms;
+        }
+        for (int i = 0; i < ffn; ++i) {
+          const double g = gu_ref[t * 2 * ffn + i], u = gu_ref[t * 2 * ffn + ffn + i];
+          h_ref[t * ffn + i] = g / (1.0 + std::exp(-g)) * u;
+        }
+      }
+      // The pending norm applied by the plain GEMV: its gate/up rows against float64.
+      cu::DeviceBuffer dgu(gu_ref.size() * sizeof(float));
+      stream.fill(dgu.data(), 0xFF, dgu.size());
+      cu::gemv(gate_up, nullptr, d, n, dgu.as<float>(), 2 * ffn, false, scratch, stream, &pending);
+      stream.synchronize("gemv, pending norm");
+      EXPECT_LT(relative_error(to_host<float>(dgu, gu_ref.size()), gu_ref), 1e-5) << "pending norm";
+      // The fused SwiGLU's copy: what silu_mul makes of those rows, byte for byte, and
+      // within the int8 rounding of float64.
+      cu::DeviceBuffer silu_out(static_cast<size_t>(n) * ffn * sizeof(float)), separate_hidden;
+      const cu::QuantizedRowsBuffer separate_copy = cu::quantized_rows_in(separate_hidden, n, ffn);
+      cu::silu_mul(dgu.as<float>(), silu_out.as<float>(), n, ffn, stream, &separate_copy);
+      stream.synchronize("silu_mul");
+      const size_t hidden_bytes = cu::quantized_activation_bytes(n, ffn);
+      EXPECT_EQ(to_host<uint8_t>(hidden_q8, hidden_bytes), to_host<uint8_t>(separate_hidden, hidden_bytes)) << "SwiGLU";
+      const auto codes = to_host<int8_t>(hidden_q8, static_cast<size_t>(n) * ffn);
+      const auto scales = to_host<float>(hidden_q8, hidden_bytes / 4);
+      const size_t scale0 = (static_cast<size_t>(n) * ffn + 15) / 16 * 16 / 4;
+      std::vector<float> h(codes.size());
+      for (size_t i = 0; i < h.size(); ++i) h[i] = codes[i] * scales[scale0 + i / 16];
+      EXPECT_LT(relative_error(h, h_ref), 1.5e-2) << "SwiGLU against float64";
+    }
+  }
+}
+
 // --- Best tokens ----------------------------------------------------------------------------
 
 // The GPU's best tokens of logits rows, exactly model::select_best_tokens's (ids and logits,

@@ -32,4 +32,26 @@ __device__ __forceinline__ void store_q8_group(const float (&v)[16], int row, in
   sums[static_cast<size_t>(row) * groups + g] = scale * static_cast<float>(sum);
 }
 
+// The same group held by lanes 0-15 of a warp (lane j the value j; the other lanes must not
+// call): byte for byte what store_q8_group writes.
+__device__ __forceinline__ void store_q8_group_lanes(float v, int j, int row, int g, int cols,
+                                                     int8_t* __restrict__ codes, float* __restrict__ scales,
+                                                     float* __restrict__ sums) {
+  constexpr unsigned kLanes = 0xFFFFu;
+  float amax = fabsf(v);
+#pragma unroll
+  for (int offset = 8; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(kLanes, amax, offset));
+  const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+  const int q = __float2int_rn(v * inverse);
+  int sum = q;
+#pragma unroll
+  for (int offset = 8; offset > 0; offset /= 2) sum += __shfl_xor_sync(kLanes, sum, offset);
+  codes[static_cast<size_t>(row) * cols + g * kQ8Group + j] = static_cast<int8_t>(q);
+  if (j != 0) return;
+  const int groups = cols / kQ8Group;
+  const float scale = amax / 127.0f;
+  scales[static_cast<size_t>(row) * groups + g] = scale;
+  sums[static_cast<size_t>(row) * groups + g] = scale * static_cast<float>(sum);
+}
+
 }  // namespace splash::kernels::cuda

@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/activation_q8.cuh"
 #include "kernels/cuda/cuda_error.h"
+#include "kernels/cuda/gemv_q8.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/quant_blocks.cuh"
@@ -153,83 +154,23 @@ __global__ void quantize_kernel(const float* __restrict__ x, int ldx, int n, int
   store_q8_group(v, row, g, cols, codes, scales, sums);
 }
 
-template <typename B>
-__device__ __forceinline__ float run_dp4a(const CodeRun& r, const uint4 x, float x_scale, float x_sum) {
-  int dot = __dp4a(static_cast<int>(r.q[0]), static_cast<int>(x.x), 0);
-  dot = __dp4a(static_cast<int>(r.q[1]), static_cast<int>(x.y), dot);
-  dot = __dp4a(static_cast<int>(r.q[2]), static_cast<int>(x.z), dot);
-  dot = __dp4a(static_cast<int>(r.q[3]), static_cast<int>(x.w), dot);
-  float s = r.d * x_scale * static_cast<float>(dot);
-  if constexpr (B::kHasMin) s = fmaf(r.m, x_sum, s);
-  return s;
-}
-
-// The GEMV of integer weight types: a warp computes R weight rows for M activation rows.
-// Each lane walks the rows' parts (32 weights each) 32 apart, U parts at a time: all U x R
-// parts' weight loads are issued before any is decoded, so enough bytes are in flight to
-// cover the memory latency; each part's codes are decoded once and serve all M activation
-// rows, whose int8 codes every warp of the SM reads through L1.
+// The GEMV of integer weight types: a warp computes R weight rows for M activation rows
+// (gemv_q8.cuh), the rows of a block adjacent.
 template <GgmlType T, int M, int R, int U>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_q8_kernel(Rows<T> w, int rows, QuantizedRows x, int n, float* __restrict__ y, int ldy, int accumulate) {
-  using B = Block<T>;
   const int row0 = (blockIdx.x * kGemvWarps + threadIdx.x / 32) * R;
   const int lane = threadIdx.x % 32;
   if (row0 >= rows) return;
-  const int parts = x.cols / B::kElements * B::kParts, groups = x.cols / kGroup;
   int row[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) row[r] = min(row0 + r, rows - 1);
   float acc[M][R];
-#pragma unroll
-  for (int m = 0; m < M; ++m)
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
-  bool waited = false;
-  for (int base = lane; base < parts; base += 32 * U) {
-    typename B::Raw raw[U][R];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int part = min(base + 32 * u, parts - 1);  // past the end: a repeat, not used
-      const int block = part / B::kParts, p = part % B::kParts;
-#pragma unroll
-      for (int r = 0; r < R; ++r) raw[u][r] = B::load(w.quants(row[r], block), w.header(row[r], block), p);
-    }
-    if (!waited) wait_for_inputs(), waited = true;  // the first weights are on their way: now x
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int part = base + 32 * u;
-      if (part >= parts) break;
-      const int block = part / B::kParts, p = part % B::kParts;
-      int pa, pb;
-      B::columns(p, pa, pb);
-      const int ca = block * B::kElements + pa, cb = block * B::kElements + pb;
-      CodeRun a[R], b[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) B::codes(raw[u][r], p, a[r], b[r]);
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-        const int t = m < n ? m : 0;
-        const int8_t* codes = x.codes + static_cast<size_t>(t) * x.cols;
-        const float* scales = x.scales + static_cast<size_t>(t) * groups;
-        const float* sums = x.sums + static_cast<size_t>(t) * groups;
-        const uint4 xa = __ldg(reinterpret_cast<const uint4*>(codes + ca));
-        const uint4 xb = __ldg(reinterpret_cast<const uint4*>(codes + cb));
-        const float da = __ldg(scales + ca / kGroup), db = __ldg(scales + cb / kGroup);
-        const float sa = B::kHasMin ? __ldg(sums + ca / kGroup) : 0.0f, sb = B::kHasMin ? __ldg(sums + cb / kGroup) : 0.0f;
-#pragma unroll
-        for (int r = 0; r < R; ++r) acc[m][r] += run_dp4a<B>(a[r], xa, da, sa) + run_dp4a<B>(b[r], xb, db, sb);
-      }
-    }
-  }
-  if (!waited) wait_for_inputs();  // (a row shorter than one pass)
+  warp_dot_q8<T, M, R, U>(w, row, x, n, lane, acc);
   allow_next_launch();
-#pragma unroll
-  for (int m = 0; m < M; ++m)
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) acc[m][r] += __shfl_xor_sync(0xFFFFFFFFu, acc[m][r], offset);
+  warp_sum_all(acc);
+  float factor[M];
+  pending_norm_factors(x, n, lane, factor);
   if (lane != 0) return;
 #pragma unroll
   for (int m = 0; m < M; ++m)
@@ -237,7 +178,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     for (int r = 0; r < R; ++r)
       if (m < n && row0 + r < rows) {
         float* out = y + static_cast<size_t>(m) * ldy + row0 + r;
-        *out = accumulate ? *out + acc[m][r] : acc[m][r];
+        const float value = acc[m][r] * factor[m];
+        *out = accumulate ? *out + value : value;
       }
 }
 
@@ -304,7 +246,8 @@ int default_variant(int bucket, const DeviceWeight& w) {
 QuantizedRows offset_rows(QuantizedRows q, int first, int count) {
   const int groups = q.cols / kGroup;
   return {q.codes + static_cast<size_t>(first) * q.cols, q.scales + static_cast<size_t>(first) * groups,
-          q.sums + static_cast<size_t>(first) * groups, count, q.cols};
+          q.sums + static_cast<size_t>(first) * groups, count, q.cols,
+          q.sumsq ? q.sumsq + static_cast<size_t>(first) * groups : nullptr, q.norm_eps};
 }
 
 template <GgmlType T, int I>
@@ -340,6 +283,7 @@ void launch_gemv(const DeviceWeight& w, const float* x, int ldx, int n, float* y
       launch_q8<T>(chosen, w, offset_rows(q, start, count), y + static_cast<size_t>(start) * ldy, ldy, acc, raw(stream));
     }
   } else {  // float types: float activations
+    if (xq && xq->sumsq) cuda_fail("gemv: a float weight type cannot read rows whose norm is pending");
     for (int start = 0; start < n; start += kGemvMaxTokens) {
       const int count = std::min(kGemvMaxTokens, n - start);
       const float* xs = x + static_cast<size_t>(start) * ldx;
@@ -405,6 +349,11 @@ void pack_weight(GgmlType type, int rows, int cols, const void* gguf, void* pack
 
 std::span<const GemvVariant> gemv_variants() { return kVariants; }
 
+GemvVariant gemv_shape(const DeviceWeight& w, int tokens) {
+  const int bucket = gemv_bucket(tokens);
+  return kVariants[w.gemv_choice[bucket] >= 0 ? w.gemv_choice[bucket] : default_variant(bucket, w)];
+}
+
 int gemv_bucket(int tokens) { return tokens <= 1 ? 0 : tokens == 2 ? 1 : tokens <= 4 ? 2 : 3; }
 
 QuantizedRowsBuffer quantized_rows_in(DeviceBuffer& buffer, int n, int cols) {
@@ -412,6 +361,14 @@ QuantizedRowsBuffer quantized_rows_in(DeviceBuffer& buffer, int n, int cols) {
   buffer.resize(quantized_activation_bytes(n, cols));
   auto* scales = reinterpret_cast<float*>(buffer.as<uint8_t>() + code_bytes);
   return {buffer.as<int8_t>(), scales, scales + static_cast<size_t>(n) * (cols / kGroup)};
+}
+
+QuantizedRowsBuffer normed_rows_in(DeviceBuffer& buffer, int n, int cols) {
+  const size_t code_bytes = (static_cast<size_t>(n) * cols + 15) / 16 * 16;
+  const size_t groups = static_cast<size_t>(n) * (cols / kGroup);
+  buffer.resize(quantized_activation_bytes(n, cols) + groups * sizeof(float));
+  auto* scales = reinterpret_cast<float*>(buffer.as<uint8_t>() + code_bytes);
+  return {buffer.as<int8_t>(), scales, scales + groups, scales + 2 * groups};
 }
 
 QuantizedRows quantize_rows(const float* x, int ldx, int n, int cols, DeviceBuffer& into, Stream& stream) {
@@ -445,6 +402,7 @@ void dequantize_to_f16(const DeviceWeight& w, void* out_f16, Stream& stream) {
 
 void matmul(const DeviceWeight& w, const float* x, int ldx, int n, float* y, int ldy, bool accumulate,
             MatmulScratch& scratch, Stream& stream, const QuantizedRows* xq, bool always_gemv) {
+  if (xq && xq->sumsq && n > kGemvLargestBatch) cuda_fail("matmul: rows whose norm is pending feed GEMVs only");
   if (n <= kGemvLargestBatch) return gemv(w, x, ldx, n, y, ldy, accumulate, scratch, stream, xq);
   if (n <= kSmallGemmLargestBatch && small_gemm_reads(w.type)) return small_gemm(w, x, ldx, n, y, ldy, accumulate, scratch, stream);
   if (always_gemv) return gemv(w, x, ldx, n, y, ldy, accumulate, scratch, stream, xq);

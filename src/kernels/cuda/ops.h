@@ -39,6 +39,9 @@ struct DeviceWeight {
   size_t row_bytes() const;
   size_t bytes() const { return row_bytes() * rows; }
 };
+// The launch shape the GEMV of an integer type takes for a pass of `tokens` rows over w (its
+// tuned choice, else the built-in one).
+GemvVariant gemv_shape(const DeviceWeight& w, int tokens);
 size_t weight_row_bytes(GgmlType type, int cols);  // of the GPU layout
 size_t gguf_row_bytes(GgmlType type, int cols);    // of the file
 // Repacks a [rows][cols] matrix copied to the device as the file holds it (gguf) into the
@@ -49,11 +52,18 @@ void pack_weight(GgmlType type, int rows, int cols, const void* gguf, void* pack
 // [n][cols], per group of 16 a scale and the scale times the group's code sum. Made once per
 // input (quantize_rows, or by rms_norm / silu_mul as they write the rows) and shared by
 // every matmul of that input; valid until the next one is made into the same buffer.
+//
+// A copy may leave its rows' RMSNorm pending (`sumsq`, written by gemv_residual_norm): the
+// codes are those of x * weight, and each group's sum of x^2 lets the GEMV divide its results
+// by rms(x) = sqrt(sum / cols + norm_eps) itself (int8 codes do not change with a row's
+// scale, so the norm's one per-row factor can wait until the dot products are summed).
 struct QuantizedRows {
   const int8_t* codes = nullptr;
   const float* scales = nullptr;
   const float* sums = nullptr;
   int n = 0, cols = 0;
+  const float* sumsq = nullptr;  // [n][cols / 16], or null: nothing pending
+  float norm_eps = 0.0f;
 };
 // Bytes of a quantized copy of n rows of cols.
 inline size_t quantized_activation_bytes(int n, int cols) {
@@ -63,9 +73,14 @@ inline size_t quantized_activation_bytes(int n, int cols) {
 struct QuantizedRowsBuffer {
   int8_t* codes;
   float *scales, *sums;
+  float* sumsq = nullptr;  // normed_rows_in only
   QuantizedRows view(int n, int cols) const { return {codes, scales, sums, n, cols}; }
+  // The rows with their RMSNorm pending (written by gemv_residual_norm).
+  QuantizedRows pending_norm(int n, int cols, float eps) const { return {codes, scales, sums, n, cols, sumsq, eps}; }
 };
 QuantizedRowsBuffer quantized_rows_in(DeviceBuffer& buffer, int n, int cols);
+// The same with room for each group's sum of squares (gemv_residual_norm's output).
+QuantizedRowsBuffer normed_rows_in(DeviceBuffer& buffer, int n, int cols);
 QuantizedRows quantize_rows(const float* x, int ldx, int n, int cols, DeviceBuffer& into, Stream& stream);
 
 // Scratch a matmul may need: an f16 copy of one matrix and of its activations, for the
@@ -118,6 +133,22 @@ void reserve_small_gemm(MatmulScratch& scratch, int widest_rows, Stream& stream)
 size_t small_gemm_scratch_bytes(int widest_rows);  // what reserve_small_gemm holds
 // w as f16 [rows][cols] (the tensor-core path's first half; tests check it exactly).
 void dequantize_to_f16(const DeviceWeight& w, void* out_f16, Stream& stream);
+
+// Batch-1 GEMVs (one activation row, an integer weight type) with the kernel that would
+// follow them fused in, so a decode layer is fewer launches (gemv_fused.cu), in the launch
+// shape of the weight's plain GEMV (gemv_shape):
+//
+// x += w . in (the residual stream, w.rows wide); then, with `norm`, the int8 copy of
+// x * norm into `next` (normed_rows_in, w.rows wide) with each group's sum of x^2: the
+// next RMSNorm, left pending for the GEMV that reads `next` (QuantizedRows::sumsq).
+// w.rows must be a multiple of 16.
+void gemv_residual_norm(const DeviceWeight& w, const QuantizedRows& in, float* x, const float* norm,
+                        const QuantizedRowsBuffer* next, Stream& stream);
+// `out` (ffn wide) = the int8 copy of silu(gate . in) * (up . in), w = [gate; up]
+// stacked (2 ffn rows), in's pending norm applied. ffn must be a multiple of 16.
+void gemv_swiglu(const DeviceWeight& w, const QuantizedRows& in, const QuantizedRowsBuffer& out, Stream& stream);
+// Whether those serve w (an integer weight type, rows a multiple of 16 or 32).
+bool gemv_fused_reads(const DeviceWeight& w);
 
 // out[t] = x[t] * weight / sqrt(mean(x[t]^2) + eps), rows of width d. With `quantized`
 // (n <= kGemvLargestBatch, d a multiple of 16), also writes out's int8 copy there.

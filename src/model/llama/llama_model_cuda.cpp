@@ -98,9 +98,10 @@ struct ScratchSizes {
   size_t attention = 0;    // split partials
   size_t inputs = 0;       // token ids, positions, block tables
   size_t best_tokens = 0, best_tokens_scratch = 0;  // each wanted row's best tokens, their candidates
+  size_t fused_q8 = 0;  // the fused batch-1 layer's int8 copies: the normed row (+ sums of squares), the hidden row
   size_t total() const {
     return activations + weight_f16 + activations_f16 + activations_q8 + split_k + attention + inputs + best_tokens +
-           best_tokens_scratch;
+           best_tokens_scratch + fused_q8;
   }
 };
 
@@ -124,6 +125,8 @@ ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
   sizes.inputs = sizeof(int32_t) * (6 * kCudaMaxBatchTokens + kMaxBatchSequences + table_entries);
   sizes.best_tokens = sizeof(TokenLogit) * kMaxBatchSequences * kBestTokens;
   sizes.best_tokens_scratch = cu::best_tokens_scratch_bytes(kMaxBatchSequences, s.vocab);
+  sizes.fused_q8 = cu::quantized_activation_bytes(1, s.d_model) + sizeof(float) * (s.d_model / 16) +
+                   cu::quantized_activation_bytes(1, s.ffn);
   return sizes;
 }
 
@@ -383,7 +386,31 @@ class LlamaCudaModel final : public Model {
     matmul_scratch_.activations_q8.resize(sizes.activations_q8);
     cu::reserve_small_gemm(matmul_scratch_, std::max({qkv_width(), 2 * s.ffn, s.d_model, s.vocab}), stream_);
     attention_scratch_.partials.resize(sizes.attention);
+    fused_ = fused_decode_layers();
+    if (fused_) {
+      info_.kernel_shapes += "; batch-1 decode: fused layers (norms and SwiGLU inside the GEMVs)";
+      fused_normed_ = cu::normed_rows_in(fused_normed_q8_, 1, s.d_model);
+      fused_hidden_ = cu::quantized_rows_in(fused_hidden_q8_, 1, s.ffn);
+    }
     stream_.synchronize("allocating the KV cache and scratch");
+  }
+
+  // Whether one-token passes take the fused layer (launch_fused_layers): every matrix an
+  // integer type the fused GEMVs read, gate and up stacked as one. SPLASH_CUDA_FUSED=0 keeps
+  // the kernel-per-step layer (to compare).
+  bool fused_decode_layers() const {
+    const char* value = std::getenv("SPLASH_CUDA_FUSED");
+    if (value && std::string_view(value) == "0") return false;
+    const auto& s = h_.shapes;
+    if (s.d_model % 16 != 0 || s.ffn % 16 != 0) return false;
+    for (const auto& layer : layers_) {
+      if (layer.gate_up.size() != 1 || !cu::gemv_fused_reads(layer.gate_up[0]) ||
+          !cu::gemv_fused_reads(layer.attn_output) || !cu::gemv_fused_reads(layer.down))
+        return false;
+      for (const auto& w : layer.qkv)
+        if (!cu::gemv_fused_reads(w)) return false;
+    }
+    return true;
   }
 
   // The matrices of one input (q, k, v or gate, up when not stacked): x is quantized once.
@@ -545,12 +572,71 @@ class LlamaCudaModel final : public Model {
     }
   }
 
+  cu::QkvPostArgs qkv_post_args(int l) {
+    const auto& s = h_.shapes;
+    const auto& layer = layers_[l];
+    cu::QkvPostArgs post;
+    post.qkv = qkv_.as<float>();
+    post.ld = qkv_width();
+    post.n_heads = s.n_heads;
+    post.n_kv_heads = s.n_kv_heads;
+    post.head_dim = s.head_dim;
+    post.bias = layer.qkv_bias;
+    post.q_norm = layer.q_norm;
+    post.k_norm = layer.k_norm;
+    post.norm_eps = h_.rms_eps;
+    post.neox_rope = h_.neox_rope;
+    post.rope_base = h_.rope_base;
+    post.layer = l;
+    return post;
+  }
+
+  // The layers of a one-token pass (decode at batch 1) in six or seven launches each instead
+  // of nine or ten: each RMSNorm is left pending by the GEMV that adds to the residual
+  // stream (gemv_residual_norm: x += w . in, then the int8 copy of x * the next norm's weight)
+  // and applied by the GEMV that reads it; SwiGLU runs in gate/up's GEMV (gemv_swiglu).
+  void launch_fused_layers(const cu::BatchLayout& layout) {
+    const int n = 1;
+    const auto& s = h_.shapes;
+    float *x = x_.as<float>(), *qkv = qkv_.as<float>(), *attn = attn_.as<float>();
+    const auto attn_q8 = quantized_rows(n, q_width());
+    // Layer 0's input is normed here; every later one's by the down projection before it.
+    cu::rms_norm(x, layers_[0].attn_norm, normed_.as<float>(), n, s.d_model, h_.rms_eps, stream_, &fused_normed_);
+    mark("attn_norm");
+    cu::QuantizedRows attn_in_rows = fused_normed_.view(n, s.d_model);
+    const cu::QuantizedRows ffn_in_rows = fused_normed_.pending_norm(n, s.d_model, h_.rms_eps);
+    for (int l = 0; l < s.n_layers; ++l) {
+      const auto& layer = layers_[l];
+      matmul_group(layer.qkv, nullptr, s.d_model, n, qkv, qkv_width(), &attn_in_rows);
+      mark("qkv matmul");
+      cu::qkv_post(qkv_post_args(l), layout, pool_, stream_);
+      mark("qkv_post (rope, kv)");
+      const bool attn_quantized = cu::attention(qkv, qkv_width(), attn, s.n_heads, layout, pool_, l, attention_scratch_,
+                                                stream_, attn_q8 ? &*attn_q8 : nullptr);
+      mark("attention");
+      const cu::QuantizedRows attn_rows =
+          attn_quantized ? attn_q8->view(n, q_width())
+                         : cu::quantize_rows(attn, q_width(), n, q_width(), matmul_scratch_.activations_q8, stream_);
+      cu::gemv_residual_norm(layer.attn_output, attn_rows, x, layer.ffn_norm, &fused_normed_, stream_);
+      mark("attn_output matmul + ffn_norm");
+      cu::gemv_swiglu(layer.gate_up[0], ffn_in_rows, fused_hidden_, stream_);
+      mark("gate_up matmul + silu_mul");
+      const bool last = l + 1 == s.n_layers;
+      cu::gemv_residual_norm(layer.down, fused_hidden_.view(n, s.ffn), x, last ? nullptr : layers_[l + 1].attn_norm,
+                             last ? nullptr : &fused_normed_, stream_);
+      mark("down matmul + attn_norm");
+      attn_in_rows = fused_normed_.pending_norm(n, s.d_model, h_.rms_eps);
+    }
+  }
+
+  // SPLASH_CUDA_PROFILE=1: an event after each step, for where the time goes.
+  void mark(const char* step) {
+    if (timeline_) timeline_->mark(stream_, step);
+  }
+
   // Every kernel of one pass, queued on the stream (or recorded into a graph).
   void launch_pass(std::span<const SequenceSlice> batch, const cu::BatchLayout& layout, int n, int wanted) {
     const auto& s = h_.shapes;
-    const auto mark = [this](const char* step) {  // SPLASH_CUDA_PROFILE=1: where the time goes
-      if (timeline_) timeline_->mark(stream_, step);
-    };
     mark("start");
     float* x = x_.as<float>();
     cu::embed(embedding_, inputs_.as<int32_t>(), n, x, stream_);
@@ -560,7 +646,29 @@ class LlamaCudaModel final : public Model {
         if (!slice.embeddings.empty() && slice.embeddings[t])
           stream_.copy_to_device(x + static_cast<size_t>(row) * s.d_model, slice.embeddings[t], sizeof(float) * s.d_model);
     mark("embed");
+    if (fused_ && n == 1)
+      launch_fused_layers(layout);
+    else
+      launch_layers(layout, n);
+    if (wanted > 0) {
+      // Only each wanting slice's last position needs logits.
+      cu::gather_rows(x, rows_, wanted, s.d_model, last_.as<float>(), stream_);
+      cu::rms_norm(last_.as<float>(), output_norm_, last_normed_.as<float>(), wanted, s.d_model, h_.rms_eps, stream_);
+      cu::matmul(output_, last_normed_.as<float>(), s.d_model, wanted, logits_.as<float>(), s.vocab, false,
+                 matmul_scratch_, stream_, /*xq=*/nullptr, /*always_gemv=*/true);
+      mark("head (norm, matmul)");
+      cu::best_tokens(logits_.as<float>(), wanted, s.vocab, best_scratch_.as<int32_t>(), best_.as<cu::BestToken>(),
+                      stream_);
+      mark("best tokens");
+    }
+  }
 
+  // The layers kernel by kernel (any pass): RMSNorm; the QKV matmul; qkv_post (biases, q/k
+  // norms, RoPE, KV append); attention; the output matmul into the residual; RMSNorm;
+  // gate/up; SwiGLU; down into the residual.
+  void launch_layers(const cu::BatchLayout& layout, int n) {
+    const auto& s = h_.shapes;
+    float* x = x_.as<float>();
     float *normed = normed_.as<float>(), *qkv = qkv_.as<float>(), *attn = attn_.as<float>();
     const auto normed_q8 = quantized_rows(n, s.d_model), hidden_q8 = quantized_rows(n, s.ffn);
     const auto attn_q8 = quantized_rows(n, q_width());  // written by the attention's split merge
@@ -578,20 +686,7 @@ class LlamaCudaModel final : public Model {
       mark("attn_norm");
       matmul_group(layer.qkv, normed, s.d_model, n, qkv, qkv_width(), normed_in);
       mark("qkv matmul");
-      cu::QkvPostArgs post;
-      post.qkv = qkv;
-      post.ld = qkv_width();
-      post.n_heads = s.n_heads;
-      post.n_kv_heads = s.n_kv_heads;
-      post.head_dim = s.head_dim;
-      post.bias = layer.qkv_bias;
-      post.q_norm = layer.q_norm;
-      post.k_norm = layer.k_norm;
-      post.norm_eps = h_.rms_eps;
-      post.neox_rope = h_.neox_rope;
-      post.rope_base = h_.rope_base;
-      post.layer = l;
-      cu::qkv_post(post, layout, pool_, stream_);
+      cu::qkv_post(qkv_post_args(l), layout, pool_, stream_);
       mark("qkv_post (rope, kv)");
       const bool attn_quantized = cu::attention(qkv, qkv_width(), attn, s.n_heads, layout, pool_, l, attention_scratch_,
                                                 stream_, attn_q8 ? &*attn_q8 : nullptr);
@@ -608,17 +703,6 @@ class LlamaCudaModel final : public Model {
       mark("silu_mul");
       cu::matmul(layer.down, hidden_.as<float>(), s.ffn, n, x, s.d_model, true, matmul_scratch_, stream_, hidden_in);
       mark("down matmul");
-    }
-    if (wanted > 0) {
-      // Only each wanting slice's last position needs logits.
-      cu::gather_rows(x, rows_, wanted, s.d_model, last_.as<float>(), stream_);
-      cu::rms_norm(last_.as<float>(), output_norm_, last_normed_.as<float>(), wanted, s.d_model, h_.rms_eps, stream_);
-      cu::matmul(output_, last_normed_.as<float>(), s.d_model, wanted, logits_.as<float>(), s.vocab, false,
-                 matmul_scratch_, stream_, /*xq=*/nullptr, /*always_gemv=*/true);
-      mark("head (norm, matmul)");
-      cu::best_tokens(logits_.as<float>(), wanted, s.vocab, best_scratch_.as<int32_t>(), best_.as<cu::BestToken>(),
-                      stream_);
-      mark("best tokens");
     }
   }
 
@@ -643,6 +727,11 @@ class LlamaCudaModel final : public Model {
   const int32_t* rows_ = nullptr;
   cu::MatmulScratch matmul_scratch_;
   cu::AttentionScratch attention_scratch_;
+  // The fused batch-1 layer (launch_fused_layers) and its int8 copies, apart from the
+  // matmuls' own (a fused GEMV reads one while it writes the other).
+  bool fused_ = false;
+  cu::DeviceBuffer fused_normed_q8_, fused_hidden_q8_;
+  cu::QuantizedRowsBuffer fused_normed_{}, fused_hidden_{};
   // Recorded decode passes by (tokens, context bucket); SPLASH_CUDA_GRAPHS=0 turns them off
   // (to compare, or to debug kernel by kernel).
   bool use_graphs_ = graphs_enabled();

@@ -1,0 +1,144 @@
+// Batch-1 GEMVs of integer weight types with the kernel that would follow them fused in
+// (ops.h gemv_residual_norm, gemv_swiglu). At batch 1 a layer was nine launches, and each
+// small kernel between two GEMVs costs a launch, a wait for the GEMV before it to drain and a
+// trip of its rows through memory. Here a thread block finishes 16 consecutive outputs (one
+// int8 group of the next input), so it can write that group's codes itself: after the
+// output projection and the down projection, x += w . in and the next RMSNorm's input (its
+// 1/rms left pending for the next GEMV: ops.h QuantizedRows::sumsq); after gate/up, SwiGLU.
+// The main loop is the plain GEMV's (gemv_q8.cuh), in the weight's plain GEMV shape (its rows
+// a warp and parts in flight). At 2-4 rows the fused kernels measured slower than the
+// kernel-per-step layer (docs/PERF.md, 2026-12-04), so they serve batch 1 only.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "kernels/cuda/activation_q8.cuh"
+#include "kernels/cuda/cuda_error.h"
+#include "kernels/cuda/gemv_q8.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/quant_blocks.cuh"
+
+namespace splash::kernels::cuda {
+namespace {
+
+constexpr int kUnits = kQ8Group;  // outputs a thread block finishes: one group of the next input
+
+cudaStream_t raw(Stream& stream) { return static_cast<cudaStream_t>(stream.handle()); }
+
+// What a block does with its 16 finished outputs.
+struct FusedOut {
+  float* x = nullptr;            // residual: the stream added to (units wide)
+  const float* norm = nullptr;   // residual: the next RMSNorm's weight, or null
+  QuantizedRowsBuffer codes{};   // the next input's int8 copy (+ sums of squares, residual)
+};
+
+// 1 / rms of the (one) input row whose norm is pending, 1 if none; every lane of the warp.
+__device__ __forceinline__ float pending_norm_factor(const QuantizedRows& x, int lane) {
+  float factor[1];
+  pending_norm_factors<1>(x, 1, lane, factor);
+  return factor[0];
+}
+
+// W warps of R rows each, one activation row, a block per 16 outputs. Residual: the
+// block's 16 rows, R = 16 / W consecutive ones a warp. SwiGLU: the block's units u, a warp
+// R / 2 of them, each as its gate row u and up row units + u. Then the first warp finishes
+// the block: lane j < 16 its output j.
+template <GgmlType T, int W, int R, int U, bool kSwiGlu>
+__global__ void __launch_bounds__(W * 32) gemv_fused_kernel(Rows<T> w, int units, QuantizedRows in, FusedOut out) {
+  static_assert(W * R == (kSwiGlu ? 2 : 1) * kUnits);
+  constexpr int kWarpUnits = kSwiGlu ? R / 2 : R;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = blockIdx.x, unit0 = group * kUnits;
+  int row[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int unit = unit0 + warp * kWarpUnits + r % kWarpUnits;
+    row[r] = kSwiGlu && r >= kWarpUnits ? units + unit : unit;
+  }
+  float acc[1][R];
+  warp_dot_q8<T, 1, R, U>(w, row, in, 1, lane, acc);
+  allow_next_launch();
+  warp_sum_all(acc);
+  __shared__ float finished[kSwiGlu ? 2 * kUnits : kUnits];  // [gate | up] for SwiGLU
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < R; ++r) finished[(r >= kWarpUnits ? kUnits : 0) + warp * kWarpUnits + r % kWarpUnits] = acc[0][r];
+  __syncthreads();
+  if (warp != 0) return;
+  const float factor = pending_norm_factor(in, lane);
+  if (lane >= kUnits) return;
+  const int unit = unit0 + lane;
+  if constexpr (kSwiGlu) {
+    const float gate = finished[lane] * factor, up = finished[kUnits + lane] * factor;
+    store_q8_group_lanes(gate / (1.0f + expf(-gate)) * up, lane, 0, group, units, out.codes.codes, out.codes.scales,
+                         out.codes.sums);
+  } else {
+    const float v = out.x[unit] + finished[lane] * factor;
+    out.x[unit] = v;
+    if (!out.norm) return;
+    store_q8_group_lanes(v * out.norm[unit], lane, 0, group, units, out.codes.codes, out.codes.scales, out.codes.sums);
+    float sumsq = v * v;
+#pragma unroll
+    for (int offset = 8; offset > 0; offset /= 2) sumsq += __shfl_xor_sync(0xFFFFu, sumsq, offset);
+    if (lane == 0) out.codes.sumsq[group] = sumsq;
+  }
+}
+
+// The weight's plain GEMV shape at one row (gemv_shape), as a fused launch: rows a warp 1
+// or 2 (SwiGLU always 2: a gate and its up row), parts in flight 2 or 4 (8 taken as 4).
+template <GgmlType T, bool kSwiGlu>
+void launch_fused(const DeviceWeight& w, int units, const QuantizedRows& in, const FusedOut& out, cudaStream_t s) {
+  const GemvVariant shape = gemv_shape(w, 1);
+  const auto go = [&](auto kernel, int warps) {
+    launch_dependent(kernel, dim3(units / kUnits), dim3(warps * 32), s, rows_of<T>(w), units, in, out);
+  };
+  const bool two_parts = shape.parts <= 2;
+  if constexpr (kSwiGlu) {
+    if (two_parts) return go(gemv_fused_kernel<T, 16, 2, 2, true>, 16);
+    return go(gemv_fused_kernel<T, 16, 2, 4, true>, 16);
+  } else {
+    if (shape.rows == 1) return go(gemv_fused_kernel<T, 16, 1, 4, false>, 16);
+    if (two_parts) return go(gemv_fused_kernel<T, 8, 2, 2, false>, 8);
+    return go(gemv_fused_kernel<T, 8, 2, 4, false>, 8);
+  }
+}
+
+template <bool kSwiGlu>
+void gemv_fused(const char* what, const DeviceWeight& w, int units, const QuantizedRows& in, const FusedOut& out,
+                Stream& stream) {
+  if (!gemv_fused_reads(w)) cuda_fail(std::string(what) + ": the weights are not an integer type in rows of 16");
+  if (in.n != 1 || in.cols != w.cols) cuda_fail(std::string(what) + ": one activation row of the weights' width");
+  if (units % kUnits != 0 || w.rows != (kSwiGlu ? 2 * units : units))
+    cuda_fail(std::string(what) + ": outputs must be whole groups of 16");
+  dispatch_weight_type(w.type, [&]<GgmlType T>() {
+    if constexpr (Block<T>::kPacked) launch_fused<T, kSwiGlu>(w, units, in, out, raw(stream));
+  });
+}
+
+}  // namespace
+
+bool gemv_fused_reads(const DeviceWeight& w) {
+  bool packed = false;
+  if (!is_supported_weight_type(w.type)) return false;
+  dispatch_weight_type(w.type, [&]<GgmlType T>() { packed = Block<T>::kPacked; });
+  return packed && w.rows % kUnits == 0 && w.cols % kQ8Group == 0;
+}
+
+void gemv_residual_norm(const DeviceWeight& w, const QuantizedRows& in, float* x, const float* norm,
+                        const QuantizedRowsBuffer* next, Stream& stream) {
+  if (norm && (!next || !next->sumsq)) cuda_fail("gemv_residual_norm: the next input needs normed_rows_in's room");
+  FusedOut out;
+  out.x = x;
+  out.norm = norm;
+  if (next) out.codes = *next;
+  gemv_fused<false>("gemv_residual_norm", w, w.rows, in, out, stream);
+}
+
+void gemv_swiglu(const DeviceWeight& w, const QuantizedRows& in, const QuantizedRowsBuffer& out_codes, Stream& stream) {
+  FusedOut out;
+  out.codes = out_codes;
+  gemv_fused<true>("gemv_swiglu", w, w.rows / 2, in, out, stream);
+}
+
+}  // namespace splash::kernels::cuda
