@@ -263,6 +263,38 @@ phase_ncu() {
   grep -E "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued|Issue Slots Busy|L2 Hit|Block Limit" "$OUT/ncu_small_gemm.txt" | head -80
 }
 
+# Each kernel of a batch-1 decode step alone (ncu serializes them and flushes the caches
+# between): its duration and the bytes it reads from DRAM, so its share of the bandwidth
+# says which kernels are latency-bound and which stream. Skips prefill and the first steps.
+phase_ncu_decode() {
+  local model=$KEEP/qwen3-8b-q4km.gguf
+  make_8b "$model" || { row ncu-decode "failed to make the model"; return; }
+  splash bench --device cuda -m "$model" --prompt-sizes 16 --decode-tokens 8 --repetitions 1 > /dev/null 2>&1  # tunes
+  LD_LIBRARY_PATH="$SPLASH_LIBS" timeout 300 ncu --csv --page raw --print-units base --launch-skip 1200 --launch-count 480 \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size,launch__registers_per_thread \
+    .gpu/bin/splash bench --device cuda -m "$model" --prompt-sizes 16 --decode-tokens 64 --repetitions 1 \
+    > "$OUT/ncu_decode.csv" 2> "$OUT/ncu_decode.err"
+  row ncu-decode "rc=$? ncu_decode.csv"
+  python3 - "$OUT/ncu_decode.csv" <<'PY' | tee "$OUT/ncu_decode.md"
+import csv, sys, collections
+lines = open(sys.argv[1]).read().splitlines()
+lines = lines[next(i for i, l in enumerate(lines) if l.startswith('"ID"')):]
+rows = []
+for r in csv.DictReader(lines):
+    r = {k: (v.replace(",", "") if k != "Kernel Name" else v) for k, v in r.items()}
+    if r.get("Kernel Name") and r.get("gpu__time_duration.sum", "").replace(".", "").isdigit():
+        rows.append(r)
+by = collections.defaultdict(list)
+for r in rows:
+    by[(r["Kernel Name"][:90], r["launch__grid_size"], r["launch__block_size"], r["launch__registers_per_thread"])].append(r)
+print("| kernel | grid | block | regs | calls | us | MB read | GB/s |\n|---|---|---|---|---|---|---|---|")
+for key, rs in sorted(by.items(), key=lambda kv: -sum(float(r["gpu__time_duration.sum"]) for r in kv[1])):
+    t = sum(float(r["gpu__time_duration.sum"]) for r in rs) / len(rs) / 1e3   # ns -> us
+    b = sum(float(r["dram__bytes_read.sum"]) for r in rs) / len(rs)
+    print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {len(rs)} | {t:.2f} | {b/1e6:.2f} | {b/t/1e3:.0f} |")
+PY
+}
+
 make_8b() {  # make_8b PATH: the Qwen3-8B-shape random GGUF, unless this warm machine has it
   local model=$1
   [ -f "$model" ] && return 0
@@ -425,6 +457,7 @@ case "${1:-tests}" in
   kernels) phase_kernels "${2:-*}" ;;
   sanitize) phase_fixtures > /dev/null; phase_sanitize "${2:-*}" ;;
   ncu) phase_ncu ;;
+  ncu-decode) phase_ncu_decode ;;
   confirm) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_bench ;;
   gtests) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_serve ;;
   # The first call of a side by side: the peer builds in the background while the GPU tests
