@@ -9,6 +9,8 @@
 #   tools/gpu_session.sh quick     the same less serving and with a short memcheck (a lease
 #                                  nearly spent)
 #   tools/gpu_session.sh profile   where a decode step's time goes, step by step (8B shape)
+#   tools/gpu_session.sh ncu-decode  each kernel of a decode step alone under ncu: us, MB, GB/s
+#   SWEEP="default VAR=V ..." tools/gpu_session.sh env-sweep  decode under each environment
 #   tools/gpu_session.sh gtests    GPU unit tests and serving through HTTP
 #   tools/gpu_session.sh peer-build-tests S   the same beside a peer build of at most S seconds
 #   tools/gpu_session.sh work      GPU tests, kernel timings, the 8B benchmark and the profile
@@ -295,6 +297,20 @@ for key, rs in sorted(by.items(), key=lambda kv: -sum(float(r["gpu__time_duratio
 PY
 }
 
+# Decode at one sequence under each environment SWEEP names (space-separated; one entry is
+# VAR=V or VAR=V+VAR2=V2, `default` nothing set): for launch-shape and switch experiments,
+# e.g. SWEEP="default SPLASH_CUDA_FUSED=0" tools/gpu_session.sh env-sweep.
+phase_env_sweep() {
+  local model=$KEEP/qwen3-8b-q4km.gguf entry
+  make_8b "$model" || { row env-sweep "failed to make the model"; return; }
+  splash bench --device cuda -m "$model" --prompt-sizes 16 --decode-tokens 8 --repetitions 1 > /dev/null 2>&1  # tunes
+  for entry in ${SWEEP:-default}; do
+    env $([ "$entry" != default ] && echo "${entry//+/ }") LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/bin/splash bench \
+      --device cuda -m "$model" --prompt-sizes 512 --decode-tokens 256 --repetitions 3 > "$OUT/sweep_${entry//[=+]/_}.txt" 2>&1
+    row "decode under $entry" "$(grep -E '^decode' "$OUT/sweep_${entry//[=+]/_}.txt" | tr '\n' ';')"
+  done
+}
+
 make_8b() {  # make_8b PATH: the Qwen3-8B-shape random GGUF, unless this warm machine has it
   local model=$1
   [ -f "$model" ] && return 0
@@ -458,6 +474,7 @@ case "${1:-tests}" in
   sanitize) phase_fixtures > /dev/null; phase_sanitize "${2:-*}" ;;
   ncu) phase_ncu ;;
   ncu-decode) phase_ncu_decode ;;
+  env-sweep) phase_env_sweep ;;
   confirm) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_bench ;;
   gtests) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_serve ;;
   # The first call of a side by side: the peer builds in the background while the GPU tests

@@ -85,8 +85,12 @@ __global__ void __launch_bounds__(W * 32) gemv_fused_kernel(Rows<T> w, int units
   }
 }
 
-// The weight's plain GEMV shape at one row (gemv_shape), as a fused launch: rows a warp 1
-// or 2 (SwiGLU always 2: a gate and its up row), parts in flight 2 or 4 (8 taken as 4).
+// The weight's plain GEMV shape at one row (gemv_shape), as a fused launch. Residual: rows
+// a warp 1 or 2, parts in flight 2 or 4 (8 taken as 4), as the plain GEMV. SwiGLU: 8 warps
+// of 4 rows (two gate rows and their up rows) with half the plain shape's parts in flight:
+// the same bytes in flight a warp as 16 warps of 2 rows, in blocks half the size, which
+// fill the SMs' waves more evenly (gate/up 2x12288x4096 Q4_K: 768 blocks of 256 threads
+// against 1.45 waves of 512-thread blocks; batch-1 decode +2.4%, docs/PERF.md 2026-12-04).
 template <GgmlType T, bool kSwiGlu>
 void launch_fused(const DeviceWeight& w, int units, const QuantizedRows& in, const FusedOut& out, cudaStream_t s) {
   const GemvVariant shape = gemv_shape(w, 1);
@@ -95,8 +99,8 @@ void launch_fused(const DeviceWeight& w, int units, const QuantizedRows& in, con
   };
   const bool two_parts = shape.parts <= 2;
   if constexpr (kSwiGlu) {
-    if (two_parts) return go(gemv_fused_kernel<T, 16, 2, 2, true>, 16);
-    return go(gemv_fused_kernel<T, 16, 2, 4, true>, 16);
+    if (two_parts) return go(gemv_fused_kernel<T, 8, 4, 1, true>, 8);
+    return go(gemv_fused_kernel<T, 8, 4, 2, true>, 8);
   } else {
     if (shape.rows == 1) return go(gemv_fused_kernel<T, 16, 1, 4, false>, 16);
     if (two_parts) return go(gemv_fused_kernel<T, 8, 2, 2, false>, 8);
