@@ -11,6 +11,7 @@
 #   tools/gpu_session.sh profile   where a decode step's time goes, step by step (8B shape)
 #   tools/gpu_session.sh ncu-decode  each kernel of a decode step alone under ncu: us, MB, GB/s
 #   SWEEP="default VAR=V ..." tools/gpu_session.sh env-sweep  decode under each environment
+#   tools/gpu_session.sh ab        decode, the previous build (.gpu/old/splash.xz) against this one
 #   tools/gpu_session.sh gtests    GPU unit tests and serving through HTTP
 #   tools/gpu_session.sh peer-build-tests S   the same beside a peer build of at most S seconds
 #   tools/gpu_session.sh work      GPU tests, kernel timings, the 8B benchmark and the profile
@@ -311,6 +312,24 @@ phase_env_sweep() {
   done
 }
 
+# A change against the build before it, in one lease: .gpu/old/splash.xz (a stripped splash
+# of the previous commit, xz-compressed, carried beside .gpu/bin.tar.xz) and this tree's,
+# alternating three times: decode at one sequence after 512 tokens and at depth 8K.
+phase_ab() {
+  [ -f .gpu/old/splash.xz ] || { row ab "skipped: no .gpu/old/splash.xz carried"; return; }
+  local model=$KEEP/qwen3-8b-q4km.gguf i b
+  make_8b "$model" || { row ab "failed to make the model"; return; }
+  xz -dkf .gpu/old/splash.xz && chmod +x .gpu/old/splash
+  splash bench --device cuda -m "$model" --prompt-sizes 16 --decode-tokens 8 --repetitions 1 > /dev/null 2>&1  # tunes
+  for i in 1 2 3; do
+    for b in old bin; do
+      LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/$b/splash bench --device cuda -m "$model" --prompt-sizes 512 \
+        --decode-tokens 256 --repetitions 3 --decode-depths 8192 > "$OUT/ab_${b}_$i.txt" 2>&1
+      row "ab $b $i" "$(grep -E '^decode' "$OUT/ab_${b}_$i.txt" | tr -s ' ' | tr '\n' ';')"
+    done
+  done
+}
+
 make_8b() {  # make_8b PATH: the Qwen3-8B-shape random GGUF, unless this warm machine has it
   local model=$1
   [ -f "$model" ] && return 0
@@ -475,6 +494,7 @@ case "${1:-tests}" in
   ncu) phase_ncu ;;
   ncu-decode) phase_ncu_decode ;;
   env-sweep) phase_env_sweep ;;
+  ab) phase_ab ;;
   confirm) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_bench ;;
   gtests) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_serve ;;
   # The first call of a side by side: the peer builds in the background while the GPU tests

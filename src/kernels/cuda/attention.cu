@@ -119,13 +119,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   const int heads = min(G, kv_head * group + group - first_head);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = lane / kLanesPerRow, first_dim = (lane % kLanesPerRow) * D;
-  wait_for_inputs();
-  allow_next_launch();
+  // The batch's layout is the pass's input, not the kernel before's output: read before the wait.
   const int t = batch.decode_tokens[index];
   const int length = batch.positions[t] + 1;
   const int chunk = split_positions(length, splits);
   const int start = split * chunk, end = min(start + chunk, length);
   const int32_t* table = batch.block_tables + batch.table_offsets[t];
+  wait_for_inputs();
+  allow_next_launch();
 
   float q[G][D], acc[G][D], m[G], l[G];
 #pragma unroll
@@ -638,13 +639,14 @@ __global__ void __launch_bounds__(kMmaDecodeWarps * 32)
   const int group = n_heads / pool.n_kv_heads;
   const int index = blockIdx.x, kv_head = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  wait_for_inputs();
-  allow_next_launch();
+  // The batch's layout is the pass's input, not the kernel before's output: read before the wait.
   const int t = batch.decode_tokens[index];
   const int length = batch.positions[t] + 1;
   const int chunk = split_positions(length, splits);  // whole KV blocks
   const int start = split * chunk, end = min(start + chunk, length);
   const int32_t* table = batch.block_tables + batch.table_offsets[t];
+  wait_for_inputs();
+  allow_next_launch();
 
   // The group's queries (scaled by 1/sqrt(d) and log2(e)) as A fragments: row g holds head g.
   uint32_t qa[kSteps][4];

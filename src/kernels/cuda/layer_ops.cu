@@ -136,18 +136,35 @@ __global__ void __launch_bounds__(kQkvWarps * 32)
   const int total_heads = a.n_heads + 2 * a.n_kv_heads;
   if (head >= total_heads) return;
   const int t = blockIdx.x;
+  const int first = lane * kPerLane;
+  const int kind = head < a.n_heads ? 0 : head < a.n_heads + a.n_kv_heads ? 1 : 2;  // q, k, v
+  // The rotation's cosines and sines, before the wait: positions come from the pass's
+  // inputs, not from the kernel before, and the double-precision sincos would otherwise
+  // sit between the QKV matmul's end and the attention. The angle of frequency i at
+  // position p is p * base^(-2i / head_dim), in double as the CPU path computes its table;
+  // lane value j turns by frequency (first + j) % (HD / 2) (NEOX pairs i, i + HD/2) or
+  // (first + j) / 2 (adjacent pairs, the even j of each).
+  const int pos = batch.positions[t];
+  float cosines[kPerLane], sines[kPerLane];
+  if (kind < 2) {
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      if (!a.neox_rope && j % 2 == 1) continue;  // an adjacent pair's second value: its first's
+      const int i = a.neox_rope ? (first + j) % (HD / 2) : (first + j) / 2;
+      double s, c;
+      sincos(static_cast<double>(pos) * pow(static_cast<double>(a.rope_base), -2.0 * i / HD), &s, &c);
+      cosines[j] = static_cast<float>(c), sines[j] = static_cast<float>(s);
+    }
+  }
   wait_for_inputs();
   allow_next_launch();
   float* row = a.qkv + static_cast<size_t>(t) * a.ld + static_cast<size_t>(head) * HD;
-  const int first = lane * kPerLane;
   float v[kPerLane];
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) v[j] = row[first + j];
   if (a.bias)
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) v[j] += a.bias[static_cast<size_t>(head) * HD + first + j];
-  const int kind = head < a.n_heads ? 0 : head < a.n_heads + a.n_kv_heads ? 1 : 2;  // q, k, v
-  const int pos = batch.positions[t];
   if (kind < 2) {
     const float* norm = kind == 0 ? a.q_norm : a.k_norm;
     if (norm) {
@@ -158,28 +175,18 @@ __global__ void __launch_bounds__(kQkvWarps * 32)
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) v[j] = v[j] * scale * norm[first + j];
     }
-    // The angle of frequency i at position p is p * base^(-2i / head_dim), in double as the
-    // CPU path computes its table.
-    auto angle = [&](int i) { return static_cast<double>(pos) * pow(static_cast<double>(a.rope_base), -2.0 * i / HD); };
     if (a.neox_rope) {  // pairs (i, i + HD/2): the partner's values sit 16 lanes away
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) {
         const float partner = __shfl_xor_sync(0xFFFFFFFFu, v[j], 16);
-        const int i = (first + j) % (HD / 2);
-        double s, c;
-        sincos(angle(i), &s, &c);
-        const float cf = static_cast<float>(c), sf = static_cast<float>(s);
-        v[j] = lane < 16 ? v[j] * cf - partner * sf : partner * sf + v[j] * cf;
+        v[j] = lane < 16 ? v[j] * cosines[j] - partner * sines[j] : partner * sines[j] + v[j] * cosines[j];
       }
     } else {  // adjacent pairs (2i, 2i + 1), inside one lane
 #pragma unroll
       for (int j = 0; j < kPerLane; j += 2) {
-        double s, c;
-        sincos(angle((first + j) / 2), &s, &c);
-        const float cf = static_cast<float>(c), sf = static_cast<float>(s);
         const float x0 = v[j], x1 = v[j + 1];
-        v[j] = x0 * cf - x1 * sf;
-        v[j + 1] = x0 * sf + x1 * cf;
+        v[j] = x0 * cosines[j] - x1 * sines[j];
+        v[j + 1] = x0 * sines[j] + x1 * cosines[j];
       }
     }
   }
