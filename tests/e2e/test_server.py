@@ -1033,6 +1033,30 @@ def test_chunked_body_over_limit_is_refused(server):
     assert_serving(server)
 
 
+@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH"])
+def test_body_without_a_length_is_411_at_once(server, method):
+    """A body with neither Content-Length nor chunked framing would be read until the client
+    closes: it is refused with 411 before any of it is read, and the connection is closed
+    (the bytes after the head are not taken as a next request)."""
+    head = (f"{method} /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            "Content-Type: application/json\r\n\r\n").encode()
+    smuggled = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    start = time.monotonic()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(head + b'{"messages": []}' + smuggled)
+        received = b""
+        while True:
+            part = sock.recv(65536)
+            if not part:
+                break
+            received += part
+    assert time.monotonic() - start < 3, "the server waited for the body's end"
+    assert received.startswith(b"HTTP/1.1 411"), received[:200]
+    assert b"Content-Length" in received.split(b"\r\n\r\n", 1)[1], "the error names what is missing"
+    assert received.count(b"HTTP/1.1 ") == 1, "the bytes after the refused head were answered"
+    assert_serving(server)
+
+
 def test_body_just_under_the_limit_is_not_413(server):
     """A large prompt within the body limit is tokenized and refused as too long for the
     context (400), in bounded time."""
