@@ -591,6 +591,22 @@ class LlamaCudaModel final : public Model {
     return post;
   }
 
+  // Layer l's attention block, both layer kinds alike: the QKV matmul (from `normed`, or its
+  // int8 copy `in`), qkv_post, attention into attn_. Returns whether the attention also
+  // wrote attn_'s int8 copy into attn_q8 (a decode pass whose splits it merged).
+  bool launch_attention_block(int l, const cu::BatchLayout& layout, int n, const float* normed,
+                              const cu::QuantizedRows* in, const std::optional<cu::QuantizedRowsBuffer>& attn_q8) {
+    const auto& s = h_.shapes;
+    matmul_group(layers_[l].qkv, normed, s.d_model, n, qkv_.as<float>(), qkv_width(), in);
+    mark("qkv matmul");
+    cu::qkv_post(qkv_post_args(l), layout, pool_, stream_);
+    mark("qkv_post (rope, kv)");
+    const bool quantized = cu::attention(qkv_.as<float>(), qkv_width(), attn_.as<float>(), s.n_heads, layout, pool_, l,
+                                         attention_scratch_, stream_, attn_q8 ? &*attn_q8 : nullptr);
+    mark("attention");
+    return quantized;
+  }
+
   // The layers of a one-token pass (decode at batch 1) in six or seven launches each instead
   // of nine or ten: each RMSNorm is left pending by the GEMV that adds to the residual
   // stream (gemv_residual_norm: x += w . in, then the int8 copy of x * the next norm's weight)
@@ -598,7 +614,7 @@ class LlamaCudaModel final : public Model {
   void launch_fused_layers(const cu::BatchLayout& layout) {
     const int n = 1;
     const auto& s = h_.shapes;
-    float *x = x_.as<float>(), *qkv = qkv_.as<float>(), *attn = attn_.as<float>();
+    float *x = x_.as<float>(), *attn = attn_.as<float>();
     const auto attn_q8 = quantized_rows(n, q_width());
     // Layer 0's input is normed here; every later one's by the down projection before it.
     cu::rms_norm(x, layers_[0].attn_norm, normed_.as<float>(), n, s.d_model, h_.rms_eps, stream_, &fused_normed_);
@@ -607,13 +623,7 @@ class LlamaCudaModel final : public Model {
     const cu::QuantizedRows ffn_in_rows = fused_normed_.pending_norm(n, s.d_model, h_.rms_eps);
     for (int l = 0; l < s.n_layers; ++l) {
       const auto& layer = layers_[l];
-      matmul_group(layer.qkv, nullptr, s.d_model, n, qkv, qkv_width(), &attn_in_rows);
-      mark("qkv matmul");
-      cu::qkv_post(qkv_post_args(l), layout, pool_, stream_);
-      mark("qkv_post (rope, kv)");
-      const bool attn_quantized = cu::attention(qkv, qkv_width(), attn, s.n_heads, layout, pool_, l, attention_scratch_,
-                                                stream_, attn_q8 ? &*attn_q8 : nullptr);
-      mark("attention");
+      const bool attn_quantized = launch_attention_block(l, layout, n, nullptr, &attn_in_rows, attn_q8);
       const cu::QuantizedRows attn_rows =
           attn_quantized ? attn_q8->view(n, q_width())
                          : cu::quantize_rows(attn, q_width(), n, q_width(), matmul_scratch_.activations_q8, stream_);
@@ -669,7 +679,7 @@ class LlamaCudaModel final : public Model {
   void launch_layers(const cu::BatchLayout& layout, int n) {
     const auto& s = h_.shapes;
     float* x = x_.as<float>();
-    float *normed = normed_.as<float>(), *qkv = qkv_.as<float>(), *attn = attn_.as<float>();
+    float *normed = normed_.as<float>(), *attn = attn_.as<float>();
     const auto normed_q8 = quantized_rows(n, s.d_model), hidden_q8 = quantized_rows(n, s.ffn);
     const auto attn_q8 = quantized_rows(n, q_width());  // written by the attention's split merge
     const auto view = [n](const std::optional<cu::QuantizedRowsBuffer>& q, int cols) {
@@ -684,13 +694,7 @@ class LlamaCudaModel final : public Model {
       const auto& layer = layers_[l];
       cu::rms_norm(x, layer.attn_norm, normed, n, s.d_model, h_.rms_eps, stream_, normed_out);
       mark("attn_norm");
-      matmul_group(layer.qkv, normed, s.d_model, n, qkv, qkv_width(), normed_in);
-      mark("qkv matmul");
-      cu::qkv_post(qkv_post_args(l), layout, pool_, stream_);
-      mark("qkv_post (rope, kv)");
-      const bool attn_quantized = cu::attention(qkv, qkv_width(), attn, s.n_heads, layout, pool_, l, attention_scratch_,
-                                                stream_, attn_q8 ? &*attn_q8 : nullptr);
-      mark("attention");
+      const bool attn_quantized = launch_attention_block(l, layout, n, normed, normed_in, attn_q8);
       const auto attn_in = attn_quantized ? std::optional<cu::QuantizedRows>(attn_q8->view(n, q_width())) : std::nullopt;
       cu::matmul(layer.attn_output, attn, q_width(), n, x, s.d_model, true, matmul_scratch_, stream_,
                  attn_in ? &*attn_in : nullptr);
