@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <signal.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -23,6 +25,9 @@ struct ServeFlags {
   bool no_webui = false;
   engine::DraftMode draft = engine::DraftMode::Auto;
 };
+
+// How long shutdown waits, once every reply has ended, for connections still open.
+constexpr std::chrono::seconds kShutdownGrace{2};
 
 // SIGINT/SIGTERM are blocked in every thread and taken by one thread with sigwait, so a
 // signal never interrupts a kernel or a socket write half-way; the first one starts a
@@ -62,6 +67,7 @@ void serve(ServeFlags flags) {
 
   std::atomic<server::HttpServer*> running{nullptr};
   std::atomic<engine::EngineService*> running_engine{nullptr};
+  static std::atomic<bool> stopped{false};  // static: read by the signal thread after serve() returns
   signals.start([&running, &running_engine] {
     if (auto* http = running.load()) {
       std::fprintf(stderr, "splash: stopping\n");
@@ -69,6 +75,18 @@ void serve(ServeFlags flags) {
       // closes with a final event, queued requests get a 503; then the listener stops.
       running_engine.load()->shut_down();
       http->drain_and_stop(std::chrono::seconds(3));
+      // The listener waits for every connection's thread, and one whose client sends its
+      // headers a byte at a time holds it for as long as the client likes. Every reply has
+      // ended by now, so after a grace period the process ends without them.
+      const auto deadline = std::chrono::steady_clock::now() + kShutdownGrace;
+      while (!stopped.load() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (!stopped.load()) {
+        std::fprintf(stderr, "splash: connections still open %lld s after the replies ended (clients still sending); exiting\n",
+                     static_cast<long long>(kShutdownGrace.count()));
+        std::fflush(stderr);
+        std::_Exit(0);
+      }
     } else {
       std::_Exit(130);  // still loading: nothing to finish
     }
@@ -129,6 +147,7 @@ void serve(ServeFlags flags) {
   fmt::print("Ready http://{}:{}\n", host, http.bound_port());
   std::fflush(stdout);
   http.run();
+  stopped.store(true);
   running.store(nullptr);
   engine.shut_down();
   fmt::print(stderr, "splash: stopped\n");

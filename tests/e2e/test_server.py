@@ -1477,6 +1477,37 @@ def test_sigterm_during_stream(splash_server, no_eos_bias):
     stream.close()
 
 
+def test_sigterm_with_a_client_dribbling_its_headers(splash_server):
+    """A client sending its request head a byte a second (each byte within the read timeout)
+    holds its connection open for as long as it likes: SIGTERM still ends the server within a
+    few seconds, exit code 0, while another client's stream ends with its shutdown event."""
+    server = splash_server()
+    stop = threading.Event()
+
+    def dribble():
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            for byte in b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 200:
+                if stop.is_set():
+                    return
+                try:
+                    sock.sendall(bytes([byte]))
+                except OSError:
+                    return
+                time.sleep(1.0)
+
+    dribbler = threading.Thread(target=dribble, daemon=True)
+    dribbler.start()
+    time.sleep(2.5)  # the dribbling connection is in its head by now
+    server.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    try:
+        rc = server.wait(15)
+    finally:
+        stop.set()
+    assert rc == 0, server.output()
+    assert time.monotonic() - signalled < 8, f"exit took {time.monotonic() - signalled:.1f} s"
+
+
 def test_sigterm_during_a_long_prefill(splash_server):
     """A prompt still being read (here ~6K tokens, seconds of prefill on 2 cores) does not hold
     the shutdown: its stream ends with an error event saying so and [DONE], and the server exits."""
