@@ -117,6 +117,10 @@ struct Generation::State {
   std::optional<int32_t> step(LogitsRow& logits) {
     if (done) return std::nullopt;
     const int32_t token = next_token(logits);
+    if (shaper.overflowed())
+      fail("the response format or tool schema is too ambiguous to follow after {} tokens of the reply: it needs "
+           "more than {} parse states at once; simplify it (fewer alternatives, optional parts or repetitions)",
+           result.tokens.size(), grammar::Matcher::kMaxStacks);
     if (token < 0) {  // the constraints allow nothing more (e.g. a complete structured reply)
       result.finish = FinishReason::Stop;
       return finish(), std::nullopt;

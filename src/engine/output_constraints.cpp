@@ -89,6 +89,33 @@ std::shared_ptr<const grammar::Grammar> build_text(const OutputFormat& format) {
   return nullptr;
 }
 
+// A grammar the matcher cannot follow within Matcher::kMaxStacks parse states near where a
+// reply starts (`(a?){5000}b`, or an anyOf of many objects whose properties all open after
+// `{"`) is refused here, as the caller's 400, instead of being followed only in part (the
+// matcher refuses the bytes that would pass the bound: fail safe, but no longer the schema
+// the caller asked for). The probe walks one path into the grammar, kProbeBytes deep: the
+// bytes it forces, every byte it allows next tried, then the lowest one that is not
+// whitespace taken (into the structure rather than around it). Deeper overflows are caught
+// while decoding (the generation fails, saying so).
+constexpr int kProbeBytes = 64;
+
+void check_within_bounds(const std::shared_ptr<const grammar::Grammar>& g, std::string_view what) {
+  if (!g) return;
+  grammar::Matcher matcher(g);
+  for (int depth = 0; depth < kProbeBytes && !matcher.overflowed(); ++depth) {
+    matcher.accept(matcher.forced_bytes());
+    int next = -1;
+    for (int byte = 0; byte < 256; ++byte)
+      if (matcher.can_accept(std::string(1, static_cast<char>(byte))) && next < 0 && !std::isspace(byte)) next = byte;
+    if (next < 0) break;
+    matcher.accept(std::string(1, static_cast<char>(next)));
+  }
+  if (matcher.overflowed())
+    fail("the {} is too ambiguous to follow: where the reply starts it needs more than {} parse states at once; "
+         "simplify it (fewer alternatives, optional parts or repetitions)",
+         what, grammar::Matcher::kMaxStacks);
+}
+
 std::shared_ptr<const OutputConstraints> compile_uncached(const ChatRequest& request) {
   auto out = std::make_shared<OutputConstraints>();
   out->tool_choice = request.tool_choice;
@@ -102,6 +129,19 @@ std::shared_ptr<const OutputConstraints> compile_uncached(const ChatRequest& req
   }
   out->text = build_text(request.output_format);
   if (out->call_body && request.tool_choice == ToolChoice::Auto && !out->text) out->bare_call = build_bare_call(request);
+  check_within_bounds(out->text, "response format");
+  if (out->call_body) {
+    // Each function's arguments where they start too: in the calls' grammars the name and
+    // the layout around them come first, and the probe stops at the first choice.
+    for (const chat::ToolSpec& tool : request.tools) {
+      if (tool.kind != chat::ToolSpec::Kind::Function) continue;
+      GrammarBuilder b;
+      b.single_line_json();
+      check_within_bounds(b.build(function_arguments(b, tool)), fmt::format("parameter schema of tool '{}'", tool.name));
+    }
+    for (const auto* call : {&out->call_body, &out->first_call, &out->next_call, &out->bare_call})
+      check_within_bounds(*call, "tool call grammar");
+  }
   return out;
 }
 
@@ -320,6 +360,10 @@ void ReplyShaper::push_call_bytes(std::string_view bytes, std::vector<ToolCallUp
 
 void ReplyShaper::finish(std::vector<ToolCallUpdate>& updates) {
   if (calls_started_) stream_.finish(bare_ && call_ && call_->is_complete(), updates);
+}
+
+bool ReplyShaper::overflowed() const {
+  return (text_ && text_->overflowed()) || (call_ && call_->overflowed());
 }
 
 bool ReplyShaper::finished() const {

@@ -99,6 +99,9 @@ class ReplyShaper {
   // The text that opens a call; the caller's text stream must stop before showing it.
   std::string_view tool_call_marker() const;
   bool calls_enabled() const;
+  // A step of the reply's grammar was refused for passing the matcher's bound on parse
+  // states: the constraint can no longer be followed exactly.
+  bool overflowed() const;
   // The reply is complete and nothing may follow (a structured text or the last allowed call).
   bool finished() const;
 

@@ -761,6 +761,30 @@ def test_a_schema_nothing_satisfies_is_400_in_every_protocol(oai, claude, server
     assert requests.get(f"{server}/health", timeout=10).status_code == 200
 
 
+def test_a_schema_too_ambiguous_to_follow_is_400_in_every_protocol(oai, claude, server, served_id):
+    """A schema the engine cannot follow within its bound of parse states (here a pattern of
+    5,000 optional parts) is refused with what to simplify, not answered with a reply that
+    only follows part of it."""
+    ambiguous = {"type": "string", "pattern": "^(a?){5000}b$"}
+    with pytest.raises(openai.BadRequestError) as info:
+        oai.chat.completions.create(model=served_id, messages=[{"role": "user", "content": "x"}], max_tokens=4,
+                                    response_format={"type": "json_schema",
+                                                     "json_schema": {"name": "s", "schema": ambiguous}})
+    assert "too ambiguous" in str(info.value), info.value
+    tool_schema = {"type": "object", "properties": {"word": ambiguous}, "required": ["word"]}
+    with pytest.raises(anthropic.BadRequestError) as info:
+        claude.messages.create(model=served_id, max_tokens=16, messages=[{"role": "user", "content": "x"}],
+                               tools=[{"name": "say", "input_schema": tool_schema}],
+                               tool_choice={"type": "tool", "name": "say"})
+    assert "too ambiguous" in str(info.value), info.value
+    r = requests.post(f"{server}/v1/responses", timeout=TIMEOUT, json={
+        "model": served_id, "input": "x", "max_output_tokens": 8,
+        "text": {"format": {"type": "json_schema", "name": "s", "schema": ambiguous}}})
+    assert r.status_code == 400, r.text
+    assert "too ambiguous" in r.json()["error"]["message"], r.text
+    assert requests.get(f"{server}/health", timeout=10).status_code == 200
+
+
 def test_chat_unknown_tool_choice_is_400(oai, served_id):
     with pytest.raises(openai.BadRequestError) as info:
         oai.chat.completions.create(model=served_id, messages=[{"role": "user", "content": "x"}], max_tokens=4,

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/error.h"
+#include "engine/output_constraints.h"
 #include "grammar/grammar.h"
 
 namespace splash::engine {
@@ -88,6 +90,52 @@ TEST(ConstraintCache, CountsACompiledSchemasGrammar) {
   const auto compiled = compile_output_constraints(request);
   ASSERT_NE(compiled, nullptr);
   EXPECT_GT(compiled->memory_bytes(), request.output_format.schema.dump().size());
+}
+
+// Schemas the matcher cannot follow within its bound of parse states where the reply starts
+// are refused when compiled (the caller's 400), naming what to simplify; large schemas that
+// stay within it still compile.
+std::string compile_error(const nlohmann::json& schema) {
+  ChatRequest request;
+  request.output_format.kind = OutputFormat::Kind::JsonSchema;
+  request.output_format.schema = schema;
+  try {
+    compile_output_constraints(request);
+  } catch (const splash::Error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+TEST(OutputConstraintBounds, APatternOfManyOptionalPartsIsRefused) {
+  const std::string error = compile_error({{"type", "string"}, {"pattern", "^(a?){5000}b$"}});
+  EXPECT_NE(error.find("too ambiguous"), std::string::npos) << error;
+  EXPECT_NE(error.find("response format"), std::string::npos) << error;
+}
+
+TEST(OutputConstraintBounds, AnAnyOfOfManyWideObjectsIsRefused) {
+  nlohmann::json any_of = nlohmann::json::array();
+  for (int o = 0; o < 100; ++o) {
+    nlohmann::json properties = nlohmann::json::object();
+    for (int p = 0; p < 50; ++p) {
+      std::string name = "o";
+      name.append(std::to_string(o)).append("p").append(std::to_string(p));
+      properties[name] = {{"type", "integer"}};
+    }
+    any_of.push_back({{"type", "object"}, {"properties", properties}});
+  }
+  const std::string error = compile_error({{"anyOf", any_of}});
+  EXPECT_NE(error.find("too ambiguous"), std::string::npos) << error;
+}
+
+TEST(OutputConstraintBounds, LargeSchemasWithinTheBoundCompile) {
+  nlohmann::json values = nlohmann::json::array();
+  for (int i = 0; i < 5000; ++i) values.push_back("option number " + std::to_string(i));
+  EXPECT_EQ(compile_error({{"enum", values}}), "");
+  EXPECT_EQ(compile_error({{"type", "string"}, {"pattern", "^(ab|cd){1,50}$"}}), "");
+  nlohmann::json properties = nlohmann::json::object();
+  for (int p = 0; p < 200; ++p) properties[std::string("p").append(std::to_string(p))] = {{"type", "integer"}};
+  EXPECT_EQ(compile_error({{"type", "object"}, {"properties", properties}}), "");
 }
 
 }  // namespace
