@@ -740,25 +740,35 @@ def test_chat_unsupported_schema_keyword_is_400(oai, served_id, keyword, schema)
     assert f"'{keyword}'" in str(info.value), info.value
 
 
+def assert_schema_refused_in_every_protocol(oai, claude, server, served_id, *, text_schema, tool_schema, says):
+    """text_schema as Chat Completions' response_format, tool_schema as a forced Anthropic
+    tool's input and as the Responses API's text format: each a 400 whose message contains
+    `says` (in Chat Completions: says[0], elsewhere says[1]), and the server keeps serving."""
+    with pytest.raises(openai.BadRequestError) as info:
+        oai.chat.completions.create(model=served_id, messages=[{"role": "user", "content": "x"}], max_tokens=4,
+                                    response_format={"type": "json_schema",
+                                                     "json_schema": {"name": "s", "schema": text_schema}})
+    assert says[0] in str(info.value), info.value
+    with pytest.raises(anthropic.BadRequestError) as info:
+        claude.messages.create(model=served_id, max_tokens=16, messages=[{"role": "user", "content": "x"}],
+                               tools=[{"name": "get_weather", "input_schema": tool_schema}],
+                               tool_choice={"type": "tool", "name": "get_weather"})
+    assert says[1] in str(info.value), info.value
+    r = requests.post(f"{server}/v1/responses", timeout=TIMEOUT, json={
+        "model": served_id, "input": "x", "max_output_tokens": 8,
+        "text": {"format": {"type": "json_schema", "name": "s", "schema": tool_schema}}})
+    assert r.status_code == 400, r.text
+    assert says[1] in r.json()["error"]["message"], r.text
+    assert requests.get(f"{server}/health", timeout=10).status_code == 200
+
+
 def test_a_schema_nothing_satisfies_is_400_in_every_protocol(oai, claude, server, served_id):
     """A `false` schema where a value must be: refused, naming the place, not answered with
     an empty reply that pretends to be one."""
-    with pytest.raises(openai.BadRequestError) as info:
-        oai.chat.completions.create(model=served_id, messages=[{"role": "user", "content": "x"}], max_tokens=4,
-                                    response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": False}})
-    assert "no output can satisfy" in str(info.value), info.value
-    impossible = {"type": "object", "properties": {"city": False}, "required": ["city"]}
-    with pytest.raises(anthropic.BadRequestError) as info:
-        claude.messages.create(model=served_id, max_tokens=16, messages=[{"role": "user", "content": "x"}],
-                               tools=[{"name": "get_weather", "input_schema": impossible}],
-                               tool_choice={"type": "tool", "name": "get_weather"})
-    assert "/properties/city" in str(info.value), info.value
-    r = requests.post(f"{server}/v1/responses", timeout=TIMEOUT, json={
-        "model": served_id, "input": "x", "max_output_tokens": 8,
-        "text": {"format": {"type": "json_schema", "name": "s", "schema": impossible}}})
-    assert r.status_code == 400, r.text
-    assert "/properties/city" in r.json()["error"]["message"], r.text
-    assert requests.get(f"{server}/health", timeout=10).status_code == 200
+    assert_schema_refused_in_every_protocol(
+        oai, claude, server, served_id, text_schema=False,
+        tool_schema={"type": "object", "properties": {"city": False}, "required": ["city"]},
+        says=("no output can satisfy", "/properties/city"))
 
 
 def test_a_schema_too_ambiguous_to_follow_is_400_in_every_protocol(oai, claude, server, served_id):
@@ -766,23 +776,10 @@ def test_a_schema_too_ambiguous_to_follow_is_400_in_every_protocol(oai, claude, 
     5,000 optional parts) is refused with what to simplify, not answered with a reply that
     only follows part of it."""
     ambiguous = {"type": "string", "pattern": "^(a?){5000}b$"}
-    with pytest.raises(openai.BadRequestError) as info:
-        oai.chat.completions.create(model=served_id, messages=[{"role": "user", "content": "x"}], max_tokens=4,
-                                    response_format={"type": "json_schema",
-                                                     "json_schema": {"name": "s", "schema": ambiguous}})
-    assert "too ambiguous" in str(info.value), info.value
-    tool_schema = {"type": "object", "properties": {"word": ambiguous}, "required": ["word"]}
-    with pytest.raises(anthropic.BadRequestError) as info:
-        claude.messages.create(model=served_id, max_tokens=16, messages=[{"role": "user", "content": "x"}],
-                               tools=[{"name": "say", "input_schema": tool_schema}],
-                               tool_choice={"type": "tool", "name": "say"})
-    assert "too ambiguous" in str(info.value), info.value
-    r = requests.post(f"{server}/v1/responses", timeout=TIMEOUT, json={
-        "model": served_id, "input": "x", "max_output_tokens": 8,
-        "text": {"format": {"type": "json_schema", "name": "s", "schema": ambiguous}}})
-    assert r.status_code == 400, r.text
-    assert "too ambiguous" in r.json()["error"]["message"], r.text
-    assert requests.get(f"{server}/health", timeout=10).status_code == 200
+    assert_schema_refused_in_every_protocol(
+        oai, claude, server, served_id, text_schema=ambiguous,
+        tool_schema={"type": "object", "properties": {"word": ambiguous}, "required": ["word"]},
+        says=("too ambiguous", "too ambiguous"))
 
 
 def test_chat_unknown_tool_choice_is_400(oai, served_id):
