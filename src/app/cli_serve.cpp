@@ -23,6 +23,7 @@ struct ServeFlags {
   ModelFlags model;
   server::ServerOptions server;
   bool no_webui = false;
+  int64_t seed = -1;  // -1: none (CLI11 has no optional<uint64_t>)
   engine::DraftMode draft = engine::DraftMode::Auto;
 };
 
@@ -64,6 +65,7 @@ void serve(ServeFlags flags) {
   if (flags.server.api_key.empty())
     if (const char* key = std::getenv("SPLASH_API_KEY"); key && *key) flags.server.api_key = key;
   flags.server.webui = !flags.no_webui;
+  if (flags.seed >= 0) flags.server.default_seed = static_cast<uint64_t>(flags.seed);
 
   std::atomic<server::HttpServer*> running{nullptr};
   std::atomic<engine::EngineService*> running_engine{nullptr};
@@ -144,6 +146,8 @@ void serve(ServeFlags flags) {
   running.store(&http);
   const std::string host = flags.server.host.find(':') != std::string::npos ? "[" + flags.server.host + "]" : flags.server.host;
   if (!flags.server.api_key.empty()) fmt::print(stderr, "auth         API key required on /v1/* and other API routes\n");
+  if (flags.server.default_seed)
+    fmt::print(stderr, "sampling     seed {} for every request that names none\n", *flags.server.default_seed);
   fmt::print("Ready http://{}:{}\n", host, http.bound_port());
   std::fflush(stdout);
   http.run();
@@ -173,6 +177,10 @@ void add_serve_command(CLI::App& app) {
                       "Seconds a stream may stay silent (a long prompt being read) before a keep-alive is sent")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
+  command->add_option("--seed", flags->seed,
+                      "Sampling seed of every request that names none, so a request alone on the server always "
+                      "gets the same reply (default: a random seed each)")
+      ->check(CLI::NonNegativeNumber);
   command->callback([flags] { serve(*flags); });
 }
 

@@ -26,6 +26,11 @@ std::shared_ptr<void> count_in_flight(const std::shared_ptr<std::atomic<int>>& c
   return std::shared_ptr<void>(nullptr, [counter](void*) { counter->fetch_sub(1); });
 }
 
+// What the server's flags say for a request that leaves it to the server.
+void apply_server_defaults(const AgentRoutesContext& ctx, engine::ChatRequest& chat) {
+  if (!chat.sampling.seed) chat.sampling.seed = ctx.default_seed;
+}
+
 }  // namespace
 
 void register_agent_routes(httplib::Server& http, const RouteGuard& guard, AgentRoutesContext context) {
@@ -37,6 +42,7 @@ void register_agent_routes(httplib::Server& http, const RouteGuard& guard, Agent
     auto parsed = api::parse_chat_completion_request(req.body, served);
     if (auto* error = std::get_if<api::ApiError>(&parsed)) return write_openai_error(res, *error);
     auto request = std::get<api::ChatCompletionRequest>(std::move(parsed));
+    apply_server_defaults(*ctx, request.chat);
     auto renderer = std::make_shared<api::ChatCompletionRenderer>(ctx->model_id, request.include_usage, request.logprobs);
     serve_reply(res, ctx->engine, std::move(request.chat), request.stream, renderer, write_openai_error, in_flight,
                 ctx->keep_alive);
@@ -47,6 +53,7 @@ void register_agent_routes(httplib::Server& http, const RouteGuard& guard, Agent
     auto parsed = api::parse_messages_request(req.body);
     if (auto* error = std::get_if<api::ApiError>(&parsed)) return write_anthropic_error(res, *error);
     auto request = std::get<api::MessagesRequest>(std::move(parsed));
+    apply_server_defaults(*ctx, request.chat);
     auto renderer = std::make_shared<api::MessagesRenderer>(request.model);
     serve_reply(res, ctx->engine, std::move(request.chat), request.stream, renderer, write_anthropic_error, in_flight,
                 ctx->keep_alive);
@@ -71,6 +78,7 @@ void register_agent_routes(httplib::Server& http, const RouteGuard& guard, Agent
     auto parsed = api::parse_responses_request(req.body, *ctx->responses);
     if (auto* error = std::get_if<api::ApiError>(&parsed)) return write_openai_error(res, *error);
     auto request = std::get<api::ResponsesRequest>(std::move(parsed));
+    apply_server_defaults(*ctx, request.chat);
     auto renderer = std::make_shared<api::ResponsesRenderer>(request, ctx->responses);
     serve_reply(res, ctx->engine, std::move(request.chat), request.stream, renderer, write_openai_error, in_flight,
                 ctx->keep_alive);

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "api/response_store.h"
@@ -24,6 +25,7 @@ struct AgentRoutesContext {
   std::shared_ptr<api::ResponseStore> responses;
   std::shared_ptr<std::atomic<int>> in_flight;  // generations still writing (shutdown waits)
   std::chrono::seconds keep_alive{15};           // see ServerOptions::keep_alive_seconds
+  std::optional<uint64_t> default_seed;          // see ServerOptions::default_seed
 };
 
 void register_agent_routes(httplib::Server& http, const RouteGuard& guard, AgentRoutesContext context);

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct ServerOptions {
   size_t max_body_bytes = size_t{8} << 20;
   int keep_alive_seconds = 15;  // silence before a stream gets a keep-alive (clients time out idle streams)
   int http_threads = 256;  // connections served at once (streams and idle keep-alives hold one each)
+  // The sampling seed of every request that names none (unset: a fresh random seed each), so
+  // the same request, alone on the server, gets the same reply.
+  std::optional<uint64_t> default_seed;
 };
 
 // What /v1/models and /status say about the served model.

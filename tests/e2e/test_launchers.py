@@ -38,7 +38,7 @@ def clean_env(home: Path, **extra: str) -> dict:
 
 @pytest.fixture(scope="module")
 def server(splash_server_module):
-    return splash_server_module()
+    return splash_server_module("--seed", "1")  # seeded, so a failing turn can be replayed
 
 
 def test_no_server_is_one_line_and_a_failure(splash_binary, tmp_path):
@@ -117,14 +117,21 @@ def test_codex_runs_a_turn_through_the_launcher(splash_binary, server, tmp_path)
     home, cwd = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     cwd.mkdir()
+    # The reply held to a short JSON object: SmolLM2's free text may ramble past the ~590 tokens
+    # Codex's 7.6K-token prompt leaves in its 8K window, and Codex fails a turn whose reply was
+    # cut. The prompt holds the date and the working directory, so a seed alone cannot pin it.
+    schema = tmp_path / "reply schema.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"greeting": {"type": "string", "maxLength": 16}},
+                                  "required": ["greeting"], "additionalProperties": False}))
     out = launch(splash_binary, "codex", "--server", server, "--agent-bin", codex_cli(), "exec",
-                 "--skip-git-repo-check", "--json", "Say hi in one word.", env=clean_env(home), cwd=cwd, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
+                 "--skip-git-repo-check", "--json", "--output-schema", str(schema), "Say hi in one word.",
+                 env=clean_env(home), cwd=cwd, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:] + out.stdout[-3000:]
     events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     kinds = [e.get("type") for e in events]
     assert "turn.completed" in kinds and "turn.failed" not in kinds, kinds
     messages = [e["item"] for e in events if e.get("type") == "item.completed" and e["item"].get("type") == "agent_message"]
-    assert messages and messages[-1]["text"].strip(), events
+    assert messages and isinstance(json.loads(messages[-1]["text"])["greeting"], str), events
     assert "ERROR" not in out.stderr and "not found. Defaulting to fallback" not in out.stderr, out.stderr[-2000:]
 
 

@@ -519,6 +519,34 @@ def test_seed_reproducibility_streaming(client, served_id):
     assert streamed == plain
 
 
+def test_server_seed_makes_requests_without_one_reproducible(splash_server):
+    """`serve --seed N`: every request that names no seed samples with N, in every protocol; one
+    that names its own keeps it."""
+    seeded = splash_server("--seed", "1234")
+    assert "seed 1234 for every request that names none" in seeded.output()
+    oai = openai.OpenAI(base_url=f"{seeded}/v1", api_key="x")
+    model = oai.models.list().data[0].id
+
+    def chat_sample(**extra):
+        return oai.chat.completions.create(model=model, messages=POEM, temperature=1.0, max_tokens=24,
+                                           **extra).choices[0].message.content
+
+    def messages_sample():
+        body = {"model": model, "max_tokens": 24, "temperature": 1.0, "messages": POEM}
+        return post(str(seeded), "/v1/messages", body).json()["content"][0]["text"]
+
+    def responses_sample():
+        body = {"model": model, "max_output_tokens": 24, "temperature": 1.0, "input": POEM, "store": False}
+        return post(str(seeded), "/v1/responses", body).json()["output"][0]["content"][0]["text"]
+
+    for sample in (chat_sample, messages_sample, responses_sample):
+        first = sample()
+        assert first and sample() == first, sample.__name__
+    # The server's seed is the one a request would get by naming it; naming another changes it.
+    assert chat_sample() == chat_sample(seed=1234)
+    assert any(chat_sample(seed=s) != chat_sample() for s in (1, 2, 3)), "the request's own seed was ignored"
+
+
 def check_logprob_entry(entry, n_top: int, greedy_choice: bool) -> None:
     assert isinstance(entry.token, str)
     assert entry.logprob <= 0.0 and math.isfinite(entry.logprob), entry
