@@ -14,6 +14,7 @@ real GGUF (SmolLM2's), so the engine's tokenizer and chat format load; hence voc
 
     ... --arch qwen2 --mix qwen                     # qwen2: q/k/v biases, NEOX RoPE
     ... --arch qwen3 --mix qwen                     # qwen3: q/k RMSNorm per head, head_dim 128
+    ... --arch qwen3moe --mix qwen                  # qwen3 + a mixture-of-experts FFN
 
 The test imports it instead: read_tokenizer() once, tensor_types(), make_model().
 
@@ -28,6 +29,10 @@ heads, ffn 512, 2 layers, rope base 1e6):
          an RMSNorm over each head of q and k after the projection and before RoPE; no biases;
          head_dim 128 written as qwen3.attention.key_length and value_length, so q is 512 wide
          (!= d_model 256), k/v 256, attn_output [512 -> 256]. rope.dimension_count = head_dim.
+  qwen3moe  qwen3 with every FFN a mixture of 8 experts of width 256 (2 per token):
+         blk.N.ffn_gate_inp.weight (F32 router [8][256]) and ffn_gate/up/down_exps stacks
+         [8][256][256] in the ffn_gate/up/down roles' types; expert_count, expert_used_count,
+         expert_feed_forward_length keys, as llama.cpp writes Qwen3-MoE.
 
 Shapes (defaults): d_model 256, 4 heads / 2 kv heads of 64, ffn 768, 3 layers, rope base
 10000, context 2048, untied output.weight. Every matrix width (256, 768) is a multiple of the
@@ -193,7 +198,7 @@ def tensor_types(mix: str = "a", all_type: str | None = None, overrides: dict[st
     return types
 
 
-ARCHS = ["llama", "qwen2", "qwen3"]
+ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe"]
 
 
 @dataclass
@@ -208,6 +213,8 @@ class Shape:
     arch: str = "llama"
     head_dim: int | None = None  # None: d_model // heads (and no key_length/value_length keys)
     eps: float = 1e-5            # layer_norm_rms_epsilon
+    experts: int = 0             # qwen3moe: experts per layer (ffn is then each expert's width)
+    experts_used: int = 0        # and how many each token is routed to
 
     @property
     def dim(self) -> int:
@@ -221,6 +228,10 @@ class Shape:
 QWEN_SHAPES = {
     "qwen2": Shape(ffn=512, layers=2, rope_base=1e6, arch="qwen2", eps=1e-3),
     "qwen3": Shape(ffn=512, layers=2, rope_base=1e6, arch="qwen3", head_dim=128, eps=1e-3),
+    # qwen3's attention; each layer's FFN 8 experts of width 256, 2 per token (Qwen3-MoE: 128
+    # of 768, 8 per token).
+    "qwen3moe": Shape(ffn=256, layers=2, rope_base=1e6, arch="qwen3moe", head_dim=128, eps=1e-3, experts=8,
+                      experts_used=2),
 }
 
 
@@ -240,6 +251,12 @@ def make_tensors(types: dict[str, str], vocab: int, shape: Shape, seed: int) -> 
         data = matrix(rng, qtype, rows, cols, std)
         out.append((name, data, qtype if data.dtype == np.uint8 else None))
 
+    def experts(name: str, key: str, rows: int, cols: int, std: float):
+        """A stack [experts][rows][cols] in the role's type, each expert drawn as one matrix."""
+        qtype = TYPES[types[key]]
+        stack = np.stack([matrix(rng, qtype, rows, cols, std) for _ in range(shape.experts)])
+        out.append((name, stack, qtype if stack.dtype == np.uint8 else None))
+
     def norm(name: str, size: int = d, lo: float = 0.8, hi: float = 1.2):
         out.append((name, rng.uniform(lo, hi, size=size).astype(np.float32), None))
 
@@ -256,10 +273,18 @@ def make_tensors(types: dict[str, str], vocab: int, shape: Shape, seed: int) -> 
         norm(p + "attn_norm.weight")
         for role in ROLES:
             rows, cols = shapes[role]
+            if shape.experts and role.startswith("ffn_"):
+                experts(p + role + "_exps.weight", p + role, rows, cols, 1.0 / math.sqrt(cols))
+                continue
             add(p + role + ".weight", p + role, rows, cols, 1.0 / math.sqrt(cols))
             if shape.arch == "qwen2" and role in ("attn_q", "attn_k", "attn_v"):
                 bias(p + role + ".bias", rows)
-        if shape.arch == "qwen3":
+        if shape.experts:
+            # The router (F32, as llama.cpp's quantizer leaves it): logits of deviation ~2, so
+            # each token has clear favourites and near ties between its 2nd and 3rd are rare.
+            out.append((p + "ffn_gate_inp.weight",
+                        (rng.standard_normal((shape.experts, d)) * 2.0 / math.sqrt(d)).astype(np.float32), None))
+        if shape.arch in ("qwen3", "qwen3moe"):
             # A wider range than the layer norms so that a missing or misplaced one shows.
             norm(p + "attn_q_norm.weight", shape.dim, 0.5, 1.5)
             norm(p + "attn_k_norm.weight", shape.dim, 0.5, 1.5)
@@ -278,6 +303,10 @@ def write_gguf(path: str, tensors, shape: Shape, tokenizer, name: str, vocab: in
     writer.add_context_length(shape.context)
     writer.add_embedding_length(shape.d_model)
     writer.add_feed_forward_length(shape.ffn)
+    if shape.experts:
+        writer.add_expert_count(shape.experts)
+        writer.add_expert_used_count(shape.experts_used)
+        writer.add_expert_feed_forward_length(shape.ffn)
     writer.add_head_count(shape.heads)
     writer.add_head_count_kv(shape.kv_heads)
     writer.add_rope_freq_base(shape.rope_base)

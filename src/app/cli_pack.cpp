@@ -31,7 +31,7 @@ struct PackFlags {
 nlohmann::json describe(const LoadedModel& loaded) {
   const model::ModelInfo& info = loaded.model->info();
   const auto template_text = loaded.file.opt_string("tokenizer.chat_template");
-  return {
+  nlohmann::json manifest = {
       {"family", info.architecture},
       {"name", info.name},
       {"shapes",
@@ -46,6 +46,11 @@ nlohmann::json describe(const LoadedModel& loaded) {
         {"sha256", template_text ? hub::sha256_hex(*template_text) : ""}}},
       {"license", loaded.file.opt_string("general.license").value_or("unknown")},
   };
+  if (info.n_experts > 0) {  // ffn is then each expert's width
+    manifest["shapes"]["experts"] = info.n_experts;
+    manifest["shapes"]["experts_used"] = info.n_experts_used;
+  }
+  return manifest;
 }
 
 // Prefill of 128 tokens and 32 greedy decode steps on the CPU, and what they ran on.

@@ -60,7 +60,7 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::Lo
       new LoadedModel{path, std::move(file), nullptr, std::move(tokenizer), nullptr, {}, 0.0, nullptr, mmproj});
   loaded->chat = chat::chat_format_for(loaded->file);
   if (tokenizer_only) return loaded;
-  const model::DeviceChoice device = model::resolve_device(options.device);
+  const model::DeviceChoice device = model::resolve_device(options.device, loaded->file);
   std::optional<engine::GpuMemory> gpu;
   if (device.device == model::Device::Cuda) gpu = engine::GpuMemory{device.summary, device.free_bytes, device.total_bytes};
   model::MemoryNeeds needs = model::estimate_memory(loaded->file, options.kv_type, device.device);
@@ -119,8 +119,11 @@ void print_summary(const LoadedModel& loaded, std::FILE* out) {
   const auto& info = loaded.model->info();
   const double mib = 1024.0 * 1024.0;
   fmt::print(out, "model        {} ({})\n", info.name, loaded.path);
-  fmt::print(out, "architecture {}: {} layers, d_model {}, {} heads / {} kv heads of {}, ffn {}, vocab {}\n",
-             info.architecture, info.n_layers, info.d_model, info.n_heads, info.n_kv_heads, info.head_dim, info.ffn,
+  const std::string ffn = info.n_experts > 0 ? fmt::format("{} experts of ffn {} ({} per token)", info.n_experts, info.ffn,
+                                                           info.n_experts_used)
+                                             : fmt::format("ffn {}", info.ffn);
+  fmt::print(out, "architecture {}: {} layers, d_model {}, {} heads / {} kv heads of {}, {}, vocab {}\n",
+             info.architecture, info.n_layers, info.d_model, info.n_heads, info.n_kv_heads, info.head_dim, ffn,
              info.vocab);
   fmt::print(out, "weights      {} in file, {:.1f} MiB packed; types {}\n",
              fmt::format("{:.1f} MiB", loaded.file.file_size() / mib), info.packed_weight_bytes / mib,

@@ -23,6 +23,7 @@ struct ModelInfo {
   std::string architecture;  // "llama"
   std::string name;          // general.name
   int n_layers = 0, d_model = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, ffn = 0, vocab = 0;
+  int n_experts = 0, n_experts_used = 0;  // a mixture-of-experts FFN (ffn: each expert's width); 0: dense
   int native_context = 0;    // the model's trained window
   int context = 0;           // what this instance's KV cache holds
   size_t packed_weight_bytes = 0;
@@ -162,6 +163,9 @@ struct DeviceChoice {
 // Auto -> Cuda when a GPU is visible, else Cpu; Cuda without a usable GPU (or in a build
 // without the CUDA backend) throws splash::Error saying why.
 DeviceChoice resolve_device(Device requested);
+// The same for this file's architecture: Auto stays on the CPU for a family that has no CUDA
+// implementation yet (Cuda asked for explicitly is refused when it is loaded).
+DeviceChoice resolve_device(Device requested, const gguf::File& file);
 
 // Loads a GGUF of a supported architecture on options.device (Cpu or Cuda: resolve Auto
 // first); refuses others with a message naming the supported architectures.

@@ -1,5 +1,7 @@
 // The registry of supported architectures: adding a model family is adding a directory
 // under model/ and a line here.
+#include <fmt/format.h>
+
 #include <string>
 
 #include "common/error.h"
@@ -38,6 +40,8 @@ constexpr Family kFamilies[] = {
     // llama + per-head q/k norms, NEOX RoPE
     {"qwen3", llama::load_llama, llama::estimate_llama_memory,
      SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda)},
+    // qwen3 attention + a mixture-of-experts FFN in every layer (CPU only so far)
+    {"qwen3moe", llama::load_llama, llama::estimate_llama_memory, nullptr, nullptr},
 };
 
 }  // namespace
@@ -89,6 +93,17 @@ DeviceChoice resolve_device(Device requested) {
     fail("--device cuda: this splash was built without the CUDA backend (no nvcc at build time)");
   choice.why_not_gpu = "built without the CUDA backend";
 #endif
+  return choice;
+}
+
+DeviceChoice resolve_device(Device requested, const gguf::File& file) {
+  DeviceChoice choice = resolve_device(requested);
+  const Family& family = family_of(file);
+  if (requested == Device::Auto && choice.device == Device::Cuda && !family.load_cuda) {
+    choice = DeviceChoice{};
+    choice.summary = "cpu";
+    choice.why_not_gpu = fmt::format("architecture '{}' has no CUDA implementation yet", family.architecture);
+  }
   return choice;
 }
 

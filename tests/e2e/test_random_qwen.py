@@ -1,4 +1,4 @@
-"""The qwen2 and qwen3 architectures against the numpy reference, on small random models.
+"""The qwen2, qwen3 and qwen3moe architectures against the numpy reference, on small random models.
 
 tools/make_random_llama.py --arch qwen2/qwen3 writes llama-family models with the qwen parts
 (QWEN_SHAPES there: d_model 256, 4 heads / 2 kv heads, ffn 512, 2 layers, rope base 1e6,
@@ -9,6 +9,10 @@ RMSNorm epsilon 1e-3, SmolLM2's tokenizer so vocab 49152, untied output head):
          epsilon) after the projection and before RoPE; NEOX RoPE; no biases; head_dim 128
          from qwen3.attention.key_length, so q is 512 wide != d_model and attn_output maps
          512 -> 256.
+  qwen3moe  qwen3's attention; every FFN a mixture of 8 SwiGLU experts of width 256, 2 per
+         token: a float router ([8][256], logits of deviation ~2), softmax over all 8, the top
+         2 renormalised to sum to 1, the chosen experts' outputs summed with those weights
+         (transformers' Qwen3MoeSparseMoeBlock, norm_topk_prob; reference in llama_ref.py).
 Each architecture comes as two models:
   mix    every matrix Q8_0 or Q4_K (MIXES["qwen"] in the tool), the realistic case;
   float  every matrix F32, F16 or BF16 (MIXES["float"]): no int8 rounding in the engine, so
@@ -32,7 +36,10 @@ nats against the act_quant reference; the logits have a standard deviation of ~2
   qwen3 float    9.1e-6 / 1.6e-12            6.9e-6 / 1.0e-12          -              -
   qwen2 mix      0.121 .. 0.138 / 3.4e-4     0.093 / 2.0e-4            0.121 / 3.8e-4  0.087
   qwen3 mix      0.142 / 4.1e-4              0.077 .. 0.080 / 1.9e-4   0.170 / 5.3e-4  0.113
-  (ranges over avx2 .. avx512; float models: both paths identical.)
+  qwen3moe float 6.7e-6 / 1.3e-12            5.7e-6 / 1.1e-12          -              -
+  qwen3moe mix   0.116 / 2.9e-4              0.101 .. 0.105 / 2.7e-4   -              -
+  (ranges over avx2 .. avx512; float models: both paths identical. qwen3moe measured
+  2026-12-04, greedy identical to the reference on every model and path.)
   * the largest difference between the act_quant reference and 8 copies of it whose embedding
     was perturbed by a relative 1e-6 or 1e-5 (the int8-rounding cascade, see
     test_random_model.py), over both sequences.
@@ -48,12 +55,15 @@ a dropped q / k / v bias in layer 1 0.20 / 0.17 / 3.7; a q / k / v bias scaled b
 0.0022 / 0.0018 / 0.034;
 the layer epsilon 1e-6 for 1e-3 0.0048; the q/k-norm epsilon alone 1e-6 for 1e-3 0.0018;
 q_norm or k_norm weight replaced by ones 0.20; q/k-norm over all heads together instead of
-per head 0.17; no q/k-norm 0.49; q_norm or k_norm scaled by 1.01 0.010.
+per head 0.17; no q/k-norm 0.49; q_norm or k_norm scaled by 1.01 0.010; qwen3moe: the top-2
+weights not renormalised 1.49, top-1 3.44 or top-3 1.78, the router scaled by 1.01 0.0062,
+each expert's weights taken from the next expert 4.64.
 """
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -69,7 +79,7 @@ from gguf import GGUFReader  # noqa: E402
 import make_random_llama as mrl  # noqa: E402
 
 CPU_PATHS = ["avx2", "avx512"]
-ARCHS = ["qwen2", "qwen3"]
+ARCHS = ["qwen2", "qwen3", "qwen3moe"]
 KINDS = ["mix", "float"]
 MIX_OF_KIND = {"mix": "qwen", "float": "float"}
 MAX_CONTEXT = 1024
@@ -96,6 +106,8 @@ TOL = {
 SUMMARY = {
     "qwen2": "architecture qwen2: 2 layers, d_model 256, 4 heads / 2 kv heads of 64, ffn 512, vocab 49152",
     "qwen3": "architecture qwen3: 2 layers, d_model 256, 4 heads / 2 kv heads of 128, ffn 512, vocab 49152",
+    "qwen3moe": "architecture qwen3moe: 2 layers, d_model 256, 4 heads / 2 kv heads of 128, 8 experts of ffn 256 "
+                "(2 per token), vocab 49152",
 }
 
 
@@ -230,3 +242,24 @@ def test_greedy_matches_reference(splash_binary, models, arch, kind, seq, cpu):
     assert len(eng) == GREEDY_STEPS, f"engine generated {len(eng)} tokens"
     check_greedy(eng, ids, lambda context, n: models.continuation(arch, kind, context, n), near_tie,
                  f"[{cpu}] {arch} {kind} {seq}")
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"experts_used": 9}, "inconsistent expert counts (8 experts, 9 used per token)"),
+    ({"router_type": "Q8_0"}, "a router must be F32, F16 or BF16"),
+])
+def test_broken_mixture_of_experts_is_refused_clearly(splash_binary, models, tmp_path, change, says):
+    shape = mrl.QWEN_SHAPES["qwen3moe"]
+    shape = mrl.Shape(**{**shape.__dict__, **{k: v for k, v in change.items() if k != "router_type"}})
+    tensors = mrl.make_tensors(mrl.tensor_types("float", layers=shape.layers), 49152, shape, SEED)
+    if "router_type" in change:  # the router quantized, which the engine does not route with
+        from gguf.quants import quantize
+        qtype = mrl.TYPES[change["router_type"]]
+        tensors = [(name, np.ascontiguousarray(quantize(data, qtype)), qtype) if "ffn_gate_inp" in name
+                   else (name, data, raw) for name, data, raw in tensors]
+    path = tmp_path / "broken.gguf"
+    mrl.write_gguf(str(path), tensors, shape, models.tokenizer, "broken-moe", 49152)
+    proc = subprocess.run([splash_binary, "run", "--model", str(path), "-n", "1", "hi"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0 and says in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -34,7 +34,7 @@ from gguf.quants import dequantize
 # Architectures whose GGUF Q/K weights are stored permuted for ggml's "normal" RoPE
 # (rotate adjacent pairs); the converter leaves qwen weights unpermuted, so ggml runs
 # them with NEOX RoPE (rotate the first half against the second half).
-NEOX_ROPE_ARCHS = {"qwen2", "qwen3"}
+NEOX_ROPE_ARCHS = {"qwen2", "qwen3", "qwen3moe"}
 UNQUANTIZED = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
 
 
@@ -120,9 +120,31 @@ class Layer:
     q_norm: np.ndarray | None  # qwen3: RMSNorm over each head before RoPE
     k_norm: np.ndarray | None
     ffn_norm: np.ndarray
-    w_gate: Linear
-    w_up: Linear
-    w_down: Linear
+    w_gate: Linear | None  # a dense SwiGLU FFN, or
+    w_up: Linear | None
+    w_down: Linear | None
+    router: np.ndarray | None = None     # qwen3moe: [experts, d_model] and
+    experts: list | None = None          # per expert (gate, up, down) Linears
+    experts_used: int = 0
+
+
+def mixture_of_experts(layer: Layer, h: np.ndarray, aq: bool) -> np.ndarray:
+    """Qwen3-MoE's sparse block as transformers writes it: softmax over all router logits (in
+    float), the top-k probabilities renormalised to sum to 1 (norm_topk_prob), and the sum of
+    the chosen experts' SwiGLU outputs weighted by them."""
+    logits = h.astype(np.float64) @ layer.router.T.astype(np.float64)  # [n, experts]
+    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)
+    top = np.argsort(-probs, axis=-1, kind="stable")[:, :layer.experts_used]
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        chosen = probs[t, top[t]]
+        chosen = chosen / chosen.sum()
+        for e, w in zip(top[t], chosen):
+            gate, up, down = layer.experts[e]
+            row = h[t:t + 1]
+            out[t] += np.float32(w) * down(silu(gate(row, aq)) * up(row, aq), aq)[0]
+    return out
 
 
 class KVCache:
@@ -179,7 +201,10 @@ class Model:
             keys, values = cache.append(li, k, v)
             x = x + layer.wo(self.attention(q, keys, values, positions), aq)
             h = rms_norm(x, layer.ffn_norm, cfg.eps)
-            x = x + layer.w_down(silu(layer.w_gate(h, aq)) * layer.w_up(h, aq), aq)
+            if layer.experts is not None:
+                x = x + mixture_of_experts(layer, h, aq)
+            else:
+                x = x + layer.w_down(silu(layer.w_gate(h, aq)) * layer.w_up(h, aq), aq)
         cache.length += n
         last = rms_norm(x[-1:], self.out_norm, cfg.eps)
         return self.output(last, aq)[0].astype(np.float32)
@@ -250,6 +275,10 @@ def load(path: str, act_quant: bool = False, kv_f16: bool = False) -> Model:
         bias = dense(bias_name) if bias_name in tensors else None
         return Linear(dense(name), tensors[name].tensor_type not in UNQUANTIZED, bias)
 
+    def expert_linears(name):  # a stack [experts, out, in] as one Linear per expert
+        quantized = tensors[name].tensor_type not in UNQUANTIZED
+        return [Linear(w, quantized) for w in dense(name)]
+
     tok_embd = dense("token_embd.weight")
     cfg = Config(
         arch=arch,
@@ -259,7 +288,7 @@ def load(path: str, act_quant: bool = False, kv_f16: bool = False) -> Model:
         n_kv_head=int(_field(reader, f"{arch}.attention.head_count_kv", n_head)),
         head_dim=head_dim,
         n_rot=int(_field(reader, f"{arch}.rope.dimension_count", head_dim)),
-        ffn=int(_field(reader, f"{arch}.feed_forward_length")),
+        ffn=int(_field(reader, f"{arch}.expert_feed_forward_length", 0) or _field(reader, f"{arch}.feed_forward_length")),
         vocab=tok_embd.shape[0],
         rope_base=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
         eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
@@ -268,6 +297,7 @@ def load(path: str, act_quant: bool = False, kv_f16: bool = False) -> Model:
     for i in range(cfg.n_layer):
         p = f"blk.{i}."
         opt = lambda name: dense(p + name) if p + name in tensors else None  # noqa: E731
+        moe = p + "ffn_gate_inp.weight" in tensors
         layers.append(Layer(
             attn_norm=dense(p + "attn_norm.weight"),
             wq=linear(p + "attn_q.weight", p + "attn_q.bias"),
@@ -277,9 +307,13 @@ def load(path: str, act_quant: bool = False, kv_f16: bool = False) -> Model:
             q_norm=opt("attn_q_norm.weight"),
             k_norm=opt("attn_k_norm.weight"),
             ffn_norm=dense(p + "ffn_norm.weight"),
-            w_gate=linear(p + "ffn_gate.weight"),
-            w_up=linear(p + "ffn_up.weight"),
-            w_down=linear(p + "ffn_down.weight"),
+            w_gate=None if moe else linear(p + "ffn_gate.weight"),
+            w_up=None if moe else linear(p + "ffn_up.weight"),
+            w_down=None if moe else linear(p + "ffn_down.weight"),
+            router=dense(p + "ffn_gate_inp.weight") if moe else None,
+            experts=list(zip(expert_linears(p + "ffn_gate_exps.weight"), expert_linears(p + "ffn_up_exps.weight"),
+                             expert_linears(p + "ffn_down_exps.weight"))) if moe else None,
+            experts_used=int(_field(reader, f"{arch}.expert_used_count", 0)),
         ))
     # Tied embeddings: without output.weight the embedding matrix is also the output head.
     if "output.weight" in tensors:

@@ -14,12 +14,21 @@ Hyperparameters read_hyperparameters(const gguf::File& file) {
   auto key = [&](const char* suffix) { return arch + "." + suffix; };
   Hyperparameters h;
   h.architecture = arch;
-  h.neox_rope = arch == "qwen2" || arch == "qwen3";
+  h.neox_rope = arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe";
   h.qkv_bias = arch == "qwen2";
-  h.qk_norm = arch == "qwen3";
+  h.qk_norm = arch == "qwen3" || arch == "qwen3moe";
   h.shapes.n_layers = static_cast<int>(file.get_uint(key("block_count")));
   h.shapes.d_model = static_cast<int>(file.get_uint(key("embedding_length")));
-  h.shapes.ffn = static_cast<int>(file.get_uint(key("feed_forward_length")));
+  if (arch == "qwen3moe") {
+    h.n_experts = static_cast<int>(file.get_uint(key("expert_count")));
+    h.n_experts_used = static_cast<int>(file.get_uint(key("expert_used_count")));
+    h.shapes.ffn = static_cast<int>(file.get_uint(key("expert_feed_forward_length")));
+    if (h.n_experts <= 0 || h.n_experts > 1024 || h.n_experts_used <= 0 || h.n_experts_used > h.n_experts)
+      fail("{}: inconsistent expert counts ({} experts, {} used per token)", file.path(), h.n_experts,
+           h.n_experts_used);
+  } else {
+    h.shapes.ffn = static_cast<int>(file.get_uint(key("feed_forward_length")));
+  }
   h.shapes.n_heads = static_cast<int>(file.get_uint(key("attention.head_count")));
   h.shapes.n_kv_heads = static_cast<int>(file.opt_uint(key("attention.head_count_kv")).value_or(h.shapes.n_heads));
   h.native_context = static_cast<int>(file.get_uint(key("context_length")));
@@ -54,6 +63,16 @@ const gguf::TensorInfo& matrix_tensor(const gguf::File& file, const std::string&
   return t;
 }
 
+const gguf::TensorInfo& matrix_stack_tensor(const gguf::File& file, const std::string& name, int count, int rows,
+                                            int cols) {
+  const auto& t = file.tensor(name);
+  if (t.dims.size() != 3 || static_cast<int>(t.dims[0]) != cols || static_cast<int>(t.dims[1]) != rows ||
+      static_cast<int>(t.dims[2]) != count)
+    fail("{}: tensor '{}' has shape [{}], expected [{}, {}, {}]", file.path(), name, fmt::join(t.dims, ", "), cols, rows,
+         count);
+  return t;
+}
+
 std::vector<float> vector_weight(const gguf::File& file, const std::string& name, int n) {
   const auto& t = file.tensor(name);
   if (t.n_elements != static_cast<uint64_t>(n) || t.type != GgmlType::F32)
@@ -73,6 +92,8 @@ void fill_model_info(const gguf::File& file, const Hyperparameters& h, int max_c
   info.n_kv_heads = s.n_kv_heads;
   info.head_dim = s.head_dim;
   info.ffn = s.ffn;
+  info.n_experts = h.n_experts;
+  info.n_experts_used = h.n_experts_used;
   info.vocab = s.vocab;
   info.native_context = h.native_context;
   info.context = max_context > 0 ? max_context : h.native_context;

@@ -1,6 +1,6 @@
 #pragma once
 // What the llama family's backends share: the hyperparameters read from a GGUF (with the
-// variants qwen2 and qwen3) and the checked lookup of its tensors. The CPU model
+// variants qwen2, qwen3 and qwen3moe) and the checked lookup of its tensors. The CPU model
 // (llama_model.cpp) and the CUDA model (llama_model_cuda.cpp) both build on this.
 #include <string>
 #include <vector>
@@ -22,6 +22,11 @@ struct Hyperparameters {
   bool neox_rope = false;
   bool qkv_bias = false;
   bool qk_norm = false;
+  // Qwen3-MoE: every layer's FFN is a mixture of n_experts SwiGLU experts of width shapes.ffn
+  // (expert_feed_forward_length), n_experts_used of them per token, chosen by a softmax
+  // router whose top-k weights are renormalised to sum to 1. 0: a dense FFN.
+  int n_experts = 0;
+  int n_experts_used = 0;
 };
 
 // Reads and checks them; throws splash::Error naming what is inconsistent or unsupported.
@@ -30,6 +35,10 @@ Hyperparameters read_hyperparameters(const gguf::File& file);
 // A matrix tensor of the file, checked against the shape [rows][cols] the architecture
 // expects (any type; each backend checks the types its kernels read).
 const gguf::TensorInfo& matrix_tensor(const gguf::File& file, const std::string& name, int rows, int cols);
+
+// A stack of `count` matrices [count][rows][cols] (the experts of a layer), checked likewise.
+const gguf::TensorInfo& matrix_stack_tensor(const gguf::File& file, const std::string& name, int count, int rows,
+                                            int cols);
 
 // An F32 vector of n elements (norm weights, biases), copied out.
 std::vector<float> vector_weight(const gguf::File& file, const std::string& name, int n);

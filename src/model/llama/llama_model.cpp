@@ -27,13 +27,42 @@ using kernels::WeightSource;
 
 // A tensor of the file, checked against the shape the architecture expects and against
 // the types the CPU kernels read.
-WeightSource weight(const gguf::File& file, const std::string& name, int rows, int cols) {
-  const auto& t = matrix_tensor(file, name, rows, cols);
+void check_cpu_type(const gguf::File& file, const gguf::TensorInfo& t, const std::string& name) {
   if (!kernels::is_supported_weight_type(t.type))
     fail("{}: tensor '{}' has type {}, which has no CPU kernel (supported: F32, F16, BF16, Q8_0, Q5_0, Q5_1, Q4_0, Q4_1, "
          "Q4_K, Q6_K)",
          file.path(), name, type_name(t.type));
+}
+
+WeightSource weight(const gguf::File& file, const std::string& name, int rows, int cols) {
+  const auto& t = matrix_tensor(file, name, rows, cols);
+  check_cpu_type(file, t, name);
   return {t.type, t.data, rows, cols};
+}
+
+// The experts' matrices of a stacked [experts][rows][cols] tensor, one source each.
+std::vector<WeightSource> expert_weights(const gguf::File& file, const std::string& name, int experts, int rows,
+                                         int cols) {
+  const auto& t = matrix_stack_tensor(file, name, experts, rows, cols);
+  check_cpu_type(file, t, name);
+  const size_t bytes = t.n_bytes / experts;
+  std::vector<WeightSource> out;
+  for (int e = 0; e < experts; ++e) out.push_back({t.type, t.data + e * bytes, rows, cols});
+  return out;
+}
+
+// The router of a mixture-of-experts layer as floats [experts][d_model]: it is small, and
+// routing in float keeps the choice of experts away from weight rounding (llama.cpp's
+// quantizer never quantizes it either; F16/BF16 files are widened).
+std::vector<float> router_weight(const gguf::File& file, const std::string& name, int experts, int d_model) {
+  const auto& t = matrix_tensor(file, name, experts, d_model);
+  if (t.type != GgmlType::F32 && t.type != GgmlType::F16 && t.type != GgmlType::BF16)
+    fail("{}: tensor '{}' has type {}; a router must be F32, F16 or BF16", file.path(), name, type_name(t.type));
+  std::vector<float> out(static_cast<size_t>(experts) * d_model);
+  const size_t row_bytes = t.n_bytes / experts;
+  for (int e = 0; e < experts; ++e)
+    kernels::dequantize_row(t.type, t.data + e * row_bytes, out.data() + static_cast<size_t>(e) * d_model, d_model);
+  return out;
 }
 
 // Stacks matrices into one packed weight when their types allow, else packs them apart.
@@ -57,6 +86,10 @@ struct LayerWeights {
   PackedWeight attn_output;
   std::vector<PackedWeight> gate_up;  // one stacked [gate; up] matrix, or two
   PackedWeight down;
+  // A mixture-of-experts FFN instead (Qwen3-MoE): the router and each expert's matrices.
+  std::vector<float> router;                        // [experts][d_model]
+  std::vector<std::vector<PackedWeight>> expert_gate_up;
+  std::vector<PackedWeight> expert_down;
 };
 
 template <typename Shapes>
@@ -152,6 +185,7 @@ class LlamaModel final : public Model {
     // the layers in parallel: packing is the bulk of the load time.
     struct LayerSources {
       WeightSource q, k, v, o, gate, up, down;
+      std::vector<WeightSource> expert_gate, expert_up, expert_down;
     };
     std::vector<LayerSources> sources(s.n_layers);
     layers_.resize(s.n_layers);
@@ -171,13 +205,21 @@ class LlamaModel final : public Model {
         layers_[l].q_norm = vector_weight(file_, p + "attn_q_norm.weight", s.head_dim);
         layers_[l].k_norm = vector_weight(file_, p + "attn_k_norm.weight", s.head_dim);
       }
-      sources[l] = {weight(file_, p + "attn_q.weight", q_width(), s.d_model),
-                    weight(file_, p + "attn_k.weight", kv_width(), s.d_model),
-                    weight(file_, p + "attn_v.weight", kv_width(), s.d_model),
-                    weight(file_, p + "attn_output.weight", s.d_model, q_width()),
-                    weight(file_, p + "ffn_gate.weight", s.ffn, s.d_model),
-                    weight(file_, p + "ffn_up.weight", s.ffn, s.d_model),
-                    weight(file_, p + "ffn_down.weight", s.d_model, s.ffn)};
+      auto& src = sources[l];
+      src.q = weight(file_, p + "attn_q.weight", q_width(), s.d_model);
+      src.k = weight(file_, p + "attn_k.weight", kv_width(), s.d_model);
+      src.v = weight(file_, p + "attn_v.weight", kv_width(), s.d_model);
+      src.o = weight(file_, p + "attn_output.weight", s.d_model, q_width());
+      if (h_.n_experts > 0) {
+        layers_[l].router = router_weight(file_, p + "ffn_gate_inp.weight", h_.n_experts, s.d_model);
+        src.expert_gate = expert_weights(file_, p + "ffn_gate_exps.weight", h_.n_experts, s.ffn, s.d_model);
+        src.expert_up = expert_weights(file_, p + "ffn_up_exps.weight", h_.n_experts, s.ffn, s.d_model);
+        src.expert_down = expert_weights(file_, p + "ffn_down_exps.weight", h_.n_experts, s.d_model, s.ffn);
+      } else {
+        src.gate = weight(file_, p + "ffn_gate.weight", s.ffn, s.d_model);
+        src.up = weight(file_, p + "ffn_up.weight", s.ffn, s.d_model);
+        src.down = weight(file_, p + "ffn_down.weight", s.d_model, s.ffn);
+      }
     }
     std::vector<std::exception_ptr> errors(s.n_layers);
     pool_.run(s.n_layers, [&](int l) {
@@ -186,24 +228,36 @@ class LlamaModel final : public Model {
         const auto& src = sources[l];
         layer.qkv = pack_group({src.q, src.k, src.v});
         layer.attn_output = kernels::pack_weight(src.o);
-        layer.gate_up = pack_group({src.gate, src.up});
-        layer.down = kernels::pack_weight(src.down);
+        if (h_.n_experts > 0) {
+          for (int e = 0; e < h_.n_experts; ++e) {  // expert-major, each expert's gate and up stacked
+            layer.expert_gate_up.push_back(pack_group({src.expert_gate[e], src.expert_up[e]}));
+            layer.expert_down.push_back(kernels::pack_weight(src.expert_down[e]));
+          }
+        } else {
+          layer.gate_up = pack_group({src.gate, src.up});
+          layer.down = kernels::pack_weight(src.down);
+        }
       } catch (...) {
         errors[l] = std::current_exception();  // never let an exception escape a pool thread
       }
     });
     for (const auto& error : errors)
       if (error) std::rethrow_exception(error);
+    size_t expert_bytes = 0;  // of all experts; a token reads n_experts_used of them per layer
     for (const auto& layer : layers_) {
       for (const auto& w : layer.qkv) info_.packed_weight_bytes += w.bytes();
       for (const auto& w : layer.gate_up) info_.packed_weight_bytes += w.bytes();
       info_.packed_weight_bytes += layer.attn_output.bytes() + layer.down.bytes();
+      for (const auto& group : layer.expert_gate_up)
+        for (const auto& w : group) expert_bytes += w.bytes();
+      for (const auto& w : layer.expert_down) expert_bytes += w.bytes();
     }
     output_norm_ = vector_weight(file_, "output_norm.weight", s.d_model);
     const bool tied = file_.find_tensor("output.weight") == nullptr;
     output_ = kernels::pack_weight(weight(file_, tied ? "token_embd.weight" : "output.weight", s.vocab, s.d_model));
-    info_.decode_read_bytes = info_.packed_weight_bytes + output_.bytes();
-    info_.packed_weight_bytes += output_.bytes() + (tied ? embedding.n_bytes : 0);
+    info_.decode_read_bytes = info_.packed_weight_bytes + output_.bytes() +
+                              (h_.n_experts > 0 ? expert_bytes / h_.n_experts * h_.n_experts_used : 0);
+    info_.packed_weight_bytes += expert_bytes + output_.bytes() + (tied ? embedding.n_bytes : 0);
   }
 
   void allocate_cache(const LoadOptions& options) {
@@ -242,6 +296,7 @@ class LlamaModel final : public Model {
     size(projected_, static_cast<size_t>(n) * s.d_model);
     size(gate_up_, static_cast<size_t>(n) * 2 * s.ffn);
     size(hidden_, static_cast<size_t>(n) * s.ffn);
+    if (h_.n_experts > 0) size(expert_rows_, static_cast<size_t>(n) * s.d_model);
   }
 
   // Runs matrices stacked row-wise (or apart, when their types differ) into one output row.
@@ -332,6 +387,10 @@ class LlamaModel final : public Model {
       add_into(x, projected_.as<float>(), static_cast<size_t>(n) * s.d_model);
 
       kernels::rms_norm(x, layer.ffn_norm.data(), normed_.as<float>(), n, s.d_model, h_.rms_eps, pool_);
+      if (h_.n_experts > 0) {
+        mixture_of_experts(layer, n);
+        continue;
+      }
       activations_.quantize(normed_.as<float>(), n, s.d_model, pool_);
       matmul_group(layer.gate_up, gate_up_.as<float>(), 2 * s.ffn);
       kernels::silu_mul(gate_up_.as<float>(), hidden_.as<float>(), n, s.ffn, pool_);
@@ -356,6 +415,58 @@ class LlamaModel final : public Model {
     kernels::matmul(output_, activations_, logits_.as<float>(), s.vocab, pool_);
   }
 
+  // The FFN of a Qwen3-MoE layer on the n normalised rows in normed_, added into x_: each
+  // token's router softmax over all experts, its n_experts_used best renormalised to sum to
+  // 1; then expert by expert, the rows routed to it gathered into one small batch through
+  // the packed-weight matmuls, and the outputs scattered back in float, scaled by the weights.
+  void mixture_of_experts(const LayerWeights& layer, int n) {
+    const auto& s = shapes_;
+    const int experts = h_.n_experts, used = h_.n_experts_used;
+    const float* normed = normed_.as<float>();
+    // routed[e]: (token, weight) of the rows expert e takes.
+    routed_.resize(experts);
+    for (auto& list : routed_) list.clear();
+    std::vector<float> probs(experts);
+    std::vector<int> order(experts);
+    for (int t = 0; t < n; ++t) {
+      const float* row = normed + static_cast<size_t>(t) * s.d_model;
+      for (int e = 0; e < experts; ++e) {
+        const float* w = layer.router.data() + static_cast<size_t>(e) * s.d_model;
+        double dot = 0.0;
+        for (int i = 0; i < s.d_model; ++i) dot += static_cast<double>(row[i]) * w[i];
+        probs[e] = static_cast<float>(dot);
+      }
+      const float top = *std::max_element(probs.begin(), probs.end());
+      for (auto& p : probs) p = std::exp(p - top);  // the softmax's sum cancels in the renormalisation
+      for (int e = 0; e < experts; ++e) order[e] = e;
+      std::partial_sort(order.begin(), order.begin() + used, order.end(),
+                        [&](int a, int b) { return probs[a] > probs[b] || (probs[a] == probs[b] && a < b); });
+      float sum = 0.0f;
+      for (int k = 0; k < used; ++k) sum += probs[order[k]];
+      for (int k = 0; k < used; ++k) routed_[order[k]].push_back({t, probs[order[k]] / sum});
+    }
+    float* x = x_.as<float>();
+    float* rows = expert_rows_.as<float>();
+    for (int e = 0; e < experts; ++e) {
+      const auto& list = routed_[e];
+      if (list.empty()) continue;
+      const int m = static_cast<int>(list.size());
+      for (int i = 0; i < m; ++i)
+        std::memcpy(rows + static_cast<size_t>(i) * s.d_model, normed + static_cast<size_t>(list[i].token) * s.d_model,
+                    sizeof(float) * s.d_model);
+      activations_.quantize(rows, m, s.d_model, pool_);
+      matmul_group(layer.expert_gate_up[e], gate_up_.as<float>(), 2 * s.ffn);
+      kernels::silu_mul(gate_up_.as<float>(), hidden_.as<float>(), m, s.ffn, pool_);
+      activations_.quantize(hidden_.as<float>(), m, s.ffn, pool_);
+      kernels::matmul(layer.expert_down[e], activations_, projected_.as<float>(), s.d_model, pool_);
+      for (int i = 0; i < m; ++i) {
+        float* out = x + static_cast<size_t>(list[i].token) * s.d_model;
+        const float* y = projected_.as<float>() + static_cast<size_t>(i) * s.d_model;
+        for (int j = 0; j < s.d_model; ++j) out[j] += list[i].weight * y[j];
+      }
+    }
+  }
+
   static void add_into(float* x, const float* delta, size_t count) {
     for (size_t i = 0; i < count; ++i) x[i] += delta[i];
   }
@@ -376,6 +487,12 @@ class LlamaModel final : public Model {
   std::unique_ptr<kernels::LazyMemory> kv_pool_;  // [layer][kv head][block] records
   std::vector<float> cos_, sin_;
   AlignedBuffer x_, normed_, qkv_, attn_, projected_, gate_up_, hidden_, logits_;
+  AlignedBuffer expert_rows_;  // the rows routed to one expert, gathered
+  struct Routed {
+    int token;
+    float weight;
+  };
+  std::vector<std::vector<Routed>> routed_;  // per expert, the rows of this layer it takes
   std::vector<float> whole_;         // the last pass's whole rows when some slices were best_only
   std::vector<TokenLogit> best_;     // their best tokens
   std::vector<size_t> best_rows_;    // and where their rows lie in logits_
@@ -404,16 +521,28 @@ MemoryNeeds estimate_llama_memory(const gguf::File& file, KvType kv_type) {
     packed(p + "attn_k.weight", kv, s.d_model);
     packed(p + "attn_v.weight", kv, s.d_model);
     packed(p + "attn_output.weight", s.d_model, q);
-    packed(p + "ffn_gate.weight", s.ffn, s.d_model);
-    packed(p + "ffn_up.weight", s.ffn, s.d_model);
-    packed(p + "ffn_down.weight", s.d_model, s.ffn);
+    if (h.n_experts > 0) {
+      auto experts = [&](const std::string& name, int rows, int cols) {
+        const auto& sources = expert_weights(file, name, h.n_experts, rows, cols);
+        needs.weight_bytes += kernels::packed_weight_bytes(sources[0].type, rows, cols) * sources.size();
+      };
+      experts(p + "ffn_gate_exps.weight", s.ffn, s.d_model);
+      experts(p + "ffn_up_exps.weight", s.ffn, s.d_model);
+      experts(p + "ffn_down_exps.weight", s.d_model, s.ffn);
+      needs.weight_bytes += sizeof(float) * h.n_experts * s.d_model;  // the router
+    } else {
+      packed(p + "ffn_gate.weight", s.ffn, s.d_model);
+      packed(p + "ffn_up.weight", s.ffn, s.d_model);
+      packed(p + "ffn_down.weight", s.d_model, s.ffn);
+    }
     needs.weight_bytes += 2 * sizeof(float) * s.d_model;  // norms
   }
   const bool tied = file.find_tensor("output.weight") == nullptr;
   packed(tied ? "token_embd.weight" : "output.weight", s.vocab, s.d_model);
   needs.mapped_bytes = file.tensor("token_embd.weight").n_bytes;  // rows are read at lookup
   needs.kv_bytes_per_block = kernels::KvHeadLayout{kv_type, s.head_dim}.bytes() * s.n_kv_heads * s.n_layers;
-  const size_t floats_per_token = 2 * s.d_model + (q + 2 * kv) + q + s.d_model + 2 * s.ffn + s.ffn;
+  const size_t floats_per_token = 2 * s.d_model + (q + 2 * kv) + q + s.d_model + 2 * s.ffn + s.ffn +
+                                  (h.n_experts > 0 ? s.d_model : 0);  // gathered expert rows
   needs.activation_bytes = kMaxBatchTokens * (floats_per_token * sizeof(float) + std::max(s.d_model, s.ffn) * 2) +
                            kMaxBatchSequences * sizeof(float) * s.vocab;  // logits, a row per sequence
   needs.native_context = h.native_context;
