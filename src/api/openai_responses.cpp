@@ -368,7 +368,8 @@ void ResponsesRenderer::finish(const engine::ChatEvent& event) {
     StoredResponse stored;
     stored.conversation = conversation_;
     if (!assistant_.content.empty() || !assistant_.tool_calls.empty()) stored.conversation.push_back(assistant_);
-    stored.response = response_object(event.finish == engine::FinishReason::Length ? "incomplete" : "completed");
+    stored.response_json =
+        dump_json(response_object(event.finish == engine::FinishReason::Length ? "incomplete" : "completed"));
     store_ptr_->put(id_, std::move(stored));
   }
 }

@@ -3,7 +3,8 @@
 // that GET /v1/responses/{id} can return them and a later request can continue from one
 // with previous_response_id. Bounded: least recently used responses are dropped once
 // kMaxResponses or kMaxBytes is exceeded (clients that need more keep the history themselves,
-// as Codex does with store: false).
+// as Codex does with store: false). The response is kept serialized, so the bytes counted
+// are the bytes held (a parsed JSON tree takes several times its text).
 #include <cstddef>
 #include <list>
 #include <mutex>
@@ -19,14 +20,14 @@
 namespace splash::api {
 
 struct StoredResponse {
-  nlohmann::json response;                       // the response object as returned
+  std::string response_json;                     // the response object as returned, serialized
   std::vector<chat::ChatMessage> conversation;  // its input (without instructions) and output
 };
 
 class ResponseStore {
  public:
   static constexpr size_t kMaxResponses = 1000;
-  static constexpr size_t kMaxBytes = 256u << 20;
+  static constexpr size_t kMaxBytes = 256u << 20;  // the memory plan sets it aside for a server
 
   void put(const std::string& id, StoredResponse stored);
   std::optional<StoredResponse> get(const std::string& id);

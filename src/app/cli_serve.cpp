@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "app/commands.h"
+#include "api/response_store.h"
 #include "app/model_loading.h"
 #include "engine/engine_service.h"
 #include "server/http_server.h"
@@ -60,6 +61,13 @@ class SignalWatcher {
   std::thread thread_;
 };
 
+nlohmann::json caches_json(const engine::MemoryPlan& plan) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& cache : plan.caches)
+    out.push_back({{"name", cache.name}, {"budget_bytes", cache.bytes}, {"in_plan", plan.caches_in_budget}});
+  return out;
+}
+
 void serve(ServeFlags flags) {
   SignalWatcher signals;  // before any thread (model loading starts the compute pool)
   if (flags.server.api_key.empty())
@@ -98,7 +106,13 @@ void serve(ServeFlags flags) {
   const auto budget = flags.model.max_memory_bytes();  // checked before any download
   model::LoadOptions load = flags.model.load;
   load.kv_blocks = -1;  // the whole planned KV pool, shared by the scheduler's sequences
-  auto loaded = load_model(resolve_model_path(flags.model.model), load, false, budget, flags.model.mmproj);
+  // The server's own caches: stored Responses, and request bodies while they are read and
+  // parsed (body_budget.h).
+  const std::vector<engine::CacheBudget> server_caches = {
+      {"stored responses", api::ResponseStore::kMaxBytes, "Responses API, store: true; least recently used out"},
+      {"request bodies", flags.server.body_budget_bytes, "bodies and their parsed JSON at once; more get a 503"}};
+  auto loaded =
+      load_model(resolve_model_path(flags.model.model), load, false, budget, flags.model.mmproj, server_caches);
   print_summary(*loaded, stderr);
   const auto& info = loaded->model->info();
   server::ServedModelInfo served;
@@ -118,6 +132,7 @@ void serve(ServeFlags flags) {
                       {"mapped_weights_bytes", loaded->plan.mapped_bytes},
                       {"activations_bytes", loaded->plan.activation_bytes},
                       {"runtime_bytes", loaded->plan.runtime_bytes},
+                      {"caches", caches_json(loaded->plan)},
                       {"kv_cache_bytes", loaded->plan.kv_bytes},
                       {"kv_cache_type", loaded->plan.kv_type},
                       {"kv_blocks", loaded->plan.kv_blocks},

@@ -51,7 +51,7 @@ std::string resolve_model_path(const std::string& model_flag) {
 
 std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::LoadOptions& options,
                                         bool tokenizer_only, std::optional<size_t> max_memory,
-                                        const std::string& mmproj) {
+                                        const std::string& mmproj, const std::vector<engine::CacheBudget>& service_caches) {
   const auto start = std::chrono::steady_clock::now();
   auto file = gguf::File::open(path);
   model::require_supported_architecture(file);  // before tokenizer and chat format complain
@@ -73,11 +73,12 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::Lo
     const auto vision_memory = vision::estimate_vision_memory(gguf::File::open(mmproj));
     if (!gpu) {
       needs.weight_bytes += vision_memory.weight_bytes;
-      // Scratch of one image, and the engine's cache of encoded images.
-      needs.activation_bytes += vision_memory.activation_bytes + engine::ImageFeatureCache::kDefaultBytes;
+      needs.activation_bytes += vision_memory.activation_bytes;  // scratch of one image
     }
   }
-  loaded->plan = engine::plan_memory(needs, max_memory, options.max_context, gpu);
+  auto caches = engine::engine_caches(/*vision=*/!mmproj.empty());
+  caches.insert(caches.end(), service_caches.begin(), service_caches.end());
+  loaded->plan = engine::plan_memory(needs, max_memory, options.max_context, gpu, std::move(caches));
   loaded->plan.kv_type = kernels::kv_type_name(options.kv_type);
   if (!loaded->plan.fits) {
     std::fputs(loaded->plan.table().c_str(), stderr);

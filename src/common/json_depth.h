@@ -29,4 +29,27 @@ inline size_t json_nesting_depth(std::string_view text) {
   return deepest;
 }
 
+// About how many values and members a JSON text holds (each container, each comma, one for
+// the first value), found by the same scan: what its parsed tree costs in memory is this
+// times kParsedBytesPerJsonNode at most (a value, a member's map node and key), on top of
+// its strings. Bounds the parsed form of a request body before it is parsed.
+inline constexpr size_t kParsedBytesPerJsonNode = 128;
+
+inline size_t json_node_count(std::string_view text) {
+  size_t nodes = 1;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{' || c == ',') {
+      ++nodes;
+    }
+  }
+  return nodes;
+}
+
 }  // namespace splash

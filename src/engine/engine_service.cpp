@@ -207,11 +207,15 @@ void EngineService::worker_loop() {
       }
     }
     step();
-    std::lock_guard lock(mutex_);
-    counters_.requests_running = static_cast<int>(running_.size());
-    counters_.requests_queued = static_cast<int>(waiting_.size() + queue_.size());
-    counters_.blocks = blocks_.counters();
+    publish_occupancy();
   }
+}
+
+void EngineService::publish_occupancy() {
+  std::lock_guard lock(mutex_);
+  counters_.requests_running = static_cast<int>(running_.size());
+  counters_.requests_queued = static_cast<int>(waiting_.size() + queue_.size());
+  counters_.blocks = blocks_.counters();
 }
 
 void EngineService::take_new_requests(std::deque<std::shared_ptr<ChatTicket>>& arrived) {
@@ -514,6 +518,8 @@ std::vector<int> EngineService::prefill_shares(int budget, const std::vector<boo
 
 void EngineService::step() {
   admit_waiting();
+  // Before the pass: a request admitted now is running by the time its first token is out.
+  publish_occupancy();
   if (running_.empty()) return;
   Pass pass = schedule();
   if (!pass.slots.empty()) apply(pass, run(pass));

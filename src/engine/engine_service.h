@@ -148,6 +148,7 @@ class EngineService {
   // blocks), retire (preempted sequences back to the queue, ended ones out).
   void step();
   void admit_waiting();
+  void publish_occupancy();  // running, queued and block counts into counters_ (/status)
   Pass schedule();
   std::span<const float> run(Pass& pass);
   void apply(const Pass& pass, std::span<const float> logits);

@@ -9,12 +9,13 @@
 #include <sstream>
 
 #include "engine/constraint_cache.h"
+#include "engine/image_feature_cache.h"
 
 namespace splash::engine {
 namespace {
 
 // Threads, HTTP buffers, tokenizer tables, allocator slack: measured RSS minus the parts
-// above is ~60 MB for the default model; this keeps a margin.
+// above is ~60 MB for the default model; this keeps a margin. The caches are apart.
 constexpr size_t kRuntimeBytes = size_t{128} << 20;
 
 std::string human(size_t bytes) {
@@ -32,7 +33,9 @@ std::string MemoryPlan::table() const {
   row("weights (packed)", weight_bytes, "");
   row("weights (mapped file)", mapped_bytes, "read from the GGUF mapping as needed");
   row("activations", activation_bytes, fmt::format("one {}-token batch", batch_tokens));
-  row("runtime", runtime_bytes, "threads, buffers, tokenizer, compiled grammars");
+  row("runtime", runtime_bytes, "threads, buffers, tokenizer");
+  for (const auto& cache : caches)
+    row(cache.name.c_str(), cache.bytes, caches_in_budget ? cache.note : cache.note + " (host memory, beside the plan)");
   row("KV cache", kv_bytes,
       fmt::format("{} blocks of {} tokens ({}): {} sequence(s) at the full {}-token context", kv_blocks,
                   kBlockTokens, kv_type, max_sequences, max_context));
@@ -40,9 +43,24 @@ std::string MemoryPlan::table() const {
   return out;
 }
 
+size_t MemoryPlan::cache_bytes() const {
+  if (!caches_in_budget) return 0;
+  size_t bytes = 0;
+  for (const auto& cache : caches) bytes += cache.bytes;
+  return bytes;
+}
+
+std::vector<CacheBudget> engine_caches(bool vision) {
+  std::vector<CacheBudget> caches{{"compiled grammars", kConstraintCacheBytes, "schemas and tool grammars, least recently used out"}};
+  if (vision) caches.push_back({"image features", ImageFeatureCache::kDefaultBytes, "encoded images, least recently used out"});
+  return caches;
+}
+
 MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memory, int requested_context,
-                       const std::optional<GpuMemory>& gpu) {
+                       const std::optional<GpuMemory>& gpu, std::vector<CacheBudget> caches) {
   MemoryPlan plan;
+  plan.caches = std::move(caches);
+  plan.caches_in_budget = !gpu;
   if (gpu) {
     // Leave 5% (at least 1 GiB) of the free memory for the CUDA context's own growth, cuBLAS's
     // workspaces and other programs on the GPU.
@@ -66,8 +84,8 @@ MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memor
   plan.mapped_bytes = needs.mapped_bytes;
   plan.activation_bytes = needs.activation_bytes;
   plan.batch_tokens = needs.max_batch_tokens;
-  plan.runtime_bytes = kRuntimeBytes + kConstraintCacheBytes;
-  const size_t fixed = plan.weight_bytes + plan.mapped_bytes + plan.activation_bytes + plan.runtime_bytes;
+  plan.runtime_bytes = kRuntimeBytes;
+  const size_t fixed = plan.weight_bytes + plan.mapped_bytes + plan.activation_bytes + plan.runtime_bytes + plan.cache_bytes();
   // --max-context may exceed the model's trained window (as llama.cpp's -c may): positions
   // past it are computed the same way, but the model was never trained on them, so quality
   // degrades; print_summary warns. Agents' prompts (15-20K tokens) need this on small models.

@@ -1,12 +1,14 @@
 #pragma once
 // The memory plan: from a budget (--max-memory, or what this machine can give without
-// swapping, less a reserve) subtract weights, activations and runtime buffers; what is
-// left holds the KV cache, which fixes the maximum context. Printed at start-up as a
+// swapping, less a reserve) subtract weights, activations, runtime buffers and the byte
+// budget of every cache outside the KV pool; what is left holds the KV cache, which fixes
+// the maximum context. Printed at start-up as a
 // breakdown table and reported by /status; a model that cannot run at a useful context is
 // refused with the same table.
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "model/model.h"
 
@@ -14,10 +16,20 @@ namespace splash::engine {
 
 using model::MemoryNeeds;
 
+// A cache outside the KV pool (compiled grammars, encoded images, stored responses, request
+// bodies being read), bounded by its own byte budget, which the plan sets aside.
+struct CacheBudget {
+  std::string name;
+  size_t bytes = 0;
+  std::string note;
+};
+
 struct MemoryPlan {
   size_t budget_bytes = 0;
   std::string budget_source;
   size_t weight_bytes = 0, mapped_bytes = 0, activation_bytes = 0, runtime_bytes = 0, kv_bytes = 0;
+  std::vector<CacheBudget> caches;  // host memory: inside the budget on the CPU, beside it on a GPU
+  bool caches_in_budget = true;
   int batch_tokens = 0;  // the tokens of the pass the activations are sized for
   int max_context = 0;      // the longest sequence (prompt + reply)
   int kv_blocks = 0;        // the paged KV pool
@@ -26,7 +38,10 @@ struct MemoryPlan {
   bool fits = false;
   std::string problem;      // why it does not fit
 
-  size_t total_bytes() const { return weight_bytes + mapped_bytes + activation_bytes + runtime_bytes + kv_bytes; }
+  size_t cache_bytes() const;  // those counted in the budget
+  size_t total_bytes() const {
+    return weight_bytes + mapped_bytes + activation_bytes + runtime_bytes + cache_bytes() + kv_bytes;
+  }
   std::string table() const;
 };
 
@@ -43,11 +58,16 @@ struct GpuMemory {
   size_t free_bytes = 0, total_bytes = 0;
 };
 
+// The caches every engine has (compiled grammars; encoded images when it reads them).
+std::vector<CacheBudget> engine_caches(bool vision);
+
 // max_memory: --max-memory, if given; requested_context: --max-context (0: the model's);
 // gpu: the device's memory when the model runs there (the budget is then the GPU's free
-// memory less a reserve, capped by --max-memory), else the budget is this machine's memory.
+// memory less a reserve, capped by --max-memory), else the budget is this machine's memory;
+// caches: engine_caches() and whatever the caller adds (a server's).
 MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memory, int requested_context,
-                       const std::optional<GpuMemory>& gpu = std::nullopt);
+                       const std::optional<GpuMemory>& gpu = std::nullopt,
+                       std::vector<CacheBudget> caches = engine_caches(false));
 
 // Memory this machine can give without swapping: MemAvailable, capped by a cgroup limit.
 size_t available_memory_bytes();

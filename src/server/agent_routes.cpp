@@ -88,7 +88,7 @@ void register_agent_routes(httplib::Server& http, const RouteGuard& guard, Agent
     if (!stored)
       return write_openai_error(res, {404, "No response with id '" + req.matches[1].str() + "' is stored",
                                       "invalid_request_error", "response_id", "not_found"});
-    res.set_content(api::dump_json(stored->response), "application/json");
+    res.set_content(stored->response_json, "application/json");
   }));
   http.Delete(R"(/v1/responses/([^/]+))", guard([ctx](const httplib::Request& req, httplib::Response& res) {
     const std::string id = req.matches[1];

@@ -20,6 +20,7 @@
 #include "common/json_depth.h"
 #include "engine/constraint_cache.h"
 #include "server/agent_routes.h"
+#include "server/body_budget.h"
 #include "server/reply_stream.h"
 #include "server/request_guard.h"
 #include "server/web_routes.h"
@@ -96,7 +97,8 @@ HttpServer::HttpServer(ServerOptions options, engine::EngineService& engine, con
       chat_(chat),
       model_(std::move(model)),
       http_(std::make_unique<httplib::Server>()),
-      started_(std::chrono::steady_clock::now()) {
+      started_(std::chrono::steady_clock::now()),
+      bodies_(std::make_shared<BodyBudget>(std::max(options_.body_budget_bytes, options_.max_body_bytes))) {
   const int threads = options_.http_threads;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_->set_payload_max_length(options_.max_body_bytes);
@@ -147,6 +149,21 @@ std::string stored_header(const httplib::Request& req, const char* name) {
   return it == req.headers.end() ? std::string() : it->second;
 }
 
+// The body reservation of the request this HTTP thread serves (httplib serves a connection
+// on one thread from its headers to its response): made before the body is read, given back
+// once the handler has parsed it, or, when no handler ran (an unknown route, a body cut
+// short), when the response has been written.
+struct HeldBody {
+  std::shared_ptr<BodyBudget> budget;
+  size_t bytes = 0;
+  void release() {
+    if (budget) budget->release(bytes);
+    budget.reset();
+    bytes = 0;
+  }
+};
+thread_local HeldBody held_body;
+
 // At most 64 printable characters of a value quoted in an error message.
 std::string excerpt(const std::string& value) {
   std::string out;
@@ -163,8 +180,18 @@ void HttpServer::register_routes() {
 
   // Host allowlist and API key, checked in the handler (after httplib has read the body, so a
   // refused request leaves nothing behind on a keep-alive connection).
-  auto guarded = [allowlist, api_key](httplib::Server::Handler handler) {
-    return [allowlist, api_key, handler](const httplib::Request& req, httplib::Response& res) {
+  auto guarded = [allowlist, api_key, bodies = bodies_](httplib::Server::Handler handler) {
+    return [allowlist, api_key, bodies, handler](const httplib::Request& req, httplib::Response& res) {
+      // However the handler ends: its body has been parsed into what the reply needs, so the
+      // bytes go (a streamed reply keeps the request alive for minutes) and so does their
+      // reservation. httplib's Request is its own non-const local; nothing reads the body later.
+      struct ParsedBody {
+        const httplib::Request& req;
+        ~ParsedBody() {
+          std::string().swap(const_cast<httplib::Request&>(req).body);
+          held_body.release();
+        }
+      } parsed{req};
       if (!allowlist->allows(stored_header(req, "Host")))
         return send_api_error(req, res, {403,
                                 fmt::format("Host '{}' is not allowed (allowed: {}; add one with --allowed-host)",
@@ -176,6 +203,23 @@ void HttpServer::register_routes() {
           return send_api_error(req, res, {401, "invalid or missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
                                   "authentication_error", {}, "invalid_api_key"});
       }
+      // The body's parsed tree joins its text in the budget before it is parsed (one nested
+      // too deeply is never parsed: its route refuses it as such).
+      if (held_body.budget && !req.body.empty() && json_nesting_depth(req.body) <= kMaxJsonDepth) {
+        const size_t tree = json_node_count(req.body) * kParsedBytesPerJsonNode;
+        if (tree > bodies->capacity() - held_body.bytes)
+          return send_api_error(req, res, {413, fmt::format("the request body holds too many JSON values to parse "
+                                                            "within the server's {} MiB for request bodies",
+                                                            bodies->capacity() >> 20),
+                                           "invalid_request_error", {}, {}});
+        if (!bodies->try_acquire(tree)) {
+          res.set_header("Retry-After", "1");
+          return send_api_error(req, res, {503, fmt::format("the server is parsing as many request bodies as it holds at "
+                                                            "once ({} MiB); retry in a moment", bodies->capacity() >> 20),
+                                           "overloaded_error", {}, {}});
+        }
+        held_body.bytes += tree;
+      }
       handler(req, res);
     };
   };
@@ -183,7 +227,9 @@ void HttpServer::register_routes() {
   // Before the body is read: refuse what must not be read at all. The connection is closed
   // after these answers, since the unread body would otherwise be taken as the next request.
   const size_t max_body = options_.max_body_bytes;
-  http.set_pre_routing_handler([max_body, allowlist](const httplib::Request& req, httplib::Response& res) {
+  http.set_pre_routing_handler([max_body, allowlist, bodies = bodies_](const httplib::Request& req,
+                                                                        httplib::Response& res) {
+    held_body.release();  // an earlier request's on this thread, should one be left
     auto refuse = [&](const api::ApiError& error) {
       send_api_error(req, res, error);
       res.set_header("Connection", "close");
@@ -215,8 +261,20 @@ void HttpServer::register_routes() {
       const bool digits = !length.empty() && length.size() <= 18 &&
                           std::all_of(length.begin(), length.end(), [](unsigned char c) { return std::isdigit(c); });
       if (!digits) return refuse(api::ApiError::bad_request("invalid Content-Length"));
-      if (std::stoull(length) > max_body)
+      const size_t bytes = std::stoull(length);
+      if (bytes > max_body)
         return refuse({413, fmt::format("the request body is larger than {} bytes", max_body), "invalid_request_error", {}, {}});
+      if (bytes > 0) {
+        if (!bodies->try_acquire(bytes)) {
+          res.set_header("Retry-After", "1");
+          return refuse({503,
+                         fmt::format("the server is reading as many request bodies as it holds at once ({} MiB); retry "
+                                     "in a moment",
+                                     bodies->capacity() >> 20),
+                         "overloaded_error", {}, {}});
+        }
+        held_body = {bodies, bytes};
+      }
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
@@ -318,6 +376,8 @@ void HttpServer::register_routes() {
                                   {"budget_bytes", engine::kConstraintCacheBytes},
                                   {"hits", grammars.hits},
                                   {"misses", grammars.misses}};
+    status["request_bodies"] = {
+        {"in_use_bytes", bodies_->in_use()}, {"budget_bytes", bodies_->capacity()}, {"refused", bodies_->refused()}};
     status["uptime_seconds"] = uptime;
     status["accepting_requests"] = engine_.accepting();
     send_json(res, status);
@@ -325,6 +385,7 @@ void HttpServer::register_routes() {
 
   // Every answered request is counted (the logger runs after each response, errors too).
   http.set_logger([counts = request_counts_](const httplib::Request& req, const httplib::Response& res) {
+    held_body.release();  // a request no handler parsed (an unknown route, a body cut short)
     counts->add(req.method, req.path, res.status);
   });
   http.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {

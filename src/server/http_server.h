@@ -22,6 +22,8 @@ class Server;
 
 namespace splash::server {
 
+class BodyBudget;
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;
@@ -29,6 +31,8 @@ struct ServerOptions {
   std::vector<std::string> allowed_hosts;  // besides localhost, 127.0.0.1 and [::1]
   bool webui = true;
   size_t max_body_bytes = size_t{8} << 20;
+  // Bodies being read and parsed at once (body_budget.h): eight at the largest size.
+  size_t body_budget_bytes = size_t{64} << 20;
   int keep_alive_seconds = 15;  // silence before a stream gets a keep-alive (clients time out idle streams)
   int http_threads = 256;  // connections served at once (streams and idle keep-alives hold one each)
   // The sampling seed of every request that names none (unset: a fresh random seed each), so
@@ -80,6 +84,7 @@ class HttpServer {
   int bound_port_ = 0;
   std::shared_ptr<std::atomic<int>> completions_in_flight_ = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<RequestCounts> request_counts_ = std::make_shared<RequestCounts>();  // for /metrics
+  std::shared_ptr<BodyBudget> bodies_;
 };
 
 }  // namespace splash::server

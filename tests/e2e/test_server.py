@@ -523,7 +523,7 @@ def test_server_seed_makes_requests_without_one_reproducible(splash_server):
     """`serve --seed N`: every request that names no seed samples with N, in every protocol; one
     that names its own keeps it."""
     seeded = splash_server("--seed", "1234")
-    assert "seed 1234 for every request that names none" in seeded.output()
+    assert wait_for(lambda: "seed 1234 for every request that names none" in seeded.output(), 5), seeded.output()
     oai = openai.OpenAI(base_url=f"{seeded}/v1", api_key="x")
     model = oai.models.list().data[0].id
 
@@ -1094,6 +1094,52 @@ def test_body_just_under_the_limit_is_not_413(server):
     assert_error(resp, 400, "context")
     assert time.monotonic() - start < 30
     assert_serving(server)
+
+
+def test_bodies_read_at_once_are_bounded(server):
+    """Bodies are counted from their Content-Length before a byte is read: with eight clients
+    each holding an 8 MiB body half sent (the 64 MiB budget), a ninth body is refused at once
+    with 503 and Retry-After, its bytes unread, while bodiless requests go on; once those
+    clients go, the budget is whole again and a body is served. /status shows it all."""
+    budget = status(server)["request_bodies"]
+    assert budget == {"in_use_bytes": 0, "budget_bytes": 64 << 20, "refused": budget["refused"]}, budget
+    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % MAX_BODY)
+    holders = []
+    try:
+        for _ in range(8):
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            sock.sendall(head + b'{"messages": [' + b" " * 4096)
+            holders.append(sock)
+        assert wait_for(lambda: status(server)["request_bodies"]["in_use_bytes"] == 8 * MAX_BODY, 5), \
+            status(server)["request_bodies"]
+        start = time.monotonic()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n")
+            resp = http.client.HTTPResponse(sock, method="POST")
+            resp.begin()
+            body = json.loads(resp.read())
+        assert resp.status == 503 and resp.getheader("Retry-After") == "1", (resp.status, body)
+        assert "retry" in body["error"]["message"], body
+        assert time.monotonic() - start < 3
+        assert_serving(server)  # requests without a body are not held back
+        assert status(server)["request_bodies"]["refused"] == budget["refused"] + 1
+    finally:
+        for sock in holders:
+            sock.close()
+    assert wait_for(lambda: status(server)["request_bodies"]["in_use_bytes"] == 0, 5), status(server)["request_bodies"]
+    resp = chat(server, {"messages": HI, "max_tokens": 1})
+    assert resp.status_code == 200, resp.text
+    assert status(server)["request_bodies"]["in_use_bytes"] == 0
+
+
+def test_memory_plan_sets_the_caches_aside(server):
+    memory = status(server)["memory"]
+    names = {c["name"]: c["budget_bytes"] for c in memory["caches"]}
+    assert set(names) == {"compiled grammars", "stored responses", "request bodies"}, names
+    assert names["request bodies"] >= 64 << 20 and names["stored responses"] == 256 << 20, names
+    assert all(c["in_plan"] for c in memory["caches"])
+    assert wait_for(lambda: "request bodies" in server.output() and "stored responses" in server.output(), 5)
 
 
 def test_one_long_word_prompt_is_bounded(server):

@@ -3,6 +3,7 @@
 // sequence, and documents into prompt text. Malformed and hostile input is a 400 naming the
 // field, never an exception or a crash.
 #include <gtest/gtest.h>
+#include <malloc.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -234,7 +235,7 @@ TEST(OpenAiResponses, StoredResponsesContinueAndUnknownOnesAre404) {
   EXPECT_EQ(expected, 9);
   auto stored = store->get(renderer.id());
   ASSERT_TRUE(stored);
-  EXPECT_EQ(stored->response["output"][0]["content"][0]["text"], "Hi there");
+  EXPECT_EQ(json::parse(stored->response_json)["output"][0]["content"][0]["text"], "Hi there");
 
   auto next = responses_ok({{"model", "m"}, {"previous_response_id", renderer.id()}, {"input", "again"}}, *store);
   ASSERT_EQ(next.chat.messages.size(), 3u);  // instructions are not carried over
@@ -273,10 +274,22 @@ TEST(OpenAiResponses, MalformedRequestsAreNamed400s) {
 
 TEST(ResponseStoreBounds, OldestResponsesAreDroppedFirst) {
   ResponseStore store;
-  for (size_t i = 0; i < ResponseStore::kMaxResponses + 10; ++i) store.put(fmt::format("r{}", i), {json::object(), {}});
+  for (size_t i = 0; i < ResponseStore::kMaxResponses + 10; ++i) store.put(fmt::format("r{}", i), {"{}", {}});
   EXPECT_EQ(store.size(), ResponseStore::kMaxResponses);
   EXPECT_FALSE(store.get("r0"));
   EXPECT_TRUE(store.get(fmt::format("r{}", ResponseStore::kMaxResponses + 9)));
+}
+
+TEST(ResponseStoreBounds, BytesStayWithinTheBudget) {
+  // Responses of 1 MiB of text and a conversation of as much: the oldest leave once their
+  // bytes pass kMaxBytes, whatever their count.
+  ResponseStore store;
+  const std::string mib(size_t{1} << 20, 'x');
+  for (int i = 0; i < 200; ++i) store.put(fmt::format("r{}", i), {mib, {chat::ChatMessage{"user", mib}}});
+  EXPECT_LE(store.size() * 2 * mib.size(), ResponseStore::kMaxBytes);
+  EXPECT_GE(store.size() * 2 * (mib.size() + 1024), ResponseStore::kMaxBytes - 2 * (mib.size() + 1024));
+  EXPECT_TRUE(store.get("r199"));
+  EXPECT_FALSE(store.get("r0"));
 }
 
 // A one-page PDF with its cross-reference table, built here so the test needs no tools.
@@ -344,6 +357,34 @@ TEST(JsonDepth, CountsBracketsOutsideStringsOnly) {
   const auto parsed = api::parse_messages_request(std::string(600, '[') + std::string(600, ']'));
   ASSERT_TRUE(std::holds_alternative<api::ApiError>(parsed));
   EXPECT_NE(std::get<api::ApiError>(parsed).message.find("deeper"), std::string::npos);
+}
+
+// The bound on a parsed body's memory (json_node_count x kParsedBytesPerJsonNode, plus the
+// text for its strings) holds for the shapes that cost the most per byte of text, as the heap
+// measures it (mallinfo2; under ASan its allocator reports nothing and this checks only the
+// counts).
+TEST(JsonNodeCount, BoundsTheParsedTree) {
+  EXPECT_EQ(json_node_count("{}"), 2u);
+  EXPECT_EQ(json_node_count(R"({"a": [1, 2, {"b": "x,y[{"}]})"), 6u);
+  const auto repeat = [](const std::string& item, int n, char open, char close) {
+    std::string text(1, open);
+    for (int i = 0; i < n; ++i) text += (i ? "," : "") + item;
+    return text + close;
+  };
+  const std::vector<std::string> shapes = {
+      repeat("1", 200000, '[', ']'),                                   // small numbers
+      repeat(R"({"a":1})", 100000, '[', ']'),                          // one-member objects
+      repeat(R"("k")", 200000, '[', ']'),                              // short strings
+      repeat(R"([[]])", 100000, '[', ']'),                             // empty containers
+      R"({"m":)" + repeat(R"({"role":"user","content":"hi"})", 50000, '[', ']') + "}",  // messages
+  };
+  for (const auto& text : shapes) {
+    const size_t before = mallinfo2().uordblks;
+    const auto parsed = nlohmann::json::parse(text);
+    const size_t after = mallinfo2().uordblks;
+    const size_t used = after > before ? after - before : 0;
+    EXPECT_LE(used, json_node_count(text) * kParsedBytesPerJsonNode + text.size()) << text.substr(0, 40);
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/constraint_cache.h"
+#include "engine/image_feature_cache.h"
 #include "engine/memory_plan.h"
 #include "formats/gguf.h"
 #include "model/model.h"
@@ -50,6 +51,25 @@ TEST(MemoryPlan, TightBudgetShrinksTheContext) {
   EXPECT_EQ(plan.kv_blocks, 3000 / 16);
   EXPECT_EQ(plan.max_sequences, 1);
   EXPECT_LE(plan.total_bytes(), plan.budget_bytes);
+}
+
+TEST(MemoryPlan, CachesAreSetAsideAndListed) {
+  auto caches = engine_caches(/*vision=*/true);
+  caches.push_back({"request bodies", 64 * MiB, "bodies being read at once"});
+  const auto plan = plan_memory(small_model(), size_t{8} << 30, 0, std::nullopt, caches);
+  EXPECT_EQ(plan.cache_bytes(), kConstraintCacheBytes + ImageFeatureCache::kDefaultBytes + 64 * MiB);
+  EXPECT_EQ(plan.total_bytes(), plan.weight_bytes + plan.mapped_bytes + plan.activation_bytes + plan.runtime_bytes +
+                                    plan.cache_bytes() + plan.kv_bytes);
+  for (const char* row : {"compiled grammars", "image features", "request bodies"})
+    EXPECT_NE(plan.table().find(row), std::string::npos) << row;
+  // A smaller pool for them than without them, at a budget that limits the pool.
+  const auto needs = small_model();
+  const size_t budget = needs.weight_bytes + needs.mapped_bytes + needs.activation_bytes + 1024 * MiB;
+  EXPECT_LT(plan_memory(needs, budget, 0, std::nullopt, caches).kv_blocks, plan_memory(needs, budget, 0, std::nullopt, {}).kv_blocks);
+  // On a GPU they are host memory: listed, not taken from the device's budget.
+  const auto gpu = plan_memory(small_model(), std::nullopt, 0, GpuMemory{"H200", size_t{100} << 30, size_t{140} << 30}, caches);
+  EXPECT_EQ(gpu.cache_bytes(), 0u);
+  EXPECT_NE(gpu.table().find("beside the plan"), std::string::npos);
 }
 
 TEST(MemoryPlan, BelowAUsefulContextDoesNotFit) {

@@ -51,18 +51,14 @@ std::vector<WeightSource> expert_weights(const gguf::File& file, const std::stri
   return out;
 }
 
-// The router of a mixture-of-experts layer as floats [experts][d_model]: it is small, and
-// routing in float keeps the choice of experts away from weight rounding (llama.cpp's
-// quantizer never quantizes it either; F16/BF16 files are widened).
-std::vector<float> router_weight(const gguf::File& file, const std::string& name, int experts, int d_model) {
+// The router of a mixture-of-experts layer [experts][d_model]: a float matrix, which the
+// matmul kernels apply to float activations, so the choice of experts is free of int8
+// rounding (llama.cpp's quantizer never quantizes a router either).
+WeightSource router_weight(const gguf::File& file, const std::string& name, int experts, int d_model) {
   const auto& t = matrix_tensor(file, name, experts, d_model);
   if (t.type != GgmlType::F32 && t.type != GgmlType::F16 && t.type != GgmlType::BF16)
     fail("{}: tensor '{}' has type {}; a router must be F32, F16 or BF16", file.path(), name, type_name(t.type));
-  std::vector<float> out(static_cast<size_t>(experts) * d_model);
-  const size_t row_bytes = t.n_bytes / experts;
-  for (int e = 0; e < experts; ++e)
-    kernels::dequantize_row(t.type, t.data + e * row_bytes, out.data() + static_cast<size_t>(e) * d_model, d_model);
-  return out;
+  return {t.type, t.data, experts, d_model};
 }
 
 // Stacks matrices into one packed weight when their types allow, else packs them apart.
@@ -87,7 +83,7 @@ struct LayerWeights {
   std::vector<PackedWeight> gate_up;  // one stacked [gate; up] matrix, or two
   PackedWeight down;
   // A mixture-of-experts FFN instead (Qwen3-MoE): the router and each expert's matrices.
-  std::vector<float> router;                        // [experts][d_model]
+  PackedWeight router;                              // [experts][d_model], a float type
   std::vector<std::vector<PackedWeight>> expert_gate_up;
   std::vector<PackedWeight> expert_down;
 };
@@ -184,7 +180,7 @@ class LlamaModel final : public Model {
     // Check every tensor first (errors surface here, on the calling thread), then repack
     // the layers in parallel: packing is the bulk of the load time.
     struct LayerSources {
-      WeightSource q, k, v, o, gate, up, down;
+      WeightSource q, k, v, o, gate, up, down, router;
       std::vector<WeightSource> expert_gate, expert_up, expert_down;
     };
     std::vector<LayerSources> sources(s.n_layers);
@@ -211,7 +207,7 @@ class LlamaModel final : public Model {
       src.v = weight(file_, p + "attn_v.weight", kv_width(), s.d_model);
       src.o = weight(file_, p + "attn_output.weight", s.d_model, q_width());
       if (h_.n_experts > 0) {
-        layers_[l].router = router_weight(file_, p + "ffn_gate_inp.weight", h_.n_experts, s.d_model);
+        src.router = router_weight(file_, p + "ffn_gate_inp.weight", h_.n_experts, s.d_model);
         src.expert_gate = expert_weights(file_, p + "ffn_gate_exps.weight", h_.n_experts, s.ffn, s.d_model);
         src.expert_up = expert_weights(file_, p + "ffn_up_exps.weight", h_.n_experts, s.ffn, s.d_model);
         src.expert_down = expert_weights(file_, p + "ffn_down_exps.weight", h_.n_experts, s.d_model, s.ffn);
@@ -229,6 +225,7 @@ class LlamaModel final : public Model {
         layer.qkv = pack_group({src.q, src.k, src.v});
         layer.attn_output = kernels::pack_weight(src.o);
         if (h_.n_experts > 0) {
+          layer.router = kernels::pack_weight(src.router);
           for (int e = 0; e < h_.n_experts; ++e) {  // expert-major, each expert's gate and up stacked
             layer.expert_gate_up.push_back(pack_group({src.expert_gate[e], src.expert_up[e]}));
             layer.expert_down.push_back(kernels::pack_weight(src.expert_down[e]));
@@ -251,6 +248,7 @@ class LlamaModel final : public Model {
       for (const auto& group : layer.expert_gate_up)
         for (const auto& w : group) expert_bytes += w.bytes();
       for (const auto& w : layer.expert_down) expert_bytes += w.bytes();
+      if (h_.n_experts > 0) info_.packed_weight_bytes += layer.router.bytes();
     }
     output_norm_ = vector_weight(file_, "output_norm.weight", s.d_model);
     const bool tied = file_.find_tensor("output.weight") == nullptr;
@@ -296,7 +294,10 @@ class LlamaModel final : public Model {
     size(projected_, static_cast<size_t>(n) * s.d_model);
     size(gate_up_, static_cast<size_t>(n) * 2 * s.ffn);
     size(hidden_, static_cast<size_t>(n) * s.ffn);
-    if (h_.n_experts > 0) size(expert_rows_, static_cast<size_t>(n) * s.d_model);
+    if (h_.n_experts > 0) {
+      size(expert_rows_, static_cast<size_t>(n) * s.d_model);
+      size(router_logits_, static_cast<size_t>(n) * h_.n_experts);
+    }
   }
 
   // Runs matrices stacked row-wise (or apart, when their types differ) into one output row.
@@ -423,19 +424,16 @@ class LlamaModel final : public Model {
     const auto& s = shapes_;
     const int experts = h_.n_experts, used = h_.n_experts_used;
     const float* normed = normed_.as<float>();
+    activations_.quantize(normed, n, s.d_model, pool_);
+    kernels::matmul(layer.router, activations_, router_logits_.as<float>(), experts, pool_);
     // routed[e]: (token, weight) of the rows expert e takes.
     routed_.resize(experts);
     for (auto& list : routed_) list.clear();
     std::vector<float> probs(experts);
     std::vector<int> order(experts);
     for (int t = 0; t < n; ++t) {
-      const float* row = normed + static_cast<size_t>(t) * s.d_model;
-      for (int e = 0; e < experts; ++e) {
-        const float* w = layer.router.data() + static_cast<size_t>(e) * s.d_model;
-        double dot = 0.0;
-        for (int i = 0; i < s.d_model; ++i) dot += static_cast<double>(row[i]) * w[i];
-        probs[e] = static_cast<float>(dot);
-      }
+      const float* logits = router_logits_.as<float>() + static_cast<size_t>(t) * experts;
+      probs.assign(logits, logits + experts);
       const float top = *std::max_element(probs.begin(), probs.end());
       for (auto& p : probs) p = std::exp(p - top);  // the softmax's sum cancels in the renormalisation
       for (int e = 0; e < experts; ++e) order[e] = e;
@@ -487,7 +485,8 @@ class LlamaModel final : public Model {
   std::unique_ptr<kernels::LazyMemory> kv_pool_;  // [layer][kv head][block] records
   std::vector<float> cos_, sin_;
   AlignedBuffer x_, normed_, qkv_, attn_, projected_, gate_up_, hidden_, logits_;
-  AlignedBuffer expert_rows_;  // the rows routed to one expert, gathered
+  AlignedBuffer expert_rows_;     // the rows routed to one expert, gathered
+  AlignedBuffer router_logits_;   // [tokens][experts]
   struct Routed {
     int token;
     float weight;
@@ -529,7 +528,7 @@ MemoryNeeds estimate_llama_memory(const gguf::File& file, KvType kv_type) {
       experts(p + "ffn_gate_exps.weight", s.ffn, s.d_model);
       experts(p + "ffn_up_exps.weight", s.ffn, s.d_model);
       experts(p + "ffn_down_exps.weight", s.d_model, s.ffn);
-      needs.weight_bytes += sizeof(float) * h.n_experts * s.d_model;  // the router
+      packed(p + "ffn_gate_inp.weight", h.n_experts, s.d_model);  // the router
     } else {
       packed(p + "ffn_gate.weight", s.ffn, s.d_model);
       packed(p + "ffn_up.weight", s.ffn, s.d_model);
@@ -542,7 +541,7 @@ MemoryNeeds estimate_llama_memory(const gguf::File& file, KvType kv_type) {
   needs.mapped_bytes = file.tensor("token_embd.weight").n_bytes;  // rows are read at lookup
   needs.kv_bytes_per_block = kernels::KvHeadLayout{kv_type, s.head_dim}.bytes() * s.n_kv_heads * s.n_layers;
   const size_t floats_per_token = 2 * s.d_model + (q + 2 * kv) + q + s.d_model + 2 * s.ffn + s.ffn +
-                                  (h.n_experts > 0 ? s.d_model : 0);  // gathered expert rows
+                                  (h.n_experts > 0 ? s.d_model + h.n_experts : 0);  // gathered rows, router logits
   needs.activation_bytes = kMaxBatchTokens * (floats_per_token * sizeof(float) + std::max(s.d_model, s.ffn) * 2) +
                            kMaxBatchSequences * sizeof(float) * s.vocab;  // logits, a row per sequence
   needs.native_context = h.native_context;
