@@ -1459,14 +1459,26 @@ def test_disconnect_mid_stream_cancels_generation(server, no_eos_bias):
     assert time.monotonic() - start < 2.0, "the next request waited for the abandoned one"
 
 
+NON_STREAMING_LONG = {  # a long non-streaming reply in each protocol (logit_bias: Chat Completions only)
+    "chat": ("/v1/chat/completions", lambda bias: {"messages": COUNT, "max_tokens": 3000, "temperature": 0,
+                                                   "logit_bias": bias}),
+    "messages": ("/v1/messages", lambda bias: {"model": "m", "messages": COUNT, "max_tokens": 3000,
+                                               "temperature": 0, "stop_sequences": ["NEVER-SEEN"]}),
+    "responses": ("/v1/responses", lambda bias: {"model": "m", "input": COUNT[0]["content"],
+                                                 "max_output_tokens": 3000, "temperature": 0, "store": False}),
+}
+
+
+@pytest.mark.parametrize("protocol", list(NON_STREAMING_LONG))
 @pytest.mark.parametrize("how", ["fin", "rst"])
-def test_disconnect_during_a_non_streaming_reply_cancels_generation(server, no_eos_bias, how):
+def test_disconnect_during_a_non_streaming_reply_cancels_generation(server, served_id, no_eos_bias, how, protocol):
     # No stream to write into: the server probes the connection with leading whitespace once
     # a reply runs past a second, and a client that left (FIN, or RST) ends its generation.
     before = status(server)["tokens_processed"]["generated"]
-    body = json.dumps({"messages": COUNT, "max_tokens": 3000, "temperature": 0, "logit_bias": no_eos_bias}).encode()
+    path, make = NON_STREAMING_LONG[protocol]
+    body = json.dumps({**make(no_eos_bias), "model": served_id}).encode()
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n".encode()
                  + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
     assert wait_for(lambda: status(server)["requests_running"] == 1, 5.0)
     time.sleep(1.5)
