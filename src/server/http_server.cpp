@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <malloc.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -164,6 +165,10 @@ struct HeldBody {
 };
 thread_local HeldBody held_body;
 
+// A body this large is followed by a malloc_trim once it has been parsed (a few ms; agents'
+// bodies are mostly smaller).
+constexpr size_t kTrimAfterBodyBytes = size_t{1} << 20;
+
 // At most 64 printable characters of a value quoted in an error message.
 std::string excerpt(const std::string& value) {
   std::string out;
@@ -188,8 +193,13 @@ void HttpServer::register_routes() {
       struct ParsedBody {
         const httplib::Request& req;
         ~ParsedBody() {
+          const size_t bytes = req.body.size();
           std::string().swap(const_cast<httplib::Request&>(req).body);
           held_body.release();
+          // Once glibc's mmap threshold has grown past a large body, such bodies and their
+          // parsed trees come from the thread arenas and stay with the process after they are
+          // freed (30 bodies of 7 MB, six at a time: +290 MiB of RSS); hand them back.
+          if (bytes >= kTrimAfterBodyBytes) malloc_trim(0);
         }
       } parsed{req};
       if (!allowlist->allows(stored_header(req, "Host")))

@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import threading
+from concurrent.futures import ThreadPoolExecutor
 import time
 
 import pytest
@@ -1131,6 +1132,32 @@ def test_bodies_read_at_once_are_bounded(server):
     resp = chat(server, {"messages": HI, "max_tokens": 1})
     assert resp.status_code == 200, resp.text
     assert status(server)["request_bodies"]["in_use_bytes"] == 0
+
+
+def test_large_bodies_do_not_leave_memory_behind(splash_server):
+    """Sixty 7 MB bodies, six at a time, each parsed and refused: RSS levels off at about the
+    bodies in flight (+110 MiB measured) instead of growing with every round (+290 MiB after
+    thirty without the trim after a large body)."""
+    server = splash_server()
+    model = get(server, "/v1/models").json()["data"][0]["id"]
+
+    def rss_mib() -> int:
+        with open(f"/proc/{server.proc.pid}/status") as f:
+            return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS:"))
+
+    body = json.dumps({"model": model, "messages": HI, "unknown": "x" * (7 << 20), "ids": list(range(1000))})
+
+    def refused(_):
+        return post(str(server), "/v1/chat/completions", data=body,
+                    headers={"Content-Type": "application/json"}).status_code
+
+    base = rss_mib()
+    with ThreadPoolExecutor(6) as pool:
+        for _ in range(10):
+            assert set(pool.map(refused, range(6))) == {400}
+    grown = rss_mib() - base
+    print(f"\n  RSS {base} -> {base + grown} MiB")
+    assert grown < 200, grown
 
 
 def test_memory_plan_sets_the_caches_aside(server):
