@@ -312,6 +312,9 @@ bool EngineService::admit(Running& sequence) {
       counters_.prompt_tokens += size - match.tokens;
       counters_.reused_prompt_tokens += match.tokens;
       if (match.tokens > 0) ++counters_.cache_hits;
+      // Running before its client hears it started (publish_occupancy settles the counts).
+      ++counters_.requests_running;
+      if (counters_.requests_queued > 0) --counters_.requests_queued;
     }
     if (!sequence.ticket->sink_(ChatEvent::started(size, match.tokens))) sequence.ticket->cancel();
     // An exact replay whose next-token logits are known samples its first token now; the

@@ -4,6 +4,7 @@
 #include "api/anthropic_messages.h"
 #include "api/openai_chat.h"
 #include "api/openai_responses.h"
+#include "server/body_budget.h"
 #include "server/reply_stream.h"
 
 namespace splash::server {
@@ -42,6 +43,7 @@ void register_agent_routes(httplib::Server& http, const RouteGuard& guard, Agent
     auto parsed = api::parse_chat_completion_request(req.body, served);
     if (auto* error = std::get_if<api::ApiError>(&parsed)) return write_openai_error(res, *error);
     auto request = std::get<api::ChatCompletionRequest>(std::move(parsed));
+    done_with_request_body(req);  // before the request may wait in the engine's queue
     apply_server_defaults(*ctx, request.chat);
     auto renderer = std::make_shared<api::ChatCompletionRenderer>(ctx->model_id, request.include_usage, request.logprobs);
     serve_reply(res, ctx->engine, std::move(request.chat), request.stream, renderer, write_openai_error, in_flight,
@@ -53,6 +55,7 @@ void register_agent_routes(httplib::Server& http, const RouteGuard& guard, Agent
     auto parsed = api::parse_messages_request(req.body);
     if (auto* error = std::get_if<api::ApiError>(&parsed)) return write_anthropic_error(res, *error);
     auto request = std::get<api::MessagesRequest>(std::move(parsed));
+    done_with_request_body(req);  // before the request may wait in the engine's queue
     apply_server_defaults(*ctx, request.chat);
     auto renderer = std::make_shared<api::MessagesRenderer>(request.model);
     serve_reply(res, ctx->engine, std::move(request.chat), request.stream, renderer, write_anthropic_error, in_flight,
@@ -78,6 +81,7 @@ void register_agent_routes(httplib::Server& http, const RouteGuard& guard, Agent
     auto parsed = api::parse_responses_request(req.body, *ctx->responses);
     if (auto* error = std::get_if<api::ApiError>(&parsed)) return write_openai_error(res, *error);
     auto request = std::get<api::ResponsesRequest>(std::move(parsed));
+    done_with_request_body(req);  // before the request may wait in the engine's queue
     apply_server_defaults(*ctx, request.chat);
     auto renderer = std::make_shared<api::ResponsesRenderer>(request, ctx->responses);
     serve_reply(res, ctx->engine, std::move(request.chat), request.stream, renderer, write_openai_error, in_flight,

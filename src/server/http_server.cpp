@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-#include <malloc.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -150,30 +149,28 @@ std::string stored_header(const httplib::Request& req, const char* name) {
   return it == req.headers.end() ? std::string() : it->second;
 }
 
-// The body reservation of the request this HTTP thread serves (httplib serves a connection
-// on one thread from its headers to its response): made before the body is read, given back
-// once the handler has parsed it, or, when no handler ran (an unknown route, a body cut
-// short), when the response has been written.
-struct HeldBody {
-  std::shared_ptr<BodyBudget> budget;
-  size_t bytes = 0;
-  void release() {
-    if (budget) budget->release(bytes);
-    budget.reset();
-    bytes = 0;
-  }
-};
-thread_local HeldBody held_body;
-
-// A body this large is followed by a malloc_trim once it has been parsed (a few ms; agents'
-// bodies are mostly smaller).
-constexpr size_t kTrimAfterBodyBytes = size_t{1} << 20;
-
 // At most 64 printable characters of a value quoted in an error message.
 std::string excerpt(const std::string& value) {
   std::string out;
   for (const unsigned char c : value.substr(0, 64)) out += std::isprint(c) ? static_cast<char>(c) : '?';
   return value.size() > 64 ? out + "..." : out;
+}
+
+// A Host outside the allowlist (403) or a missing or wrong API key on an API route (401).
+std::optional<api::ApiError> access_refusal(const httplib::Request& req, const HostAllowlist& allowlist,
+                                            const std::string& api_key) {
+  if (!allowlist.allows(stored_header(req, "Host")))
+    return api::ApiError{403,
+                         fmt::format("Host '{}' is not allowed (allowed: {}; add one with --allowed-host)",
+                                     excerpt(stored_header(req, "Host")), allowlist.describe()),
+                         "permission_error", {}, "host_not_allowed"};
+  if (!api_key.empty() && !is_public_route(req.path)) {
+    const auto key = presented_api_key(stored_header(req, "Authorization"), stored_header(req, "x-api-key"));
+    if (!key || !api_key_matches(api_key, *key))
+      return api::ApiError{401, "invalid or missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
+                           "authentication_error", {}, "invalid_api_key"};
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -187,48 +184,26 @@ void HttpServer::register_routes() {
   // refused request leaves nothing behind on a keep-alive connection).
   auto guarded = [allowlist, api_key, bodies = bodies_](httplib::Server::Handler handler) {
     return [allowlist, api_key, bodies, handler](const httplib::Request& req, httplib::Response& res) {
-      // However the handler ends: its body has been parsed into what the reply needs, so the
-      // bytes go (a streamed reply keeps the request alive for minutes) and so does their
-      // reservation. httplib's Request is its own non-const local; nothing reads the body later.
-      struct ParsedBody {
+      // However the handler ends, it is done with the body (the generation routes say so
+      // earlier, once parsed, before their request may wait in the engine's queue).
+      struct DoneWithBody {
         const httplib::Request& req;
-        ~ParsedBody() {
-          const size_t bytes = req.body.size();
-          std::string().swap(const_cast<httplib::Request&>(req).body);
-          held_body.release();
-          // Once glibc's mmap threshold has grown past a large body, such bodies and their
-          // parsed trees come from the thread arenas and stay with the process after they are
-          // freed (30 bodies of 7 MB, six at a time: +290 MiB of RSS); hand them back.
-          if (bytes >= kTrimAfterBodyBytes) malloc_trim(0);
-        }
-      } parsed{req};
-      if (!allowlist->allows(stored_header(req, "Host")))
-        return send_api_error(req, res, {403,
-                                fmt::format("Host '{}' is not allowed (allowed: {}; add one with --allowed-host)",
-                                            excerpt(stored_header(req, "Host")), allowlist->describe()),
-                                "permission_error", {}, "host_not_allowed"});
-      if (!api_key.empty() && !is_public_route(req.path)) {
-        const auto key = presented_api_key(stored_header(req, "Authorization"), stored_header(req, "x-api-key"));
-        if (!key || !api_key_matches(api_key, *key))
-          return send_api_error(req, res, {401, "invalid or missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
-                                  "authentication_error", {}, "invalid_api_key"});
-      }
-      // The body's parsed tree joins its text in the budget before it is parsed (one nested
-      // too deeply is never parsed: its route refuses it as such).
-      if (held_body.budget && !req.body.empty() && json_nesting_depth(req.body) <= kMaxJsonDepth) {
-        const size_t tree = json_node_count(req.body) * kParsedBytesPerJsonNode;
-        if (tree > bodies->capacity() - held_body.bytes)
-          return send_api_error(req, res, {413, fmt::format("the request body holds too many JSON values to parse "
-                                                            "within the server's {} MiB for request bodies",
+        ~DoneWithBody() { done_with_request_body(req); }
+      } done{req};
+      if (const auto refusal = access_refusal(req, *allowlist, api_key)) return send_api_error(req, res, *refusal);
+      switch (hold_room_to_parse(req)) {
+        case ParseRoom::Held: break;
+        case ParseRoom::NeverFits:
+          return send_api_error(req, res, {413, fmt::format("the request body is too large to parse within the "
+                                                            "server's {} MiB for request bodies (its JSON values "
+                                                            "take several times its text)",
                                                             bodies->capacity() >> 20),
                                            "invalid_request_error", {}, {}});
-        if (!bodies->try_acquire(tree)) {
+        case ParseRoom::Busy:
           res.set_header("Retry-After", "1");
           return send_api_error(req, res, {503, fmt::format("the server is parsing as many request bodies as it holds at "
                                                             "once ({} MiB); retry in a moment", bodies->capacity() >> 20),
                                            "overloaded_error", {}, {}});
-        }
-        held_body.bytes += tree;
       }
       handler(req, res);
     };
@@ -237,9 +212,9 @@ void HttpServer::register_routes() {
   // Before the body is read: refuse what must not be read at all. The connection is closed
   // after these answers, since the unread body would otherwise be taken as the next request.
   const size_t max_body = options_.max_body_bytes;
-  http.set_pre_routing_handler([max_body, allowlist, bodies = bodies_](const httplib::Request& req,
-                                                                        httplib::Response& res) {
-    held_body.release();  // an earlier request's on this thread, should one be left
+  http.set_pre_routing_handler([max_body, allowlist, api_key, bodies = bodies_](const httplib::Request& req,
+                                                                                 httplib::Response& res) {
+    release_request_body();  // an earlier request's on this thread, should one be left
     auto refuse = [&](const api::ApiError& error) {
       send_api_error(req, res, error);
       res.set_header("Connection", "close");
@@ -262,6 +237,11 @@ void HttpServer::register_routes() {
     }
     if (req.has_header("Transfer-Encoding"))
       return refuse({411, "chunked request bodies are not accepted; send a Content-Length", "invalid_request_error", {}, {}});
+    // httplib would inflate a gzip/deflate/br body past every limit set on its length.
+    if (req.has_header("Content-Encoding") && req.get_header_value("Content-Encoding") != "identity")
+      return refuse({415, fmt::format("compressed request bodies are not accepted (Content-Encoding: {})",
+                                      excerpt(stored_header(req, "Content-Encoding"))),
+                     "invalid_request_error", {}, {}});
     // A body without a length would be read until the client closes (httplib reads to the
     // end of the stream): 411 at once instead of a wait for the read timeout.
     if (!req.has_header("Content-Length") && (req.method == "POST" || req.method == "PUT" || req.method == "PATCH"))
@@ -274,16 +254,16 @@ void HttpServer::register_routes() {
       const size_t bytes = std::stoull(length);
       if (bytes > max_body)
         return refuse({413, fmt::format("the request body is larger than {} bytes", max_body), "invalid_request_error", {}, {}});
-      if (bytes > 0) {
-        if (!bodies->try_acquire(bytes)) {
-          res.set_header("Retry-After", "1");
-          return refuse({503,
-                         fmt::format("the server is reading as many request bodies as it holds at once ({} MiB); retry "
-                                     "in a moment",
-                                     bodies->capacity() >> 20),
-                         "overloaded_error", {}, {}});
-        }
-        held_body = {bodies, bytes};
+      // Who may not send a body holds none of the budget, not even while sending it slowly.
+      if (bytes > 0)
+        if (const auto refusal = access_refusal(req, *allowlist, api_key)) return refuse(*refusal);
+      if (!hold_request_body(bodies, bytes)) {
+        res.set_header("Retry-After", "1");
+        return refuse({503,
+                       fmt::format("the server is reading as many request bodies as it holds at once ({} MiB); retry "
+                                   "in a moment",
+                                   bodies->capacity() >> 20),
+                       "overloaded_error", {}, {}});
       }
     }
     return httplib::Server::HandlerResponse::Unhandled;
@@ -395,7 +375,7 @@ void HttpServer::register_routes() {
 
   // Every answered request is counted (the logger runs after each response, errors too).
   http.set_logger([counts = request_counts_](const httplib::Request& req, const httplib::Response& res) {
-    held_body.release();  // a request no handler parsed (an unknown route, a body cut short)
+    release_request_body();  // a request no route ran for (an unknown route, a body cut short)
     counts->add(req.method, req.path, res.status);
   });
   http.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -434,6 +435,8 @@ class LlamaModel final : public Model {
     for (int t = 0; t < n; ++t) {
       const float* logits = router_logits_.as<float>() + static_cast<size_t>(t) * experts;
       probs.assign(logits, logits + experts);
+      for (auto& p : probs)  // a NaN would break the ordering below; it routes nowhere
+        if (std::isnan(p)) p = -std::numeric_limits<float>::infinity();
       const float top = *std::max_element(probs.begin(), probs.end());
       for (auto& p : probs) p = std::exp(p - top);  // the softmax's sum cancels in the renormalisation
       for (int e = 0; e < experts; ++e) order[e] = e;
