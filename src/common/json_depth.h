@@ -10,8 +10,21 @@ namespace splash {
 
 inline constexpr size_t kMaxJsonDepth = 512;
 
-inline size_t json_nesting_depth(std::string_view text) {
-  size_t depth = 0, deepest = 0;
+// What one scan of a JSON text's bytes finds (strings skipped): how deeply it nests, and
+// about how many values and members it holds (each container, each comma, one for the first
+// value). What its parsed tree costs in memory is nodes x kParsedBytesPerJsonNode at most (a
+// value, a member's map node and key), on top of its strings: it bounds the parsed form of a
+// request body before it is parsed.
+inline constexpr size_t kParsedBytesPerJsonNode = 128;
+
+struct JsonShape {
+  size_t depth = 0;
+  size_t nodes = 1;
+};
+
+inline JsonShape json_shape(std::string_view text) {
+  JsonShape shape;
+  size_t depth = 0;
   bool in_string = false;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
@@ -21,35 +34,18 @@ inline size_t json_nesting_depth(std::string_view text) {
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      if (++depth > deepest) deepest = depth;
+      ++shape.nodes;
+      if (++depth > shape.depth) shape.depth = depth;
+    } else if (c == ',') {
+      ++shape.nodes;
     } else if ((c == ']' || c == '}') && depth > 0) {
       --depth;
     }
   }
-  return deepest;
+  return shape;
 }
 
-// About how many values and members a JSON text holds (each container, each comma, one for
-// the first value), found by the same scan: what its parsed tree costs in memory is this
-// times kParsedBytesPerJsonNode at most (a value, a member's map node and key), on top of
-// its strings. Bounds the parsed form of a request body before it is parsed.
-inline constexpr size_t kParsedBytesPerJsonNode = 128;
-
-inline size_t json_node_count(std::string_view text) {
-  size_t nodes = 1;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{' || c == ',') {
-      ++nodes;
-    }
-  }
-  return nodes;
-}
+inline size_t json_nesting_depth(std::string_view text) { return json_shape(text).depth; }
+inline size_t json_node_count(std::string_view text) { return json_shape(text).nodes; }
 
 }  // namespace splash

@@ -46,9 +46,11 @@ bool hold_request_body(const std::shared_ptr<BodyBudget>& budget, size_t bytes) 
 }
 
 ParseRoom hold_room_to_parse(const httplib::Request& req) {
+  if (!held.budget || req.body.empty()) return ParseRoom::Held;
+  const JsonShape shape = json_shape(req.body);
   // One nested too deeply is never parsed: its route refuses it as such.
-  if (!held.budget || req.body.empty() || json_nesting_depth(req.body) > kMaxJsonDepth) return ParseRoom::Held;
-  const size_t parsed = req.body.size() + json_node_count(req.body) * kParsedBytesPerJsonNode;
+  if (shape.depth > kMaxJsonDepth) return ParseRoom::Held;
+  const size_t parsed = req.body.size() + shape.nodes * kParsedBytesPerJsonNode;
   if (parsed > held.budget->capacity() - held.bytes) return ParseRoom::NeverFits;
   if (!held.budget->try_acquire(parsed)) return ParseRoom::Busy;
   held.bytes += parsed;
