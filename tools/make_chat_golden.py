@@ -5,6 +5,12 @@
         --out tests/golden/chat_smollm2.json
     python tools/make_chat_golden.py --model random-smolvlm-text.gguf --content-parts \
         --out tests/golden/chat_smolvlm.json      # a tools/make_random_vlm.py text GGUF
+    python tools/make_chat_golden.py --template tests/golden/chat_qwen3.json \
+        --out tests/golden/chat_qwen3.json        # a template file, or a golden's template
+
+A template that reasons (it mentions `enable_thinking`) also gets reasoning cases: assistant
+turns with `reasoning_content` or an inline <think> block, before and after the last user
+query, and replies opened with thinking off (`enable_thinking: false`, kept in the case).
 
 With --content-parts (templates of vision models, which read a message's content as a list of
 parts), each message is rendered as [{"type": "image"} x images, {"type": "text", ...}], and
@@ -146,6 +152,37 @@ def tool_cases() -> list[tuple[str, list[dict], bool, list[dict]]]:
     ]
 
 
+def reasoning_cases() -> list[tuple[str, list[dict], bool, dict]]:
+    """Cases for templates with thinking: (name, messages, add_gen, extra variables)."""
+    def assistant(content: str, reasoning: str | None = None, **more) -> dict:
+        m = {"role": "assistant", "content": content, **more}
+        if reasoning is not None:
+            m["reasoning_content"] = reasoning
+        return m
+    ask, again = msg("user", "What is 2+2?"), msg("user", "And 3+3?")
+    inline = assistant("<think>\nAdd them.\n</think>\n\n4")
+    weather = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+    result = {"role": "tool", "content": '{"forecast": "sunny"}'}
+    return [
+        ("thinking_off_gen", [ask], True, {"enable_thinking": False}),
+        ("thinking_on_gen", [ask], True, {"enable_thinking": True}),
+        ("reasoning_before_last_query_dropped", [ask, assistant("4", "Two plus two."), again], True, {}),
+        ("inline_think_before_last_query_dropped", [ask, inline, again], True, {}),
+        ("reasoning_after_last_query_kept", [ask, assistant("4", "Two plus two.")], False, {}),
+        ("inline_think_after_last_query_kept", [ask, inline], False, {}),
+        ("empty_reasoning_last_turn", [ask, assistant("4", "")], False, {}),
+        ("no_reasoning_last_turn", [ask, assistant("4")], False, {}),
+        ("reasoning_newlines_stripped", [ask, assistant("\n\n4", "\n\nTwo plus two.\n\n")], False, {}),
+        ("tool_loop_keeps_reasoning",
+         [ask, assistant("", "I need the weather.", tool_calls=[weather]), result,
+          assistant("Sunny.", "The tool says sunny.")], True, {}),
+        ("tool_loop_middle_turn_without_reasoning",
+         [ask, assistant("Checking.", tool_calls=[weather]), result, assistant("Sunny.")], False, {}),
+        ("think_only_open_tag", [ask, assistant("<think>unfinished"), again], True, {}),
+        ("close_tag_without_open", [ask, assistant("pondering</think>answer")], False, {}),
+    ]
+
+
 def image_cases() -> list[tuple[str, list[dict], bool]]:
     """Cases with images ("images": how many; they precede the message's text unless
     "image_after_text")."""
@@ -174,33 +211,42 @@ def as_parts(message: dict) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", required=True, help="GGUF file whose chat template is rendered")
+    source = ap.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="GGUF file whose chat template is rendered")
+    source.add_argument("--template", help="a chat template (.jinja) or a golden JSON holding one")
     ap.add_argument("--content-parts", action="store_true",
                     help="render content as lists of parts, and add image cases (vision templates)")
     ap.add_argument("--out", required=True, help="golden JSON to write")
     args = ap.parse_args(argv)
 
-    reader = GGUFReader(args.model)
-    field = reader.fields.get("tokenizer.chat_template")
-    if field is None:
-        print(f"{args.model} has no tokenizer.chat_template", file=sys.stderr)
-        return 1
-    template = field.contents()
-    tokens = reader.fields["tokenizer.ggml.tokens"].contents()
     special = {}
-    for var, key in [("bos_token", "tokenizer.ggml.bos_token_id"),
-                     ("eos_token", "tokenizer.ggml.eos_token_id")]:
-        if key in reader.fields:
-            special[var] = tokens[int(reader.fields[key].contents())]
+    if args.template:
+        text = Path(args.template).read_text(encoding="utf-8")
+        template = json.loads(text)["template"] if args.template.endswith(".json") else text
+    else:
+        reader = GGUFReader(args.model)
+        field = reader.fields.get("tokenizer.chat_template")
+        if field is None:
+            print(f"{args.model} has no tokenizer.chat_template", file=sys.stderr)
+            return 1
+        template = field.contents()
+        tokens = reader.fields["tokenizer.ggml.tokens"].contents()
+        for var, key in [("bos_token", "tokenizer.ggml.bos_token_id"),
+                         ("eos_token", "tokenizer.ggml.eos_token_id")]:
+            if key in reader.fields:
+                special[var] = tokens[int(reader.fields[key].contents())]
 
     rendered_cases = []
-    all_cases = [(name, messages, add_gen, None) for name, messages, add_gen in cases()]
+    all_cases = [(name, messages, add_gen, None, {}) for name, messages, add_gen in cases()]
     if "tools" in template:  # the template renders tools and tool calls: check those too
-        all_cases += tool_cases()
+        all_cases += [(*case, {}) for case in tool_cases()]
+    if "enable_thinking" in template:  # it reasons: reasoning kept, dropped, switched off
+        all_cases += [(name, messages, add_gen, None, variables)
+                      for name, messages, add_gen, variables in reasoning_cases()]
     if args.content_parts:
-        all_cases += [(name, messages, add_gen, None) for name, messages, add_gen in image_cases()]
-    for name, messages, add_gen, tools in all_cases:
-        extra = dict(special, **({"tools": tools} if tools else {}))
+        all_cases += [(name, messages, add_gen, None, {}) for name, messages, add_gen in image_cases()]
+    for name, messages, add_gen, tools, variables in all_cases:
+        extra = dict(special, **({"tools": tools} if tools else {}), **variables)
         rendered_messages = [as_parts(m) for m in messages] if args.content_parts else messages
         try:
             text = render(template, rendered_messages, add_gen, **extra)
@@ -214,14 +260,16 @@ def main(argv=None) -> int:
         case = {"name": name, "messages": messages, "add_generation_prompt": add_gen, "expected": text}
         if tools is not None:
             case["tools"] = tools
+        case.update(variables)
         rendered_cases.append(case)
 
     golden = {
-        "generated_by": "python tools/make_chat_golden.py --model "
-                        f"{Path(args.model).name}{' --content-parts' if args.content_parts else ''} --out {args.out}",
+        "generated_by": "python tools/make_chat_golden.py "
+                        + (f"--template {args.template}" if args.template else f"--model {Path(args.model).name}")
+                        + f"{' --content-parts' if args.content_parts else ''} --out {args.out}",
         "renderer": f"jinja2 {jinja2.__version__}, sandboxed, trim_blocks, lstrip_blocks, "
                     "loopcontrols, raise_exception, tojson (as transformers' apply_chat_template)",
-        "model": Path(args.model).name,
+        "model": Path(args.model).name if args.model else None,
         "template_sha256": hashlib.sha256(template.encode()).hexdigest(),
         "template": template,
         "special_tokens": special,

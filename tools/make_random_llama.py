@@ -50,6 +50,7 @@ Q4_K mins that roughly centre each sub-block on zero (so the min field matters).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from dataclasses import dataclass
@@ -235,9 +236,13 @@ QWEN_SHAPES = {
 }
 
 
-def make_tensors(types: dict[str, str], vocab: int, shape: Shape, seed: int) -> list[tuple[str, np.ndarray, T | None]]:
+def make_tensors(types: dict[str, str], vocab: int, shape: Shape, seed: int,
+                 favour: int | None = None) -> list[tuple[str, np.ndarray, T | None]]:
     """(name, data, raw type) of every tensor in file order; data is float32/float16 values or
-    uint8 block bytes (then the raw type says which)."""
+    uint8 block bytes (then the raw type says which). With `favour` (a token id; float
+    embedding and output only) the model writes that token after any input: every token's
+    embedding gets +8 on dimension 0, which the layers' small updates never flip, and only
+    the favoured token's output row reads that dimension (x50)."""
     rng = np.random.default_rng(seed)
     d, ffn = shape.d_model, shape.ffn
     qw = shape.heads * shape.dim      # q width (and attn_output's input width)
@@ -266,6 +271,10 @@ def make_tensors(types: dict[str, str], vocab: int, shape: Shape, seed: int) -> 
     # The embedding feeds an RMSNorm, so its scale only sets how much each token's own vector
     # weighs against what the layers add to the residual stream (of order 1 each).
     add("token_embd.weight", "token_embd", vocab, d, 1.0)
+    if favour is not None:
+        if out[-1][1].dtype == np.uint8:
+            raise ValueError("--favour-token needs a float token_embd and output (e.g. --all F32)")
+        out[-1][1][:, 0] += 8.0
     shapes = {"attn_q": (qw, d), "attn_k": (kv, d), "attn_v": (kv, d), "attn_output": (d, qw),
               "ffn_gate": (ffn, d), "ffn_up": (ffn, d), "ffn_down": (d, ffn)}
     for layer in range(shape.layers):
@@ -291,6 +300,11 @@ def make_tensors(types: dict[str, str], vocab: int, shape: Shape, seed: int) -> 
         norm(p + "ffn_norm.weight")
     norm("output_norm.weight")
     add("output.weight", "output", vocab, d, 2.0 / math.sqrt(d))
+    if favour is not None:
+        if out[-1][1].dtype == np.uint8:
+            raise ValueError("--favour-token needs a float token_embd and output (e.g. --all F32)")
+        out[-1][1][:, 0] = 0.0
+        out[-1][1][favour, 0] = 50.0
     return out
 
 
@@ -326,12 +340,36 @@ def write_gguf(path: str, tensors, shape: Shape, tokenizer, name: str, vocab: in
     writer.close()
 
 
+def with_tokens(tokenizer, added: list[str], chat_template: str | None):
+    """The tokenizer metadata with `added` tokens appended to the vocabulary (user-defined, as
+    converters mark a model's added text tokens such as Qwen3's <think>) and, if given, another
+    chat template."""
+    out = []
+    for key, value, vtype, sub in tokenizer:
+        if key == "tokenizer.ggml.tokens":
+            value = list(value) + added
+        elif key == "tokenizer.ggml.token_type":
+            value = list(value) + [4] * len(added)  # USER_DEFINED
+        elif key == "tokenizer.ggml.scores":
+            value = list(value) + [0.0] * len(added)
+        elif key == "tokenizer.chat_template" and chat_template is not None:
+            value = chat_template
+        out.append((key, value, vtype, sub))
+    return out
+
+
 def make_model(path: str, tokenizer, types: dict[str, str], shape: Shape = Shape(), seed: int = DEFAULT_SEED,
-               name: str = "random-llama", reference_twin: str | None = None) -> None:
+               name: str = "random-llama", reference_twin: str | None = None, favour: str | None = None) -> None:
     """Writes the model to path (and, if asked, the same tensors without tokenizer to
     reference_twin)."""
-    vocab = next(len(v) for k, v, _, _ in tokenizer if k == "tokenizer.ggml.tokens")
-    tensors = make_tensors(types, vocab, shape, seed)
+    tokens = next(v for k, v, _, _ in tokenizer if k == "tokenizer.ggml.tokens")
+    vocab = len(tokens)
+    favour_id = None
+    if favour is not None:
+        if favour not in tokens:
+            raise ValueError(f"--favour-token {favour!r} is not in the vocabulary")
+        favour_id = list(tokens).index(favour)
+    tensors = make_tensors(types, vocab, shape, seed, favour_id)
     write_gguf(path, tensors, shape, tokenizer, name, vocab)
     if reference_twin:
         write_gguf(reference_twin, tensors, shape, None, name, vocab)
@@ -357,6 +395,12 @@ def main(argv=None) -> int:
     ap.add_argument("--rope-base", type=float)
     ap.add_argument("--context", type=int)
     ap.add_argument("--eps", type=float, help="RMSNorm epsilon (default 1e-5; qwen 1e-3)")
+    ap.add_argument("--add-token", action="append", default=[], metavar="TEXT",
+                    help="a token appended to the vocabulary, user-defined (repeatable; e.g. <think>)")
+    ap.add_argument("--chat-template", metavar="PATH",
+                    help="the chat template instead of the tokenizer's: a .jinja file or a golden JSON's 'template'")
+    ap.add_argument("--favour-token", metavar="TEXT",
+                    help="the model writes this token after any input (float embedding and output only)")
     args = ap.parse_args(argv)
     shape = QWEN_SHAPES.get(args.arch, Shape())
     shape = Shape(**{**shape.__dict__, **{k: v for k, v in {
@@ -366,8 +410,15 @@ def main(argv=None) -> int:
     }.items() if v is not None}})
     try:
         types = tensor_types(args.mix, args.all, dict(item.partition("=")[::2] for item in args.set), shape.layers)
-        make_model(args.out, read_tokenizer(args.tokenizer_from), types, shape, args.seed,
-                   name=f"random-{args.arch}-{args.all or args.mix}")
+        template = None
+        if args.chat_template:
+            with open(args.chat_template, encoding="utf-8") as f:
+                template = f.read()
+            if args.chat_template.endswith(".json"):
+                template = json.loads(template)["template"]
+        tokenizer = with_tokens(read_tokenizer(args.tokenizer_from), args.add_token, template)
+        make_model(args.out, tokenizer, types, shape, args.seed, name=f"random-{args.arch}-{args.all or args.mix}",
+                   favour=args.favour_token)
     except ValueError as e:
         sys.exit(str(e))
     print(f"wrote {args.out}: " + ", ".join(f"{k}={v}" for k, v in types.items()), file=sys.stderr)

@@ -17,11 +17,11 @@ namespace {
 
 using nlohmann::json;
 
-// Fields that do not change what this server generates: accepted and not used. (thinking:
-// no supported model reasons in a separate channel; context_management edits old thinking
-// blocks, which are never kept in the prompt anyway.)
+// Fields that do not change what this server generates: accepted and not used.
+// (context_management edits old thinking blocks, which the thinking models' templates drop
+// before the last user query anyway.)
 const std::set<std::string, std::less<>> kInertFields = {
-    "metadata", "thinking", "context_management", "service_tier", "container", "mcp_servers", "cache_control",
+    "metadata", "context_management", "service_tier", "container", "mcp_servers", "cache_control",
     "inference_geo", "speed"};
 
 // Claude Code's first system block is per-request metadata, not instructions: it stays out of
@@ -171,8 +171,12 @@ void parse_message(const json& m, size_t index, std::vector<chat::ChatMessage>& 
       if (!block.contains("tool_use_id")) reject(fmt::format("'{}.tool_use_id' is required", path), path + ".tool_use_id");
       result.tool_call_id = string_field(block["tool_use_id"], path + ".tool_use_id");
       out.push_back(std::move(result));
+    } else if (type == "thinking" && role == "assistant") {
+      // A thinking model's reasoning, sent back: its template keeps it where the model
+      // expects it (in a tool loop after the last user query) and drops it elsewhere.
+      message.reasoning = message.reasoning.value_or("") + string_field(block.value("thinking", json()), path + ".thinking");
     } else if (type == "thinking" || type == "redacted_thinking") {
-      // Earlier reasoning is not part of the prompt (as the Anthropic API drops it too).
+      // Another model's (encrypted) reasoning: nothing this model can read.
     } else if (type == "server_tool_use" || type == "web_search_tool_result" || type == "web_fetch_tool_result" ||
                type == "search_result" || type == "container_upload") {
       // Hosted tools' records: this server runs none of them, so there is nothing to replay.
@@ -180,8 +184,24 @@ void parse_message(const json& m, size_t index, std::vector<chat::ChatMessage>& 
       reject(fmt::format("'{}' has the unsupported block type '{}' for role '{}'", path, type, role), path + ".type");
     }
   }
-  if (!message.content.empty() || !message.tool_calls.empty() || !message.images.empty())
+  if (!message.content.empty() || !message.tool_calls.empty() || !message.images.empty() || message.reasoning)
     out.push_back(std::move(message));
+}
+
+// Anthropic's thinking setting: {"type": "enabled", "budget_tokens": N} (thinking tokens at
+// most N), "disabled" (no thinking), "adaptive" (the model decides: no limit).
+engine::ReasoningSettings thinking_setting(const json& value) {
+  if (!value.is_object() || !value.contains("type")) reject("'thinking' must be an object with a 'type'", "thinking");
+  const std::string& type = string_field(value["type"], "thinking.type");
+  for (const auto& [key, v] : value.items())
+    if (key != "type" && key != "budget_tokens" && key != "display")
+      reject(fmt::format("unrecognized field 'thinking.{}'", key), "thinking." + key);
+  if (type == "disabled") return {false, -1};
+  if (type == "adaptive") return {true, -1};
+  if (type != "enabled") reject("'thinking.type' must be enabled, disabled or adaptive", "thinking.type");
+  if (!value.contains("budget_tokens")) reject("'thinking.budget_tokens' is required", "thinking.budget_tokens");
+  return {true, static_cast<int>(integer_field(value["budget_tokens"], "thinking.budget_tokens", 1,
+                                               std::numeric_limits<int32_t>::max()))};
 }
 
 std::string system_text(const json& system) {
@@ -277,10 +297,15 @@ MessagesRequest parse(std::string_view body, bool for_counting) {
       parse_tool_choice(value, chat);
     } else if (key == "output_format") {
       parse_output_format(value, "output_format", chat);
+    } else if (key == "thinking") {
+      chat.reasoning = thinking_setting(value);
     } else if (key == "output_config") {
       if (!value.is_object()) reject("'output_config' must be an object", "output_config");
       if (value.contains("format")) parse_output_format(value["format"], "output_config.format", chat);
-      // "effort" tunes reasoning depth on Anthropic's models; nothing to tune here.
+      // "effort" (low, medium, high, max) bounds a thinking model's thinking, unless thinking
+      // sets a budget of its own.
+      if (value.contains("effort") && !root.contains("thinking"))
+        chat.reasoning = reasoning_effort_field(value["effort"], "output_config.effort");
     } else if (!kInertFields.count(key)) {
       reject(fmt::format("unrecognized field '{}'", key), key);
     }
@@ -358,10 +383,20 @@ json MessagesRenderer::usage(int prompt_tokens, int cached_tokens, int output_to
           {"output_tokens", output_tokens}};
 }
 
+// splash does not sign reasoning: a thinking block's signature is this fixed marker (clients
+// send it back with the block; it is not checked).
+constexpr std::string_view kThinkingSignature = "splash-unsigned";
+
 std::string MessagesRenderer::close_block() {
   if (!block_open_) return {};
   block_open_ = false;
-  return sse("content_block_stop", {{"type", "content_block_stop"}, {"index", next_block_++}});
+  std::string out;
+  if (thinking_block_)
+    out = sse("content_block_delta", {{"type", "content_block_delta"},
+                                      {"index", next_block_},
+                                      {"delta", {{"type", "signature_delta"}, {"signature", kThinkingSignature}}}});
+  thinking_block_ = false;
+  return out + sse("content_block_stop", {{"type", "content_block_stop"}, {"index", next_block_++}});
 }
 
 std::string MessagesRenderer::stream_event(const engine::ChatEvent& event) {
@@ -379,6 +414,22 @@ std::string MessagesRenderer::stream_event(const engine::ChatEvent& event) {
                       {"stop_sequence", nullptr},
                       {"usage", usage(prompt_tokens_, cached_tokens_, 0)}};
       return sse("message_start", {{"type", "message_start"}, {"message", message}}) + sse("ping", {{"type", "ping"}});
+    }
+    case Kind::Reasoning: {
+      if (event.text.empty()) return {};
+      std::string out;
+      if (!block_open_ || !thinking_block_) {
+        out += close_block();
+        out += sse("content_block_start", {{"type", "content_block_start"},
+                                           {"index", next_block_},
+                                           {"content_block", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}}});
+        block_open_ = thinking_block_ = true;
+        text_block_ = false;
+      }
+      out += sse("content_block_delta", {{"type", "content_block_delta"},
+                                         {"index", next_block_},
+                                         {"delta", {{"type", "thinking_delta"}, {"thinking", event.text}}}});
+      return out;
     }
     case Kind::Text: {
       if (event.text.empty()) return {};
@@ -439,6 +490,12 @@ void MessagesRenderer::collect(const engine::ChatEvent& event) {
     case Kind::Started:
       prompt_tokens_ = event.prompt_tokens;
       cached_tokens_ = event.cached_prompt_tokens;
+      break;
+    case Kind::Reasoning:
+      if (event.text.empty()) break;
+      if (content_.empty() || content_.back()["type"] != "thinking")
+        content_.push_back({{"type", "thinking"}, {"thinking", ""}, {"signature", kThinkingSignature}});
+      content_.back()["thinking"] = content_.back()["thinking"].get<std::string>() + event.text;
       break;
     case Kind::Text:
       if (event.text.empty()) break;

@@ -45,10 +45,11 @@ class MessagesRenderer : public ReplyRenderer {
 
   std::string id_;
   std::string model_;
-  // Streaming: the index of the open content block, and whether it is text.
+  // Streaming: the index of the open content block, and whether it is text or thinking.
   int next_block_ = 0;
   bool block_open_ = false;
   bool text_block_ = false;
+  bool thinking_block_ = false;
   // Non-streaming.
   nlohmann::json content_ = nlohmann::json::array();
   std::vector<std::string> tool_arguments_;

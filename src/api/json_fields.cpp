@@ -97,4 +97,17 @@ bool sampling_field(const std::string& key, const json& value, engine::SamplingP
   return true;
 }
 
+engine::ReasoningSettings reasoning_effort_field(const nlohmann::json& value, const std::string& name) {
+  struct Effort {
+    std::string_view name;
+    int budget;  // -1: no limit; 0: thinking off
+  };
+  static constexpr Effort kEfforts[] = {{"none", 0},     {"minimal", 512}, {"low", 1024}, {"medium", 4096},
+                                        {"high", 16384}, {"xhigh", -1},    {"max", -1}};
+  const std::string& effort = string_field(value, name);
+  for (const Effort& e : kEfforts)
+    if (effort == e.name) return {e.budget != 0, e.budget == 0 ? -1 : e.budget};
+  reject(fmt::format("'{}' must be one of none, minimal, low, medium, high, xhigh, max; got '{}'", name, effort), name);
+}
+
 }  // namespace splash::api

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/api_error.h"
+#include "engine/chat_request.h"
 #include "engine/sampler.h"
 
 namespace splash::api {
@@ -34,5 +35,10 @@ uint64_t seed_field(const nlohmann::json& value, const std::string& name);
 // The sampling fields the protocols share (temperature, top_p, top_k, min_p, penalties,
 // seed); returns false when `key` is not one of them.
 bool sampling_field(const std::string& key, const nlohmann::json& value, engine::SamplingParams& sampling);
+
+// A reasoning effort (OpenAI's reasoning_effort, Responses' reasoning.effort) as a thinking
+// budget: "none" switches thinking off; minimal, low, medium and high allow 512, 1,024, 4,096
+// and 16,384 thinking tokens; xhigh and max set no limit.
+engine::ReasoningSettings reasoning_effort_field(const nlohmann::json& value, const std::string& name);
 
 }  // namespace splash::api

@@ -21,7 +21,7 @@ using nlohmann::json;
 // Fields that cannot change what the model generates, accepted and not used.
 const std::set<std::string, std::less<>> kInertFields = {"user", "metadata", "store", "service_tier",
                                                           "prompt_cache_key", "safety_identifier", "verbosity",
-                                                          "reasoning_effort", "prompt_cache_retention"};
+                                                          "prompt_cache_retention"};
 // Fields of the OpenAI API that this server cannot honour: a 400 names them.
 const std::set<std::string, std::less<>> kUnsupportedFields = {"functions", "function_call", "audio", "prediction",
                                                                 "web_search_options"};
@@ -124,9 +124,13 @@ std::vector<chat::ChatMessage> parse_messages(const json& messages) {
         message.tool_call_id = string_field(value, param + ".tool_call_id");
         continue;
       }
-      if (key == "refusal" || key == "audio" || key == "annotations" || key == "reasoning_content" ||
-          key == "reasoning")
-        continue;  // assistant echo fields
+      if ((key == "reasoning_content" || key == "reasoning") && role == "assistant") {
+        // A thinking model's reasoning, sent back (vLLM's and llama.cpp's names): the template
+        // keeps it where the model expects it (after the last user query).
+        if (!value.is_null()) message.reasoning = string_field(value, param + "." + key);
+        continue;
+      }
+      if (key == "refusal" || key == "audio" || key == "annotations") continue;  // assistant echo fields
       if (key == "function_call")
         reject(fmt::format("'{}.function_call' is deprecated: use 'tool_calls'", param), param + "." + key);
       reject(fmt::format("unrecognized field '{}.{}'", param, key), param + "." + key);
@@ -205,6 +209,7 @@ ChatCompletionRequest parse(std::string_view body, const ServedModel& served) {
   auto& sampling = out.chat.sampling;
   // Local-server defaults (llama.cpp's): a small model needs some truncation to stay coherent.
   sampling = engine::SamplingParams{};
+  bool thinking_switched_off = false;
   for (const auto& [key, value] : root.items()) {
     if (value.is_null() && key != "messages") continue;  // null means "default" in the OpenAI API
     if (sampling_field(key, value, sampling)) continue;
@@ -260,6 +265,19 @@ ChatCompletionRequest parse(std::string_view body, const ServedModel& served) {
       out.chat.parallel_tool_calls = boolean_field(value, "parallel_tool_calls");
     } else if (key == "response_format") {
       out.chat.output_format = parse_response_format(value);
+    } else if (key == "reasoning_effort") {
+      out.chat.reasoning = reasoning_effort_field(value, "reasoning_effort");
+    } else if (key == "chat_template_kwargs") {
+      // vLLM's, SGLang's and llama.cpp's extension: Qwen3 clients switch thinking off with
+      // {"enable_thinking": false}. Other template variables cannot change this server's
+      // renderers, so they are refused rather than ignored.
+      if (!value.is_object()) reject("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+      for (const auto& [name, v] : value.items()) {
+        if (name != "enable_thinking")
+          reject(fmt::format("chat_template_kwargs '{}' is not supported (only enable_thinking)", name),
+                 "chat_template_kwargs");
+        thinking_switched_off = !boolean_field(v, "chat_template_kwargs.enable_thinking");
+      }
     } else if (key == "modalities") {
       if (value != json::array({"text"})) reject("only the text modality is supported", "modalities");
     } else if (kUnsupportedFields.count(key)) {
@@ -268,6 +286,7 @@ ChatCompletionRequest parse(std::string_view body, const ServedModel& served) {
       reject(fmt::format("unrecognized request argument '{}'", key), key);
     }
   }
+  if (thinking_switched_off) out.chat.reasoning.enabled = false;
   if (out.chat.messages.empty()) reject("'messages' is required", "messages");
   if (out.chat.top_logprobs >= 0 && !out.logprobs) reject("'top_logprobs' requires 'logprobs': true", "top_logprobs");
   if (out.logprobs && out.chat.top_logprobs < 0) out.chat.top_logprobs = 0;
@@ -319,7 +338,7 @@ nlohmann::json chat_tool_call_json(const chat::ToolCall& call) {
 }
 
 nlohmann::json usage_json(int prompt_tokens, int completion_tokens, int cached_prompt_tokens, int draft_tokens,
-                          int accepted_draft_tokens) {
+                          int accepted_draft_tokens, int reasoning_tokens) {
   // Speculative decoding's guesses in OpenAI's fields for predicted tokens: those the reply
   // kept and those it did not.
   return {{"prompt_tokens", prompt_tokens},
@@ -327,7 +346,8 @@ nlohmann::json usage_json(int prompt_tokens, int completion_tokens, int cached_p
           {"total_tokens", prompt_tokens + completion_tokens},
           {"prompt_tokens_details", {{"cached_tokens", cached_prompt_tokens}}},
           {"completion_tokens_details",
-           {{"accepted_prediction_tokens", accepted_draft_tokens},
+           {{"reasoning_tokens", reasoning_tokens},
+            {"accepted_prediction_tokens", accepted_draft_tokens},
             {"rejected_prediction_tokens", draft_tokens - accepted_draft_tokens}}}};
 }
 
@@ -371,6 +391,12 @@ std::string ChatCompletionRenderer::stream_event(const engine::ChatEvent& event)
       if (logprobs_) choice["logprobs"] = logprobs_json(event.logprobs);
       return sse(chunk(json::array({choice})));
     }
+    case Kind::Reasoning:
+      // (as vLLM, llama.cpp and DeepSeek's API stream a thinking model's reasoning)
+      return sse(chunk(json::array({{{"index", 0},
+                                     {"delta", {{"reasoning_content", event.text}}},
+                                     {"logprobs", nullptr},
+                                     {"finish_reason", nullptr}}})));
     case Kind::ToolCallStarted: {
       const auto& call = event.tool_call;
       json delta = call.custom ? json{{"index", event.tool_index}, {"id", call.id}, {"type", "custom"},
@@ -400,7 +426,7 @@ std::string ChatCompletionRenderer::stream_event(const engine::ChatEvent& event)
       if (include_usage_) {
         json last = chunk(json::array());
         last["usage"] = usage_json(event.prompt_tokens, event.completion_tokens, event.cached_prompt_tokens,
-                                   event.draft_tokens, event.accepted_draft_tokens);
+                                   event.draft_tokens, event.accepted_draft_tokens, event.reasoning_tokens);
         out += sse(last);
       }
       return out;
@@ -420,7 +446,10 @@ void ChatCompletionRenderer::collect(const engine::ChatEvent& event) {
   if (event.kind == Kind::Text) {
     text_ += event.text;
     all_logprobs_.insert(all_logprobs_.end(), event.logprobs.begin(), event.logprobs.end());
+  } else if (event.kind == Kind::Reasoning) {
+    reasoning_ += event.text;
   } else if (event.kind == Kind::Finished) {
+    reasoning_tokens_ = event.reasoning_tokens;
     finish_ = event.finish;
     prompt_tokens_ = event.prompt_tokens;
     completion_tokens_ = event.completion_tokens;
@@ -436,6 +465,7 @@ void ChatCompletionRenderer::collect(const engine::ChatEvent& event) {
 
 nlohmann::json ChatCompletionRenderer::completion() const {
   json message = {{"role", "assistant"}, {"content", text_}, {"refusal", nullptr}};
+  if (!reasoning_.empty()) message["reasoning_content"] = reasoning_;
   if (!tool_calls_.empty()) {
     json calls = json::array();
     for (const auto& call : tool_calls_) calls.push_back(chat_tool_call_json(call));
@@ -452,7 +482,7 @@ nlohmann::json ChatCompletionRenderer::completion() const {
           {"system_fingerprint", "splash"},
           {"choices", json::array({choice})},
           {"usage", usage_json(prompt_tokens_, completion_tokens_, cached_prompt_tokens_, draft_tokens_,
-                               accepted_draft_tokens_)}};
+                               accepted_draft_tokens_, reasoning_tokens_)}};
 }
 
 }  // namespace splash::api

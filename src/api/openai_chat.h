@@ -62,6 +62,8 @@ class ChatCompletionRenderer : public ReplyRenderer {
   bool include_usage_;
   bool logprobs_;
   std::string text_;
+  std::string reasoning_;  // non-streaming: the think block's text
+  int reasoning_tokens_ = 0;
   std::vector<engine::TokenLogprob> all_logprobs_;
   engine::FinishReason finish_ = engine::FinishReason::Stop;
   int prompt_tokens_ = 0, completion_tokens_ = 0, cached_prompt_tokens_ = 0;
@@ -73,6 +75,6 @@ class ChatCompletionRenderer : public ReplyRenderer {
 const char* openai_finish_reason(engine::FinishReason reason);
 nlohmann::json chat_tool_call_json(const chat::ToolCall& call);
 nlohmann::json usage_json(int prompt_tokens, int completion_tokens, int cached_prompt_tokens = 0, int draft_tokens = 0,
-                          int accepted_draft_tokens = 0);
+                          int accepted_draft_tokens = 0, int reasoning_tokens = 0);
 
 }  // namespace splash::api

@@ -18,10 +18,10 @@ namespace {
 
 using nlohmann::json;
 
-// Accepted and not used: they cannot change what this server generates (reasoning effort and
-// summaries need a reasoning model; include names extra output this server never has).
+// Accepted and not used: they cannot change what this server generates (include names extra
+// output this server never has).
 const std::set<std::string, std::less<>> kInertFields = {
-    "metadata", "reasoning", "include", "prompt_cache_key", "client_metadata", "user", "service_tier",
+    "metadata", "include", "prompt_cache_key", "client_metadata", "user", "service_tier",
     "safety_identifier", "truncation", "background", "prompt_cache_retention", "stream_options", "top_logprobs"};
 
 // Hosted tools run by OpenAI's servers: accepted, never offered to the model.
@@ -96,7 +96,14 @@ void parse_input_item(const json& item, const std::string& path, std::vector<cha
     if (!item.contains("content")) reject(fmt::format("'{}.content' is required", path), path + ".content");
     chat::ChatMessage message{role, {}};
     message.content = content_text(item["content"], path + ".content", message.images);
-    messages.push_back(std::move(message));
+    // The reply a reasoning item opened: its message joins that turn.
+    if (role == "assistant" && !messages.empty() && messages.back().role == "assistant" &&
+        messages.back().reasoning && messages.back().content.empty() && messages.back().tool_calls.empty()) {
+      messages.back().content = std::move(message.content);
+      messages.back().images = std::move(message.images);
+    } else {
+      messages.push_back(std::move(message));
+    }
   } else if (type == "function_call" || type == "custom_tool_call") {
     const bool custom = type == "custom_tool_call";
     chat::ToolCall call;
@@ -117,7 +124,25 @@ void parse_input_item(const json& item, const std::string& path, std::vector<cha
     auto stored = store.get(id);
     if (!stored) reject(fmt::format("'{}.id': no stored item or response '{}'", path, id), path + ".id");
     messages.insert(messages.end(), stored->conversation.begin(), stored->conversation.end());
-  } else if (type == "reasoning" || type == "web_search_call" || type == "tool_search_call" ||
+  } else if (type == "reasoning") {
+    // A thinking model's reasoning (its reasoning_text parts; summaries and encrypted content
+    // are other models'): it opens the assistant turn that follows.
+    std::string text;
+    if (item.contains("content") && !item["content"].is_null()) {
+      const json& content = item["content"];
+      if (!content.is_array()) reject(fmt::format("'{}.content' must be an array", path), path + ".content");
+      for (size_t i = 0; i < content.size(); ++i) {
+        const std::string part = fmt::format("{}.content[{}]", path, i);
+        if (!content[i].is_object()) reject(fmt::format("'{}' must be an object", part), part);
+        if (content[i].value("type", "") == "reasoning_text") text += string_field(content[i].value("text", json()), part + ".text");
+      }
+    }
+    if (!messages.empty() && messages.back().role == "assistant" && messages.back().content.empty() &&
+        messages.back().tool_calls.empty())
+      messages.back().reasoning = messages.back().reasoning.value_or("") + text;
+    else
+      messages.push_back({"assistant", {}, {}, {}, {}, text});
+  } else if (type == "web_search_call" || type == "tool_search_call" ||
              type == "tool_search_output" || type == "file_search_call" || type == "compaction" ||
              type == "image_generation_call" || type == "code_interpreter_call") {
     // Records of reasoning and hosted tools: nothing this model can read back.
@@ -248,6 +273,16 @@ ResponsesRequest parse(std::string_view body, ResponseStore& store) {
     } else if (key == "text") {
       parse_text(value, chat);
       echo[key] = value;
+    } else if (key == "reasoning") {
+      if (!value.is_object()) reject("'reasoning' must be an object", "reasoning");
+      for (const auto& [field, v] : value.items()) {
+        if (field == "effort") {
+          if (!v.is_null()) chat.reasoning = reasoning_effort_field(v, "reasoning.effort");
+        } else if (field != "summary" && field != "generate_summary") {  // (summaries are other models')
+          reject(fmt::format("unrecognized field 'reasoning.{}'", field), "reasoning." + field);
+        }
+      }
+      echo[key] = value;
     } else if (key == "max_tool_calls") {
       integer_field(value, key, 0, 1 << 20);
     } else if (key == "conversation" || key == "prompt") {
@@ -277,7 +312,7 @@ json usage_of(const engine::ChatEvent& finished) {
   return {{"input_tokens", finished.prompt_tokens},
           {"input_tokens_details", {{"cached_tokens", finished.cached_prompt_tokens}}},
           {"output_tokens", finished.completion_tokens},
-          {"output_tokens_details", {{"reasoning_tokens", 0}}},
+          {"output_tokens_details", {{"reasoning_tokens", finished.reasoning_tokens}}},
           {"total_tokens", finished.prompt_tokens + finished.completion_tokens}};
 }
 
@@ -340,6 +375,24 @@ std::string ResponsesRenderer::sse(const std::string& type, json data) {
   return fmt::format("event: {}\ndata: {}\n\n", type, dump_json(data));
 }
 
+std::string ResponsesRenderer::finish_reasoning() {
+  if (reasoning_item_ < 0) return {};
+  const int index = reasoning_item_;
+  reasoning_item_ = -1;
+  json& item = output_[index];
+  const json part = {{"type", "reasoning_text"}, {"text", reasoning_}};
+  item["content"] = json::array({part});
+  item["status"] = "completed";
+  assistant_.reasoning = assistant_.reasoning.value_or("") + reasoning_;
+  const std::string item_id = item["id"];
+  std::string out = sse("response.reasoning_text.done",
+                        {{"item_id", item_id}, {"output_index", index}, {"content_index", 0}, {"text", reasoning_}});
+  out += sse("response.content_part.done", {{"item_id", item_id}, {"output_index", index}, {"content_index", 0}, {"part", part}});
+  out += sse("response.output_item.done", {{"output_index", index}, {"item", item}});
+  reasoning_.clear();
+  return out;
+}
+
 std::string ResponsesRenderer::finish_text() {
   if (text_item_ < 0) return {};
   const int index = text_item_;
@@ -367,7 +420,8 @@ void ResponsesRenderer::finish(const engine::ChatEvent& event) {
   if (store_ && store_ptr_) {
     StoredResponse stored;
     stored.conversation = conversation_;
-    if (!assistant_.content.empty() || !assistant_.tool_calls.empty()) stored.conversation.push_back(assistant_);
+    if (!assistant_.content.empty() || !assistant_.tool_calls.empty() || assistant_.reasoning)
+      stored.conversation.push_back(assistant_);
     stored.response_json =
         dump_json(response_object(event.finish == engine::FinishReason::Length ? "incomplete" : "completed"));
     store_ptr_->put(id_, std::move(stored));
@@ -382,9 +436,30 @@ std::string ResponsesRenderer::stream_event(const engine::ChatEvent& event) {
       out += sse("response.in_progress", {{"response", response_object("in_progress")}});
       return out;
     }
-    case Kind::Text: {
+    case Kind::Reasoning: {
       if (event.text.empty()) return {};
       std::string out;
+      if (reasoning_item_ < 0) {
+        reasoning_item_ = static_cast<int>(output_.size());
+        json item = {{"type", "reasoning"}, {"id", random_id("rs_")}, {"status", "in_progress"},
+                     {"summary", json::array()}, {"content", json::array()}};
+        output_.push_back(item);
+        out += sse("response.output_item.added", {{"output_index", reasoning_item_}, {"item", item}});
+        out += sse("response.content_part.added", {{"item_id", item["id"]},
+                                                   {"output_index", reasoning_item_},
+                                                   {"content_index", 0},
+                                                   {"part", {{"type", "reasoning_text"}, {"text", ""}}}});
+      }
+      reasoning_ += event.text;
+      out += sse("response.reasoning_text.delta", {{"item_id", output_[reasoning_item_]["id"]},
+                                                   {"output_index", reasoning_item_},
+                                                   {"content_index", 0},
+                                                   {"delta", event.text}});
+      return out;
+    }
+    case Kind::Text: {
+      if (event.text.empty()) return {};
+      std::string out = finish_reasoning();
       if (text_item_ < 0) {
         text_item_ = static_cast<int>(output_.size());
         json item = {{"type", "message"}, {"id", random_id("msg_")}, {"status", "in_progress"},
@@ -406,7 +481,7 @@ std::string ResponsesRenderer::stream_event(const engine::ChatEvent& event) {
       return out;
     }
     case Kind::ToolCallStarted: {
-      std::string out = finish_text();
+      std::string out = finish_reasoning() + finish_text();
       const auto& call = event.tool_call;
       tool_item_ = static_cast<int>(output_.size());
       json item = call.custom ? json{{"type", "custom_tool_call"}, {"id", random_id("ctc_")}, {"status", "in_progress"},
@@ -448,7 +523,7 @@ std::string ResponsesRenderer::stream_event(const engine::ChatEvent& event) {
       return out;
     }
     case Kind::Finished: {
-      std::string out = finish_text();
+      std::string out = finish_reasoning() + finish_text();
       if (tool_item_ >= 0) {  // a call cut short by max_output_tokens: done, but incomplete
         output_[tool_item_]["status"] = "incomplete";
         out += sse("response.output_item.done", {{"output_index", tool_item_}, {"item", output_[tool_item_]}});

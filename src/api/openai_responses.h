@@ -48,6 +48,7 @@ class ResponsesRenderer : public ReplyRenderer {
  private:
   std::string sse(const std::string& type, nlohmann::json data);
   nlohmann::json response_object(const std::string& status) const;
+  std::string finish_reasoning();  // closes the open reasoning item: its done events
   std::string finish_text();
   void finish(const engine::ChatEvent& event);
 
@@ -61,6 +62,8 @@ class ResponsesRenderer : public ReplyRenderer {
   std::shared_ptr<ResponseStore> store_ptr_;
   int sequence_ = 0;
   nlohmann::json output_ = nlohmann::json::array();  // items so far
+  int reasoning_item_ = -1;                          // index in output_ of the open reasoning item
+  std::string reasoning_;                            // its text
   int text_item_ = -1;                               // index in output_ of the open message item
   std::string text_;                                 // its text
   int tool_item_ = -1;                               // index in output_ of the open call item

@@ -5,7 +5,7 @@ namespace splash::api {
 size_t ResponseStore::footprint(const StoredResponse& stored) {
   size_t bytes = stored.response_json.capacity() + sizeof(StoredResponse);
   for (const auto& m : stored.conversation) {
-    bytes += m.role.size() + m.content.size() + m.tool_call_id.size() + 64;
+    bytes += m.role.size() + m.content.size() + m.tool_call_id.size() + m.reasoning.value_or("").size() + 64;
     for (const auto& call : m.tool_calls) bytes += call.id.size() + call.name.size() + call.arguments.size() + 32;
     for (const auto& image : m.images) bytes += image.file.size();
   }

@@ -18,6 +18,11 @@ std::string ChatFormat::name() const { return "unknown"; }
 bool ChatFormat::recognized() const { return false; }
 std::string ChatFormat::description() const { return name(); }
 std::string ChatFormat::image_marker() const { return {}; }
+bool ChatFormat::thinks() const { return false; }
+RenderedPrompt ChatFormat::render_reply_prompt(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
+                                               bool /*thinking*/) const {
+  return render_conversation(messages, tools, /*add_generation_prompt=*/true);
+}
 
 // --- ChatML ------------------------------------------------------------------------------
 
@@ -126,8 +131,9 @@ RenderedPrompt SmolVlmFormat::render_conversation(std::span<const ChatMessage> m
 std::vector<std::string> SmolVlmFormat::stop_texts() const { return {"<end_of_utterance>"}; }
 
 std::vector<int32_t> encode_prompt(const ChatFormat& format, const tokenizer::Tokenizer& tokenizer,
-                                   std::span<const ChatMessage> messages, std::span<const ToolSpec> tools) {
-  const RenderedPrompt prompt = format.render_conversation(messages, tools, /*add_generation_prompt=*/true);
+                                   std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
+                                   bool thinking) {
+  const RenderedPrompt prompt = format.render_reply_prompt(messages, tools, thinking);
   std::vector<int32_t> ids = tokenizer.encode_with_literals(prompt.text, prompt.content);
   if (tokenizer.add_bos() && tokenizer.bos() >= 0 && (ids.empty() || ids.front() != tokenizer.bos()))
     ids.insert(ids.begin(), tokenizer.bos());
@@ -179,6 +185,10 @@ constexpr KnownQwen25Template kQwen25Templates[] = {
     {0x81caee86d484f13full, 2506, CallExampleBraces::Single, "qwen2.5"},
     {0x5cbc11ff05df027dull, 2508, CallExampleBraces::Doubled, "qwen2.5-coder-1.5b"},
 };
+// Qwen3's template (Qwen3-0.6B ... 32B, Qwen3-30B-A3B, Qwen3-235B-A22B), by its fingerprint
+// (tests/golden/chat_qwen3.json holds it and its renderings).
+constexpr uint64_t kQwen3TemplateFnv = 0x5dd4244f5f466bc0ull;
+constexpr size_t kQwen3TemplateBytes = 4116;
 constexpr std::string_view kQwen25SystemPrompt = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
 // SmolVLM-256M/500M-Instruct's template (Idefics3 on SmolLM2): content is a list of parts,
@@ -235,6 +245,7 @@ std::unique_ptr<ChatFormat> chat_format_for_template(const std::string& architec
                     known.name),
         /*known_roles_only=*/true, known.call_example);
   }
+  if (text.size() == kQwen3TemplateBytes && fnv1a(text) == kQwen3TemplateFnv) return std::make_unique<Qwen3Format>();
   if (text == kSmolVlmTemplate) return std::make_unique<SmolVlmFormat>();
   if (text == kPlainChatMlTemplate) {
     return std::make_unique<ChatMlFormat>("chatml", "", true,

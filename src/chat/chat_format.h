@@ -8,6 +8,7 @@
 // the real templates with Python jinja2 and tests/unit/test_chat_format.cpp holds each
 // renderer to those bytes.
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,6 +39,10 @@ struct ChatMessage {
   // image marker (ChatFormat::image_marker) per image, outside the content spans, where the
   // image sits; the engine replaces each marker by the image's tokens.
   std::vector<MessageImage> images = {};
+  // assistant: the reasoning that came before its content (a thinking model's <think> block),
+  // as a client sends it back; unset: none was sent (a template may then look for an inline
+  // <think> block in the content).
+  std::optional<std::string> reasoning = {};
 };
 
 // A rendered prompt and where each message's content sits in it, so the tokenizer can keep
@@ -65,6 +70,14 @@ class ChatFormat {
   std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
     return render_prompt(messages, add_generation_prompt).text;
   }
+  // The prompt that opens the assistant's reply, with thinking on or off. A family that
+  // thinks (thinks() true) writes its template's enable_thinking = false opening when off;
+  // others ignore `thinking`.
+  virtual RenderedPrompt render_reply_prompt(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
+                                             bool thinking) const;
+  // Whether the family's replies may open with a <think> ... </think> block of reasoning
+  // (written by the model after the reply's header), which a client can switch off.
+  virtual bool thinks() const;
   // Texts that end the assistant's reply when they appear in generated text.
   virtual std::vector<std::string> stop_texts() const;
   // The text this format writes where an image goes (a control token of the vocabulary, e.g.
@@ -105,6 +118,32 @@ class ChatMlFormat : public ChatFormat {
   CallExampleBraces call_example_;  // how the tool block shows a call (tool_prompt.h)
 };
 
+// Qwen3 (dense and MoE, the hybrid-thinking releases): ChatML without a default system
+// prompt, Qwen's tool format, and reasoning. An assistant turn after the last user query
+// (tool results are not queries) keeps its reasoning as "<think>\n...\n</think>\n\n" before
+// its content; earlier turns lose it. The reasoning comes from ChatMessage::reasoning, else
+// from an inline <think> block of the content. The reply's header is followed by the empty
+// block "<think>\n\n</think>\n\n" when thinking is off. tests/golden/chat_qwen3.json holds
+// the template and its renderings.
+class Qwen3Format : public ChatFormat {
+ public:
+  RenderedPrompt render_conversation(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
+                                     bool add_generation_prompt) const override;
+  RenderedPrompt render_reply_prompt(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
+                                     bool thinking) const override;
+  bool thinks() const override { return true; }
+  std::vector<std::string> stop_texts() const override;
+  std::string name() const override { return "qwen3"; }
+  bool recognized() const override { return true; }
+  std::string description() const override {
+    return "qwen3: ChatML with Qwen's tool format and <think> reasoning (recognised chat template)";
+  }
+
+ private:
+  RenderedPrompt render(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools, bool add_generation_prompt,
+                        bool thinking) const;
+};
+
 // SmolVLM (Idefics3 fine-tunes of SmolLM2): one "<|im_start|>" opens the conversation, then
 // each turn is "<Role>: <content><end_of_utterance>\n" with the role capitalised; a turn that
 // starts with images writes "<Role>:" and an "<image>" marker per image before its text. The
@@ -125,8 +164,10 @@ class SmolVlmFormat : public ChatFormat {
 // The prompt tokens of a conversation: rendered by the format, tokenized with control tokens
 // recognised only in the template's own markup (never inside message content), and BOS
 // prepended when the vocabulary asks for it and the template did not write one.
+// `thinking`: the reply may open with reasoning (ChatFormat::render_reply_prompt).
 std::vector<int32_t> encode_prompt(const ChatFormat& format, const tokenizer::Tokenizer& tokenizer,
-                                   std::span<const ChatMessage> messages, std::span<const ToolSpec> tools = {});
+                                   std::span<const ChatMessage> messages, std::span<const ToolSpec> tools = {},
+                                   bool thinking = true);
 
 // Picks the renderer for a model from its chat template. A known template gets its
 // family's renderer; an unknown or missing template on an architecture that splash

@@ -34,6 +34,15 @@ struct OutputFormat {
 
 struct OutputConstraints;  // compiled grammars, see engine/output_constraints.h
 
+// Reasoning, for a model whose replies think (ChatFormat::thinks()): off (its template's
+// thinking-off opening), or on with at most `budget_tokens` thinking tokens, after which the
+// engine closes the think block for the model (-1: no limit). A reply constrained from its
+// first token (a response format, a required or named tool) does not think.
+struct ReasoningSettings {
+  bool enabled = true;
+  int budget_tokens = -1;
+};
+
 struct ChatRequest {
   std::vector<chat::ChatMessage> messages;
   SamplingParams sampling;
@@ -45,15 +54,16 @@ struct ChatRequest {
   std::string tool_choice_name;  // Named
   bool parallel_tool_calls = true;
   OutputFormat output_format;
+  ReasoningSettings reasoning;
   // Compiled from tools / tool_choice / output_format by compile_output_constraints() before
   // submission (so schema errors are the caller's 400s); null when nothing is constrained.
   std::shared_ptr<const OutputConstraints> constraints;
 };
 
 struct ChatEvent {
-  enum class Kind { Started, Text, ToolCallStarted, ToolCallArguments, ToolCallFinished, Finished, Failed };
+  enum class Kind { Started, Reasoning, Text, ToolCallStarted, ToolCallArguments, ToolCallFinished, Finished, Failed };
   Kind kind = Kind::Text;
-  std::string text;                    // Text; ToolCallArguments: the next piece of the arguments
+  std::string text;                    // Text, Reasoning (its next piece); ToolCallArguments: the next piece of the arguments
   std::vector<TokenLogprob> logprobs;  // Text: tokens behind this text, when requested
   int tool_index = 0;                  // ToolCall*: 0, 1, ... within this reply
   chat::ToolCall tool_call;            // ToolCallStarted: id, name, custom; ToolCallFinished: complete
@@ -61,6 +71,7 @@ struct ChatEvent {
   std::string stop_sequence;           // Finished: the caller's stop string that ended the reply, if one did
   int prompt_tokens = 0;               // Started, Finished
   int completion_tokens = 0;           // Finished
+  int reasoning_tokens = 0;            // Finished: of them, the think block's
   int cached_prompt_tokens = 0;        // Started, Finished: prompt tokens reused from the KV cache
   int draft_tokens = 0;                // Finished: drafted tokens the model verified (speculative decoding)
   int accepted_draft_tokens = 0;       // Finished: of them, the tokens the reply kept

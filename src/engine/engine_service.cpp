@@ -59,6 +59,7 @@ ChatEvent event_of(const GenerationPiece& piece) {
   ChatEvent event;
   event.logprobs.assign(piece.logprobs.begin(), piece.logprobs.end());
   if (!piece.tool) {
+    if (piece.reasoning) event.kind = ChatEvent::Kind::Reasoning;
     event.text = std::string(piece.text);
     return event;
   }
@@ -231,7 +232,18 @@ bool EngineService::prepare(Running& sequence) {
   const ChatRequest& chat = ticket.request_;
   GenerationRequest request;
   try {
-    request.prompt = chat::encode_prompt(chat_, tokenizer_, chat.messages, chat.tools);
+    // A reply constrained from its first token does not think (the constraint would have to
+    // wait for the think block's end); the rest think unless switched off or given no budget.
+    const bool constrained_from_start = chat.output_format.kind != OutputFormat::Kind::Text ||
+                                        chat.tool_choice == ToolChoice::Required || chat.tool_choice == ToolChoice::Named;
+    const bool thinking = chat_.thinks() && chat.reasoning.enabled && chat.reasoning.budget_tokens != 0 &&
+                          !constrained_from_start;
+    request.prompt = chat::encode_prompt(chat_, tokenizer_, chat.messages, chat.tools, thinking);
+    if (thinking) {
+      request.reasoning.enabled = true;
+      request.reasoning.budget = chat.reasoning.budget_tokens;
+      request.reasoning.close_tokens = tokenizer_.encode("\n</think>\n\n");
+    }
     std::vector<int32_t> cache_keys;
     if (images_.encoder) {
       ImagePrompt expanded = expand_image_markers(request.prompt, image_tokens_,
@@ -404,6 +416,7 @@ void EngineService::finish(Running& sequence, bool keep_blocks) {
   if (result.finish != FinishReason::Cancelled) {
     ChatEvent done = ChatEvent::finished(result.finish, result.prompt_tokens, static_cast<int>(result.tokens.size()),
                                          sequence.cached_prompt_tokens);
+    done.reasoning_tokens = result.reasoning_tokens;
     done.draft_tokens = sequence.draft_tokens;
     done.accepted_draft_tokens = sequence.accepted_draft_tokens;
     // Only the caller's own stop strings are reported (not the chat format's end markers).

@@ -56,6 +56,7 @@ struct Generation::State {
         detokenizer(tokenizer),
         shaper(this->request.constraints, tokenizer, this->request.token_trie),
         stops(stop_texts_of(this->request, shaper)),
+        reasoning(tokenizer, this->request.reasoning),
         history(this->request.prompt) {}
 
   // The text stream hides stop strings and, when the model may call tools, the marker that
@@ -69,7 +70,15 @@ struct Generation::State {
   bool emit(const std::string& text) {
     if (text.empty() && pending_logprobs.empty()) return true;
     result.text += text;
-    const bool keep_going = sink ? sink(GenerationPiece{text, pending_logprobs}) : true;
+    const bool keep_going = sink ? sink(GenerationPiece{text, false, pending_logprobs}) : true;
+    pending_logprobs.clear();
+    return keep_going;
+  }
+
+  bool emit_reasoning(const std::string& text) {
+    if (text.empty()) return true;
+    result.reasoning += text;
+    const bool keep_going = sink ? sink(GenerationPiece{text, true, pending_logprobs}) : true;
     pending_logprobs.clear();
     return keep_going;
   }
@@ -77,7 +86,7 @@ struct Generation::State {
   bool emit_updates() {
     bool keep_going = true;
     for (const ToolCallUpdate& update : updates) {
-      GenerationPiece piece{{}, pending_logprobs, &update};
+      GenerationPiece piece{{}, false, pending_logprobs, &update};
       keep_going = (sink ? sink(piece) : true) && keep_going;
       pending_logprobs.clear();
     }
@@ -99,6 +108,11 @@ struct Generation::State {
   void finish() {
     done = true;
     if (result.finish != FinishReason::Cancelled) {
+      emit_reasoning(reasoning.flush());
+      for (const int32_t token : reasoning.take_opening()) {  // (it never became "<think>")
+        --result.reasoning_tokens;
+        reply_token(token);
+      }
       if (in_text) {
         std::string tail = std::move(held);
         if (!stops.stopped()) {
@@ -114,9 +128,19 @@ struct Generation::State {
     result.tool_calls = shaper.calls();
   }
 
+  // The next token: forced (the close of a think block whose budget ran out), or sampled,
+  // freely inside the block (no constraint applies to reasoning), else under the reply's
+  // constraints (also while the reply may still open with "<think>").
+  int32_t choose_token(LogitsRow& logits) {
+    if (const auto forced = reasoning.take_forced()) return *forced;
+    if (reasoning.phase() == ReasoningStream::Phase::Thinking) return sampler.sample(logits, history);
+    return next_token(logits);
+  }
+
   std::optional<int32_t> step(LogitsRow& logits) {
     if (done) return std::nullopt;
-    const int32_t token = next_token(logits);
+    const bool thinking = reasoning.phase() != ReasoningStream::Phase::Reply;
+    const int32_t token = choose_token(logits);
     if (shaper.overflowed())
       fail("the response format or tool schema is too ambiguous to follow after {} tokens of the reply: it needs "
            "more than {} parse states at once; simplify it (fewer alternatives, optional parts or repetitions)",
@@ -132,26 +156,17 @@ struct Generation::State {
     result.tokens.push_back(token);
     history.push_back(token);
     if (request.top_logprobs >= 0) pending_logprobs.push_back(logprob_of(token, logits.whole(), request.top_logprobs, tokenizer));
-    shaper.accept(token, updates);
     bool keep_going = true;
-    if (in_text) {
-      std::string shown = stops.push(detokenizer.push(token));
-      if (!shaper.in_text()) {  // this token opened a tool call
-        in_text = false;
-        // After <tool_call> the stop matcher has hidden the marker; a bare JSON call's opening
-        // (held back while undecided) belongs to the call, not to the text.
-        if (shaper.bare_call()) shown.clear(), held.clear();
-        keep_going = emit(held + shown + stops.flush());
-        held.clear();
-      } else if (shaper.undecided()) {  // may still become a bare JSON call: hold it back
-        held += shown;
-        keep_going = emit({});
-      } else {
-        keep_going = emit(held + shown);
-        held.clear();
-      }
+    if (thinking) {
+      ++result.reasoning_tokens;
+      ReasoningStream::Fed fed = reasoning.push(token);
+      result.reasoning_tokens -= static_cast<int>(fed.reply_tokens.size());  // (held while opening: the reply's after all)
+      keep_going = emit_reasoning(fed.reasoning);
+      if (reasoning.phase() == ReasoningStream::Phase::Reply && result.reasoning_tokens > 0) strip_newlines = true;
+      for (const int32_t reply : fed.reply_tokens) keep_going = reply_token(reply) && keep_going;
+    } else {
+      keep_going = reply_token(token);
     }
-    keep_going = emit_updates() && keep_going;
     if (!keep_going || (stop_flag && stop_flag->load())) {
       result.finish = FinishReason::Cancelled;
       return finish(), std::nullopt;
@@ -169,6 +184,35 @@ struct Generation::State {
     return token;
   }
 
+  // A token of the reply proper (after any think block): the shaper, tool calls, the text.
+  bool reply_token(int32_t token) {
+    shaper.accept(token, updates);
+    bool keep_going = true;
+    if (in_text) {
+      std::string decoded = detokenizer.push(token);
+      if (strip_newlines) {  // the newlines after "</think>" open no reply
+        decoded.erase(0, std::min(decoded.size(), decoded.find_first_not_of('\n')));
+        strip_newlines = decoded.empty();
+      }
+      std::string shown = stops.push(decoded);
+      if (!shaper.in_text()) {  // this token opened a tool call
+        in_text = false;
+        // After <tool_call> the stop matcher has hidden the marker; a bare JSON call's opening
+        // (held back while undecided) belongs to the call, not to the text.
+        if (shaper.bare_call()) shown.clear(), held.clear();
+        keep_going = emit(held + shown + stops.flush());
+        held.clear();
+      } else if (shaper.undecided()) {  // may still become a bare JSON call: hold it back
+        held += shown;
+        keep_going = emit({});
+      } else {
+        keep_going = emit(held + shown);
+        held.clear();
+      }
+    }
+    return emit_updates() && keep_going;
+  }
+
   const tokenizer::Tokenizer& tokenizer;
   GenerationRequest request;
   PieceSink sink;
@@ -177,6 +221,8 @@ struct Generation::State {
   tokenizer::StreamingDetokenizer detokenizer;
   ReplyShaper shaper;
   StopMatcher stops;
+  ReasoningStream reasoning;
+  bool strip_newlines = false;  // the reply follows a think block: its leading newlines are dropped
   std::vector<int32_t> history;
   GenerationResult result;
   std::vector<TokenLogprob> pending_logprobs;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/drafter.h"
+#include "engine/reasoning_stream.h"
 #include "engine/sampler.h"
 #include "engine/tool_call_stream.h"
 #include "model/model.h"
@@ -44,6 +45,8 @@ struct GenerationRequest {
   // and immutable, so a cached compilation serves many requests.
   std::shared_ptr<const OutputConstraints> constraints;
   std::shared_ptr<const grammar::TokenTrie> token_trie;  // the vocabulary for constraints' masks
+  // A thinking model's reply: its opening <think> block streams as reasoning (reasoning_stream.h).
+  ReasoningControl reasoning;
 };
 
 // A generated token's log-probability under the model (raw logits, before sampling
@@ -60,12 +63,15 @@ struct TokenLogprob {
 // A piece carries either text or one tool-call update.
 struct GenerationPiece {
   std::string_view text;
+  bool reasoning = false;  // the text is the reply's reasoning (its <think> block), not the reply
   std::span<const TokenLogprob> logprobs;
   const ToolCallUpdate* tool = nullptr;
 };
 
 struct GenerationResult {
   std::string text;
+  std::string reasoning;     // a thinking model's reasoning (its <think> block's text)
+  int reasoning_tokens = 0;  // tokens of the <think> block
   std::vector<int32_t> tokens;
   FinishReason finish = FinishReason::Stop;
   std::string stop_sequence;  // the request's stop string that ended it, if one did

