@@ -41,7 +41,7 @@ void check_chat(const splash::engine::ChatRequest& chat) {
   }
 }
 
-// Arbitrary bytes as model output, a tool call included, rendered by the protocol.
+// Arbitrary bytes as model output, reasoning and a tool call included, rendered by the protocol.
 void render(splash::api::ReplyRenderer& renderer, std::string_view raw, bool stream) {
   using splash::engine::ChatEvent;
   ChatEvent text;
@@ -55,8 +55,11 @@ void render(splash::api::ReplyRenderer& renderer, std::string_view raw, bool str
   ChatEvent call_finished = call_started;
   call_finished.kind = ChatEvent::Kind::ToolCallFinished;
   call_finished.tool_call.arguments = text.text;
-  const ChatEvent events[] = {ChatEvent::started(3, 1), text, call_started, call_arguments, call_finished,
-                              ChatEvent::finished(splash::engine::FinishReason::ToolCalls, 3, 2, 1)};
+  ChatEvent reasoning = text;  // a thinking model's reasoning first
+  reasoning.kind = ChatEvent::Kind::Reasoning;
+  reasoning.text = std::string(raw.substr(raw.size() / 2, 64));
+  const ChatEvent events[] = {ChatEvent::started(3, 1), reasoning, reasoning, text, call_started, call_arguments,
+                              call_finished, ChatEvent::finished(splash::engine::FinishReason::ToolCalls, 3, 2, 1)};
   std::string sse;
   for (const auto& event : events) {
     if (stream) sse += renderer.stream_event(event);

@@ -72,7 +72,10 @@ void check_request(const splash::api::ChatCompletionRequest& request, std::strin
     for (int i = 0; i < chat.top_logprobs; ++i) lp.top.emplace_back(text.text.substr(0, static_cast<size_t>(i)), -1.0f);
     text.logprobs.push_back(lp);
   }
-  const ChatEvent events[] = {ChatEvent::started(3), text, ChatEvent::finished(FinishReason::Length, 3, 1)};
+  ChatEvent reasoning;  // a thinking model's reasoning before the text
+  reasoning.kind = ChatEvent::Kind::Reasoning;
+  reasoning.text = std::string(raw.substr(raw.size() / 2, 64));
+  const ChatEvent events[] = {ChatEvent::started(3), reasoning, text, ChatEvent::finished(FinishReason::Length, 3, 1)};
   std::string sse;
   for (const auto& event : events) {
     if (request.stream) sse += renderer.stream_event(event);
