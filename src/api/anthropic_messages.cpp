@@ -391,12 +391,23 @@ std::string MessagesRenderer::close_block() {
   if (!block_open_) return {};
   block_open_ = false;
   std::string out;
-  if (thinking_block_)
-    out = sse("content_block_delta", {{"type", "content_block_delta"},
-                                      {"index", next_block_},
-                                      {"delta", {{"type", "signature_delta"}, {"signature", kThinkingSignature}}}});
+  if (thinking_block_) out = delta({{"type", "signature_delta"}, {"signature", kThinkingSignature}});
   thinking_block_ = false;
   return out + sse("content_block_stop", {{"type", "content_block_stop"}, {"index", next_block_++}});
+}
+
+// Closes the open block and opens `block` (text or thinking) as the next one.
+std::string MessagesRenderer::open_block(const json& block) {
+  std::string out = close_block();
+  out += sse("content_block_start", {{"type", "content_block_start"}, {"index", next_block_}, {"content_block", block}});
+  block_open_ = true;
+  text_block_ = block["type"] == "text";
+  thinking_block_ = block["type"] == "thinking";
+  return out;
+}
+
+std::string MessagesRenderer::delta(json delta) {
+  return sse("content_block_delta", {{"type", "content_block_delta"}, {"index", next_block_}, {"delta", std::move(delta)}});
 }
 
 std::string MessagesRenderer::stream_event(const engine::ChatEvent& event) {
@@ -418,33 +429,15 @@ std::string MessagesRenderer::stream_event(const engine::ChatEvent& event) {
     case Kind::Reasoning: {
       if (event.text.empty()) return {};
       std::string out;
-      if (!block_open_ || !thinking_block_) {
-        out += close_block();
-        out += sse("content_block_start", {{"type", "content_block_start"},
-                                           {"index", next_block_},
-                                           {"content_block", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}}});
-        block_open_ = thinking_block_ = true;
-        text_block_ = false;
-      }
-      out += sse("content_block_delta", {{"type", "content_block_delta"},
-                                         {"index", next_block_},
-                                         {"delta", {{"type", "thinking_delta"}, {"thinking", event.text}}}});
-      return out;
+      if (!block_open_ || !thinking_block_)
+        out += open_block({{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
+      return out + delta({{"type", "thinking_delta"}, {"thinking", event.text}});
     }
     case Kind::Text: {
       if (event.text.empty()) return {};
       std::string out;
-      if (!block_open_ || !text_block_) {
-        out += close_block();
-        out += sse("content_block_start", {{"type", "content_block_start"},
-                                           {"index", next_block_},
-                                           {"content_block", {{"type", "text"}, {"text", ""}}}});
-        block_open_ = text_block_ = true;
-      }
-      out += sse("content_block_delta", {{"type", "content_block_delta"},
-                                         {"index", next_block_},
-                                         {"delta", {{"type", "text_delta"}, {"text", event.text}}}});
-      return out;
+      if (!block_open_ || !text_block_) out += open_block({{"type", "text"}, {"text", ""}});
+      return out + delta({{"type", "text_delta"}, {"text", event.text}});
     }
     case Kind::ToolCallStarted: {
       std::string out = close_block();
@@ -459,9 +452,7 @@ std::string MessagesRenderer::stream_event(const engine::ChatEvent& event) {
       return out;
     }
     case Kind::ToolCallArguments:
-      return sse("content_block_delta", {{"type", "content_block_delta"},
-                                         {"index", next_block_},
-                                         {"delta", {{"type", "input_json_delta"}, {"partial_json", event.text}}}});
+      return delta({{"type", "input_json_delta"}, {"partial_json", event.text}});
     case Kind::ToolCallFinished:
       return close_block();
     case Kind::Finished: {

@@ -41,6 +41,8 @@ class MessagesRenderer : public ReplyRenderer {
 
  private:
   std::string close_block();
+  std::string open_block(const nlohmann::json& block);
+  std::string delta(nlohmann::json delta);  // a content_block_delta of the open block
   nlohmann::json usage(int prompt_tokens, int cached_tokens, int output_tokens) const;
 
   std::string id_;
