@@ -196,12 +196,14 @@ engine::ReasoningSettings thinking_setting(const json& value) {
   for (const auto& [key, v] : value.items())
     if (key != "type" && key != "budget_tokens" && key != "display")
       reject(fmt::format("unrecognized field 'thinking.{}'", key), "thinking." + key);
-  if (type == "disabled") return {false, -1};
-  if (type == "adaptive") return {true, -1};
+  if (type == "disabled") return {false, -1, true};
+  if (type == "adaptive") return {true, -1, true};
   if (type != "enabled") reject("'thinking.type' must be enabled, disabled or adaptive", "thinking.type");
   if (!value.contains("budget_tokens")) reject("'thinking.budget_tokens' is required", "thinking.budget_tokens");
-  return {true, static_cast<int>(integer_field(value["budget_tokens"], "thinking.budget_tokens", 1,
-                                               std::numeric_limits<int32_t>::max()))};
+  return {true,
+          static_cast<int>(integer_field(value["budget_tokens"], "thinking.budget_tokens", 1,
+                                         std::numeric_limits<int32_t>::max())),
+          true};
 }
 
 std::string system_text(const json& system) {

@@ -106,7 +106,7 @@ engine::ReasoningSettings reasoning_effort_field(const nlohmann::json& value, co
                                         {"high", 16384}, {"xhigh", -1},    {"max", -1}};
   const std::string& effort = string_field(value, name);
   for (const Effort& e : kEfforts)
-    if (effort == e.name) return {e.budget != 0, e.budget == 0 ? -1 : e.budget};
+    if (effort == e.name) return {e.budget != 0, e.budget == 0 ? -1 : e.budget, true};
   reject(fmt::format("'{}' must be one of none, minimal, low, medium, high, xhigh, max; got '{}'", name, effort), name);
 }
 

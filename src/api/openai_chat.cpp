@@ -209,7 +209,7 @@ ChatCompletionRequest parse(std::string_view body, const ServedModel& served) {
   auto& sampling = out.chat.sampling;
   // Local-server defaults (llama.cpp's): a small model needs some truncation to stay coherent.
   sampling = engine::SamplingParams{};
-  bool thinking_switched_off = false;
+  std::optional<bool> thinking_switch;  // chat_template_kwargs.enable_thinking
   for (const auto& [key, value] : root.items()) {
     if (value.is_null() && key != "messages") continue;  // null means "default" in the OpenAI API
     if (sampling_field(key, value, sampling)) continue;
@@ -276,7 +276,7 @@ ChatCompletionRequest parse(std::string_view body, const ServedModel& served) {
         if (name != "enable_thinking")
           reject(fmt::format("chat_template_kwargs '{}' is not supported (only enable_thinking)", name),
                  "chat_template_kwargs");
-        thinking_switched_off = !boolean_field(v, "chat_template_kwargs.enable_thinking");
+        thinking_switch = boolean_field(v, "chat_template_kwargs.enable_thinking");
       }
     } else if (key == "modalities") {
       if (value != json::array({"text"})) reject("only the text modality is supported", "modalities");
@@ -286,7 +286,10 @@ ChatCompletionRequest parse(std::string_view body, const ServedModel& served) {
       reject(fmt::format("unrecognized request argument '{}'", key), key);
     }
   }
-  if (thinking_switched_off) out.chat.reasoning.enabled = false;
+  if (thinking_switch) {  // (over reasoning_effort's on/off; its budget stays)
+    out.chat.reasoning.enabled = *thinking_switch;
+    out.chat.reasoning.requested = true;
+  }
   if (out.chat.messages.empty()) reject("'messages' is required", "messages");
   if (out.chat.top_logprobs >= 0 && !out.logprobs) reject("'top_logprobs' requires 'logprobs': true", "top_logprobs");
   if (out.logprobs && out.chat.top_logprobs < 0) out.chat.top_logprobs = 0;

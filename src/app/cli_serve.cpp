@@ -25,6 +25,7 @@ struct ServeFlags {
   server::ServerOptions server;
   bool no_webui = false;
   int64_t seed = -1;  // -1: none (CLI11 has no optional<uint64_t>)
+  int reasoning_budget = -2;  // -2: the template's default
   engine::DraftMode draft = engine::DraftMode::Auto;
 };
 
@@ -74,6 +75,8 @@ void serve(ServeFlags flags) {
     if (const char* key = std::getenv("SPLASH_API_KEY"); key && *key) flags.server.api_key = key;
   flags.server.webui = !flags.no_webui;
   if (flags.seed >= 0) flags.server.default_seed = static_cast<uint64_t>(flags.seed);
+  if (flags.reasoning_budget >= -1)
+    flags.server.default_reasoning = engine::ReasoningSettings{flags.reasoning_budget != 0, flags.reasoning_budget == 0 ? -1 : flags.reasoning_budget};
 
   std::atomic<server::HttpServer*> running{nullptr};
   std::atomic<engine::EngineService*> running_engine{nullptr};
@@ -163,6 +166,10 @@ void serve(ServeFlags flags) {
   if (!flags.server.api_key.empty()) fmt::print(stderr, "auth         API key required on /v1/* and other API routes\n");
   if (flags.server.default_seed)
     fmt::print(stderr, "sampling     seed {} for every request that names none\n", *flags.server.default_seed);
+  if (const auto& r = flags.server.default_reasoning; r && loaded->chat->thinks())
+    fmt::print(stderr, "reasoning    {} for every request that sets none\n",
+               !r->enabled ? std::string("off") : r->budget_tokens < 0 ? std::string("on, no limit")
+                                                                       : fmt::format("at most {} thinking tokens", r->budget_tokens));
   fmt::print("Ready http://{}:{}\n", host, http.bound_port());
   std::fflush(stdout);
   http.run();
@@ -196,6 +203,10 @@ void add_serve_command(CLI::App& app) {
                       "Sampling seed of every request that names none, so a request alone on the server always "
                       "gets the same reply (default: a random seed each)")
       ->check(CLI::NonNegativeNumber);
+  command->add_option("--reasoning-budget", flags->reasoning_budget,
+                      "A thinking model's thinking tokens for requests that set none: 0 switches thinking off, -1 "
+                      "sets no limit (default: the chat template's own, e.g. Qwen3 thinks without a limit)")
+      ->check(CLI::Range(-1, 1 << 30));
   command->callback([flags] { serve(*flags); });
 }
 

@@ -41,6 +41,7 @@ struct OutputConstraints;  // compiled grammars, see engine/output_constraints.h
 struct ReasoningSettings {
   bool enabled = true;
   int budget_tokens = -1;
+  bool requested = false;  // the request said (else the server's default applies, ServerOptions)
 };
 
 struct ChatRequest {

@@ -30,6 +30,7 @@ std::shared_ptr<void> count_in_flight(const std::shared_ptr<std::atomic<int>>& c
 // What the server's flags say for a request that leaves it to the server.
 void apply_server_defaults(const AgentRoutesContext& ctx, engine::ChatRequest& chat) {
   if (!chat.sampling.seed) chat.sampling.seed = ctx.default_seed;
+  if (!chat.reasoning.requested && ctx.default_reasoning) chat.reasoning = *ctx.default_reasoning;
 }
 
 }  // namespace

@@ -26,6 +26,7 @@ struct AgentRoutesContext {
   std::shared_ptr<std::atomic<int>> in_flight;  // generations still writing (shutdown waits)
   std::chrono::seconds keep_alive{15};           // see ServerOptions::keep_alive_seconds
   std::optional<uint64_t> default_seed;          // see ServerOptions::default_seed
+  std::optional<engine::ReasoningSettings> default_reasoning;  // see ServerOptions::default_reasoning
 };
 
 void register_agent_routes(httplib::Server& http, const RouteGuard& guard, AgentRoutesContext context);

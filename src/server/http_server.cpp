@@ -437,7 +437,7 @@ void HttpServer::register_routes() {
   register_agent_routes(http, guarded,
                         {engine_, model_.id, {std::string(kModelAlias)}, model_.vocab,
                          std::make_shared<api::ResponseStore>(), completions_in_flight_,
-                         std::chrono::seconds(options_.keep_alive_seconds), options_.default_seed});
+                         std::chrono::seconds(options_.keep_alive_seconds), options_.default_seed, options_.default_reasoning});
 
   if (options_.webui) register_web_routes(http, guarded);
 }

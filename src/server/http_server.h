@@ -38,6 +38,9 @@ struct ServerOptions {
   // The sampling seed of every request that names none (unset: a fresh random seed each), so
   // the same request, alone on the server, gets the same reply.
   std::optional<uint64_t> default_seed;
+  // A thinking model's reasoning for every request that says nothing of it (unset: the
+  // template's default, e.g. Qwen3 thinks without a limit).
+  std::optional<engine::ReasoningSettings> default_reasoning;
 };
 
 // What /v1/models and /status say about the served model.

@@ -15,10 +15,12 @@ response.reasoning_text.delta events (Responses), thinking blocks with signature
 (Messages); reasoning_effort none / chat_template_kwargs enable_thinking false / thinking
 disabled switch it off; a budget (thinking.budget_tokens, reasoning_effort minimal) is the
 number of thinking tokens, then the reply follows; usage counts reasoning tokens; reasoning
-sent back is accepted in each protocol's shape; a response format turns thinking off.
+sent back is accepted in each protocol's shape; a response format turns thinking off;
+`serve --reasoning-budget` sets what a request that says nothing gets.
 """
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -37,14 +39,19 @@ MODEL = "thinker"
 
 
 @pytest.fixture(scope="module")
-def server(model_path, tmp_path_factory):
+def thinker(model_path, tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("thinker") / f"{MODEL}.gguf"
-    template = __import__("json").loads((REPO / "tests/golden/chat_qwen3.json").read_text())["template"]
+    template = json.loads((REPO / "tests/golden/chat_qwen3.json").read_text())["template"]
     tokenizer = mrl.with_tokens(mrl.read_tokenizer(model_path), [THINK, "</think>"], template)
     shape = mrl.Shape(**{**mrl.QWEN_SHAPES["qwen3"].__dict__, "layers": 1})
     mrl.make_model(str(path), tokenizer, mrl.tensor_types("float", "F32", {}, shape.layers), shape,
                    name="random-thinker", favour=THINK)
-    srv = start_server("--draft", "none", model=str(path))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def server(thinker):
+    srv = start_server("--draft", "none", model=thinker)
     assert "qwen3: ChatML with Qwen's tool format and <think> reasoning" in srv.output()
     yield srv
     srv.stop()
@@ -192,3 +199,22 @@ def test_messages_thinking_disabled_and_sent_back(claude):
     assert again.content[0].type == "thinking"
     with pytest.raises(anthropic.BadRequestError, match="budget_tokens"):
         claude.messages.create(model=MODEL, max_tokens=3, messages=ASK, thinking={"type": "enabled"})
+
+
+@pytest.mark.parametrize("budget,reasoning,says", [("0", 0, "off"), ("3", 3, "at most 3 thinking tokens")])
+def test_server_default_applies_to_requests_that_set_none(thinker, budget, reasoning, says):
+    srv = start_server("--draft", "none", "--reasoning-budget", budget, model=thinker)
+    try:
+        assert f"reasoning    {says} for every request that sets none" in srv.output()
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="none")
+        r = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=8, temperature=0)
+        assert thinks((r.choices[0].message.model_extra or {}).get("reasoning_content") or "", reasoning)
+        # A request that says wins over the default.
+        r = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=8, temperature=0,
+                                           extra_body={"chat_template_kwargs": {"enable_thinking": budget == "0"}})
+        assert bool(r.choices[0].message.model_extra.get("reasoning_content")) == (budget == "0")
+        m = anthropic.Anthropic(base_url=srv.url, api_key="none").messages.create(
+            model=MODEL, max_tokens=8, messages=ASK, thinking={"type": "enabled", "budget_tokens": 5})
+        assert thinks(m.content[0].thinking, 5)
+    finally:
+        srv.stop()
