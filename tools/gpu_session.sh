@@ -11,6 +11,7 @@
 #   tools/gpu_session.sh profile   where a decode step's time goes, step by step (8B shape)
 #   tools/gpu_session.sh ncu-decode  each kernel of a decode step alone under ncu: us, MB, GB/s
 #   SWEEP="default VAR=V ..." tools/gpu_session.sh env-sweep  decode under each environment
+#   SWEEP="..." tools/gpu_session.sh depth-sweep  decode at 8K and 32K under each environment
 #   tools/gpu_session.sh ab        decode, the previous build (.gpu/old/splash.xz) against this one
 #   tools/gpu_session.sh gtests    GPU unit tests and serving through HTTP
 #   tools/gpu_session.sh peer-build-tests S   the same beside a peer build of at most S seconds
@@ -298,18 +299,33 @@ for key, rs in sorted(by.items(), key=lambda kv: -sum(float(r["gpu__time_duratio
 PY
 }
 
-# Decode at one sequence under each environment SWEEP names (space-separated; one entry is
-# VAR=V or VAR=V+VAR2=V2, `default` nothing set): for launch-shape and switch experiments,
-# e.g. SWEEP="default SPLASH_CUDA_FUSED=0" tools/gpu_session.sh env-sweep.
-phase_env_sweep() {
-  local model=$KEEP/qwen3-8b-q4km.gguf entry
-  make_8b "$model" || { row env-sweep "failed to make the model"; return; }
+# `splash bench` on the 8B-shape model under each environment SWEEP names (space-separated;
+# one entry is VAR=V or VAR=V+VAR2=V2, `default` nothing set), for launch-shape and switch
+# experiments: sweep NAME BENCH-FLAGS... (logs NAME_<entry>.txt, a row of decode figures each).
+sweep() {
+  local name=$1 model=$KEEP/qwen3-8b-q4km.gguf entry log
+  shift
+  make_8b "$model" || { row "$name" "failed to make the model"; return 1; }
   splash bench --device cuda -m "$model" --prompt-sizes 16 --decode-tokens 8 --repetitions 1 > /dev/null 2>&1  # tunes
   for entry in ${SWEEP:-default}; do
+    log="$OUT/${name}_${entry//[=+]/_}.txt"
     env $([ "$entry" != default ] && echo "${entry//+/ }") LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/bin/splash bench \
-      --device cuda -m "$model" --prompt-sizes 512 --decode-tokens 256 --repetitions 3 > "$OUT/sweep_${entry//[=+]/_}.txt" 2>&1
-    row "decode under $entry" "$(grep -E '^decode' "$OUT/sweep_${entry//[=+]/_}.txt" | tr '\n' ';')"
+      --device cuda -m "$model" "$@" > "$log" 2>&1
+    row "$name under $entry" "$(grep -E '^decode' "$log" | tr -s ' ' | tr '\n' ';')"
   done
+}
+
+# Decode at one sequence (256 tokens after 512), e.g. SWEEP="default SPLASH_CUDA_FUSED=0"
+# tools/gpu_session.sh env-sweep.
+phase_env_sweep() { sweep sweep --prompt-sizes 512 --decode-tokens 256 --repetitions 3; }
+
+# Decode after 512 tokens and at depth 8K and 32K, then the default's decode step by step at
+# 32K (SPLASH_CUDA_PROFILE): for the attention's launch shape.
+phase_depth_sweep() {
+  sweep depth --prompt-sizes 512 --decode-tokens 128 --repetitions 2 --decode-depths 8192,32768 || return
+  SPLASH_CUDA_PROFILE=1 splash bench --device cuda -m "$KEEP/qwen3-8b-q4km.gguf" --prompt-sizes 32768 \
+    --decode-tokens 64 --repetitions 1 > "$OUT/profile_depth32k.txt" 2>&1
+  grep -A14 "passes of 1 tokens" "$OUT/profile_depth32k.txt"
 }
 
 # A change against the build before it, in one lease: .gpu/old/splash.xz (a stripped splash
@@ -494,6 +510,7 @@ case "${1:-tests}" in
   ncu) phase_ncu ;;
   ncu-decode) phase_ncu_decode ;;
   env-sweep) phase_env_sweep ;;
+  depth-sweep) phase_depth_sweep ;;
   ab) phase_ab ;;
   confirm) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_bench ;;
   gtests) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_serve ;;
