@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import anthropic
@@ -49,10 +50,19 @@ def thinker(model_path, tmp_path_factory) -> str:
     return str(path)
 
 
+def wait_for_line(srv, text: str, timeout: float = 10.0) -> None:
+    """The server's start-up summary goes to stderr and Ready to stdout: two pipes read by two
+    threads, so the summary may still be on its way when Ready has arrived."""
+    deadline = time.monotonic() + timeout
+    while text not in srv.output():
+        assert time.monotonic() < deadline, f"no line with {text!r} in\n{srv.output()}"
+        time.sleep(0.02)
+
+
 @pytest.fixture(scope="module")
 def server(thinker):
     srv = start_server("--draft", "none", model=thinker)
-    assert "qwen3: ChatML with Qwen's tool format and <think> reasoning" in srv.output()
+    wait_for_line(srv, "qwen3: ChatML with Qwen's tool format and <think> reasoning")
     yield srv
     srv.stop()
 
@@ -205,7 +215,7 @@ def test_messages_thinking_disabled_and_sent_back(claude):
 def test_server_default_applies_to_requests_that_set_none(thinker, budget, reasoning, says):
     srv = start_server("--draft", "none", "--reasoning-budget", budget, model=thinker)
     try:
-        assert f"reasoning    {says} for every request that sets none" in srv.output()
+        wait_for_line(srv, f"reasoning    {says} for every request that sets none")
         client = openai.OpenAI(base_url=srv.url + "/v1", api_key="none")
         r = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=8, temperature=0)
         assert thinks((r.choices[0].message.model_extra or {}).get("reasoning_content") or "", reasoning)
