@@ -65,13 +65,14 @@ e2e-test: build
 # Each libFuzzer target runs FUZZ_SECONDS from a seed corpus: the GGUF reader, the OpenAI
 # Chat Completions parser, the Anthropic Messages / OpenAI Responses parsers (with the
 # grammar compiler behind them), the grammar engine (JSON Schema, Lark, matcher), and the
-# image decoders with the Idefics3 preprocessing (seeded with tests/golden/images).
+# image decoders with the Idefics3 preprocessing (seeded with tests/golden/images), and the
+# HTTP transport (requests cut into reads anywhere, silences, clients that stop reading).
 fuzz: setup
 	@scripts/setup.sh --python
 	@cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DSPLASH_FUZZ=ON > /dev/null
-	@ninja -C $(FUZZ_BUILD) -j $(JOBS) fuzz_gguf fuzz_chat_request fuzz_agent_request fuzz_grammar fuzz_image
+	@ninja -C $(FUZZ_BUILD) -j $(JOBS) fuzz_gguf fuzz_chat_request fuzz_agent_request fuzz_grammar fuzz_image fuzz_http_request
 	@mkdir -p $(FUZZ_BUILD)/corpus-gguf $(FUZZ_BUILD)/corpus-chat $(FUZZ_BUILD)/corpus-agent $(FUZZ_BUILD)/corpus-grammar \
-	  $(FUZZ_BUILD)/corpus-image
+	  $(FUZZ_BUILD)/corpus-image $(FUZZ_BUILD)/corpus-http
 	@.venv/bin/python tools/make_gguf_fuzz_seeds.py $(FUZZ_BUILD)/corpus-gguf
 	@cp tests/fuzz/seeds/chat/* $(FUZZ_BUILD)/corpus-chat/ 2>/dev/null || true
 	@$(FUZZ_BUILD)/tests/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
@@ -87,6 +88,9 @@ fuzz: setup
 	@cp tests/golden/images/*.{png,jpg,webp,gif} $(FUZZ_BUILD)/corpus-image/
 	@$(FUZZ_BUILD)/tests/fuzz/fuzz_image -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -print_final_stats=1 \
 	  $(FUZZ_BUILD)/corpus-image 2>&1 | tail -n 3
+	@cp tests/fuzz/seeds/http/* $(FUZZ_BUILD)/corpus-http/
+	@$(FUZZ_BUILD)/tests/fuzz/fuzz_http_request -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
+	  $(FUZZ_BUILD)/corpus-http 2>&1 | tail -n 3
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(g++ cmake ninja-build pkg-config make git ca-certificates
   libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev
-  libcurl4-openssl-dev libssl-dev libzip-dev zlib1g-dev libcpp-httplib-dev libpoppler-cpp-dev libpng-dev libturbojpeg0-dev libwebp-dev
+  libcurl4-openssl-dev libssl-dev libzip-dev zlib1g-dev libboost1.81-dev libpoppler-cpp-dev libpng-dev libturbojpeg0-dev libwebp-dev
   libjs-marked libjs-highlight.js node-dompurify)
 TEST_APT_PACKAGES=(clang libclang-rt-14-dev chromium chromium-driver)
 [ "${1:-}" = "--python" ] && APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}")

@@ -12,6 +12,7 @@
 #   tools/gpu_session.sh ncu-decode  each kernel of a decode step alone under ncu: us, MB, GB/s
 #   SWEEP="default VAR=V ..." tools/gpu_session.sh env-sweep  decode under each environment
 #   SWEEP="..." tools/gpu_session.sh depth-sweep  decode at 8K and 32K under each environment
+#   SWEEP="..." tools/gpu_session.sh sweep-tests F  the GPU tests F names under each environment
 #   tools/gpu_session.sh ab        decode, the previous build (.gpu/old/splash.xz) against this one
 #   tools/gpu_session.sh gtests    GPU unit tests and serving through HTTP
 #   tools/gpu_session.sh peer-build-tests S   the same beside a peer build of at most S seconds
@@ -511,6 +512,11 @@ case "${1:-tests}" in
   ncu-decode) phase_ncu_decode ;;
   env-sweep) phase_env_sweep ;;
   depth-sweep) phase_depth_sweep ;;
+  sweep-tests) phase_fixtures > /dev/null
+    for entry in ${SWEEP:-default}; do
+      gtest "tests_${entry//[=+]/_}" "${2:-*}" SPLASH_GPU_FIXTURES="$KEEP/fixtures" \
+        $([ "$entry" != default ] && echo "${entry//+/ }")
+    done ;;
   ab) phase_ab ;;
   confirm) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_bench ;;
   gtests) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_serve ;;

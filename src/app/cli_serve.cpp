@@ -199,6 +199,11 @@ void add_serve_command(CLI::App& app) {
                       "Seconds a stream may stay silent (a long prompt being read) before a keep-alive is sent")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
+  command->add_option("--http-threads", flags->server.http_threads,
+                      "Connections served at once (each stream and idle keep-alive holds one); when all are "
+                      "taken, the one idle or sending its request longest is dropped for a newcomer")
+      ->check(CLI::Range(4, 4096))
+      ->capture_default_str();
   command->add_option("--seed", flags->seed,
                       "Sampling seed of every request that names none, so a request alone on the server always "
                       "gets the same reply (default: a random seed each)")

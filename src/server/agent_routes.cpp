@@ -11,12 +11,12 @@ namespace splash::server {
 
 namespace {
 
-void write_openai_error(httplib::Response& res, const api::ApiError& error) {
+void write_openai_error(http::Response& res, const api::ApiError& error) {
   res.status = error.status;
   res.set_content(api::dump_json(api::openai_error_body(error)), "application/json");
 }
 
-void write_anthropic_error(httplib::Response& res, const api::ApiError& error) {
+void write_anthropic_error(http::Response& res, const api::ApiError& error) {
   res.status = error.status;
   res.set_content(api::dump_json(api::anthropic_error_body(error)), "application/json");
 }
@@ -35,10 +35,10 @@ void apply_server_defaults(const AgentRoutesContext& ctx, engine::ChatRequest& c
 
 }  // namespace
 
-void register_agent_routes(httplib::Server& http, const RouteGuard& guard, AgentRoutesContext context) {
+void register_agent_routes(http::Router& http, const RouteGuard& guard, AgentRoutesContext context) {
   auto ctx = std::make_shared<AgentRoutesContext>(std::move(context));
 
-  http.Post("/v1/chat/completions", guard([ctx](const httplib::Request& req, httplib::Response& res) {
+  http.post("/v1/chat/completions", guard([ctx](const http::Request& req, http::Response& res) {
     auto in_flight = count_in_flight(ctx->in_flight);
     api::ServedModel served{ctx->model_id, ctx->vocab, ctx->model_aliases};
     auto parsed = api::parse_chat_completion_request(req.body, served);
@@ -51,7 +51,7 @@ void register_agent_routes(httplib::Server& http, const RouteGuard& guard, Agent
                 ctx->keep_alive);
   }));
 
-  http.Post("/v1/messages", guard([ctx](const httplib::Request& req, httplib::Response& res) {
+  http.post("/v1/messages", guard([ctx](const http::Request& req, http::Response& res) {
     auto in_flight = count_in_flight(ctx->in_flight);
     auto parsed = api::parse_messages_request(req.body);
     if (auto* error = std::get_if<api::ApiError>(&parsed)) return write_anthropic_error(res, *error);
@@ -64,7 +64,7 @@ void register_agent_routes(httplib::Server& http, const RouteGuard& guard, Agent
   }));
 
   // Answered by the tokenizer on this thread, never queued behind generation.
-  http.Post("/v1/messages/count_tokens", guard([ctx](const httplib::Request& req, httplib::Response& res) {
+  http.post("/v1/messages/count_tokens", guard([ctx](const http::Request& req, http::Response& res) {
     auto parsed = api::parse_messages_request(req.body, /*for_counting=*/true);
     if (auto* error = std::get_if<api::ApiError>(&parsed)) return write_anthropic_error(res, *error);
     const auto& chat = std::get<api::MessagesRequest>(parsed).chat;
@@ -77,7 +77,7 @@ void register_agent_routes(httplib::Server& http, const RouteGuard& guard, Agent
     res.set_content(api::dump_json({{"input_tokens", tokens.size()}}), "application/json");
   }));
 
-  http.Post("/v1/responses", guard([ctx](const httplib::Request& req, httplib::Response& res) {
+  http.post("/v1/responses", guard([ctx](const http::Request& req, http::Response& res) {
     auto in_flight = count_in_flight(ctx->in_flight);
     auto parsed = api::parse_responses_request(req.body, *ctx->responses);
     if (auto* error = std::get_if<api::ApiError>(&parsed)) return write_openai_error(res, *error);
@@ -88,15 +88,15 @@ void register_agent_routes(httplib::Server& http, const RouteGuard& guard, Agent
     serve_reply(res, ctx->engine, std::move(request.chat), request.stream, renderer, write_openai_error, in_flight,
                 ctx->keep_alive);
   }));
-  http.Get(R"(/v1/responses/([^/]+))", guard([ctx](const httplib::Request& req, httplib::Response& res) {
-    auto stored = ctx->responses->get(req.matches[1]);
+  http.get("/v1/responses/{}", guard([ctx](const http::Request& req, http::Response& res) {
+    auto stored = ctx->responses->get(req.params[0]);
     if (!stored)
-      return write_openai_error(res, {404, "No response with id '" + req.matches[1].str() + "' is stored",
+      return write_openai_error(res, {404, "No response with id '" + req.params[0] + "' is stored",
                                       "invalid_request_error", "response_id", "not_found"});
     res.set_content(stored->response_json, "application/json");
   }));
-  http.Delete(R"(/v1/responses/([^/]+))", guard([ctx](const httplib::Request& req, httplib::Response& res) {
-    const std::string id = req.matches[1];
+  http.del("/v1/responses/{}", guard([ctx](const http::Request& req, http::Response& res) {
+    const std::string& id = req.params[0];
     if (!ctx->responses->erase(id))
       return write_openai_error(res, {404, "No response with id '" + id + "' is stored", "invalid_request_error",
                                       "response_id", "not_found"});

@@ -3,8 +3,6 @@
 // (/v1/chat/completions), Anthropic Messages (/v1/messages, /v1/messages/count_tokens) and
 // OpenAI Responses (/v1/responses, GET/DELETE /v1/responses/{id}). Each parses into the one
 // internal ChatRequest and serves it through serve_reply (reply_stream.h).
-#include <httplib.h>
-
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -29,6 +27,6 @@ struct AgentRoutesContext {
   std::optional<engine::ReasoningSettings> default_reasoning;  // see ServerOptions::default_reasoning
 };
 
-void register_agent_routes(httplib::Server& http, const RouteGuard& guard, AgentRoutesContext context);
+void register_agent_routes(http::Router& http, const RouteGuard& guard, AgentRoutesContext context);
 
 }  // namespace splash::server

@@ -45,7 +45,7 @@ bool hold_request_body(const std::shared_ptr<BodyBudget>& budget, size_t bytes) 
   return true;
 }
 
-ParseRoom hold_room_to_parse(const httplib::Request& req) {
+ParseRoom hold_room_to_parse(const http::Request& req) {
   if (!held.budget || req.body.empty()) return ParseRoom::Held;
   const JsonShape shape = json_shape(req.body);
   // One nested too deeply is never parsed: its route refuses it as such.
@@ -57,10 +57,10 @@ ParseRoom hold_room_to_parse(const httplib::Request& req) {
   return ParseRoom::Held;
 }
 
-void done_with_request_body(const httplib::Request& req) {
+void done_with_request_body(const http::Request& req) {
   const size_t bytes = req.body.size();
-  // httplib's Request is its own non-const local, and nothing reads the body after the route.
-  std::string().swap(const_cast<httplib::Request&>(req).body);
+  // The Request is its connection's non-const local, and nothing reads the body after the route.
+  std::string().swap(const_cast<http::Request&>(req).body);
   release_request_body();
   if (bytes >= kTrimAfterBodyBytes) malloc_trim(0);
 }

@@ -1,7 +1,5 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
-
 #include <fmt/format.h>
 
 #include <netdb.h>
@@ -21,6 +19,8 @@
 #include "engine/constraint_cache.h"
 #include "server/agent_routes.h"
 #include "server/body_budget.h"
+#include "server/http/listener.h"
+#include "server/http/router.h"
 #include "server/reply_stream.h"
 #include "server/request_guard.h"
 #include "server/web_routes.h"
@@ -37,15 +37,15 @@ constexpr size_t kMaxHeaderCount = 100;
 // since Claude Code and Codex send their own model names).
 constexpr std::string_view kModelAlias = "splash-model";
 
-void send_error(httplib::Response& res, const api::ApiError& error) {
+void send_error(http::Response& res, const api::ApiError& error) {
   res.status = error.status;
   res.set_content(api::dump_json(api::openai_error_body(error)), kJson);
 }
 
-void send_json(httplib::Response& res, const json& body) { res.set_content(api::dump_json(body), kJson); }
+void send_json(http::Response& res, const json& body) { res.set_content(api::dump_json(body), kJson); }
 
 // Parses a JSON object body for the small utility routes.
-std::optional<json> object_body(const httplib::Request& req, httplib::Response& res) {
+std::optional<json> object_body(const http::Request& req, http::Response& res) {
   if (req.body.find('\0') != std::string::npos) {
     send_error(res, api::ApiError::bad_request("the request body contains a NUL byte"));
     return std::nullopt;
@@ -96,21 +96,9 @@ HttpServer::HttpServer(ServerOptions options, engine::EngineService& engine, con
       tokenizer_(tokenizer),
       chat_(chat),
       model_(std::move(model)),
-      http_(std::make_unique<httplib::Server>()),
+      routes_(std::make_unique<http::Router>()),
       started_(std::chrono::steady_clock::now()),
       bodies_(std::make_shared<BodyBudget>(std::max(options_.body_budget_bytes, options_.max_body_bytes))) {
-  const int threads = options_.http_threads;
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http_->set_payload_max_length(options_.max_body_bytes);
-  // Idle keep-alive connections are polled this often, which bounds how long shutdown waits.
-  http_->set_keep_alive_timeout(1);
-  http_->set_read_timeout(10);
-  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which lets a second server bind a
-  // port that one already serves (the kernel then splits the connections between them).
-  http_->set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
   register_routes();
 }
 
@@ -118,20 +106,17 @@ HttpServer::~HttpServer() = default;
 
 void HttpServer::bind() {
   if (options_.port < 0 || options_.port > 65535) fail("--port must be between 0 and 65535");
-  if (options_.port == 0) {
-    bound_port_ = http_->bind_to_any_port(options_.host);
-    if (bound_port_ <= 0) fail("cannot listen on {}: no free port", options_.host);
-    return;
+  std::string problem;
+  bound_port_ = listener_->bind(options_.host, options_.port, problem);
+  if (bound_port_ < 0) {
+    if (options_.port == 0) fail("cannot listen on {}: {}", options_.host, problem);
+    fail("cannot listen on {}:{}: {} (pick another with --port)", options_.host, options_.port, problem);
   }
-  if (!http_->bind_to_port(options_.host, options_.port))
-    fail("cannot listen on {}:{}: the port is in use or the address is not available (pick another with --port)",
-         options_.host, options_.port);
-  bound_port_ = options_.port;
 }
 
-void HttpServer::run() { http_->listen_after_bind(); }
+void HttpServer::run() { listener_->run(); }
 
-void HttpServer::stop() { http_->stop(); }
+void HttpServer::stop() { listener_->stop(); }
 
 void HttpServer::drain_and_stop(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -142,13 +127,6 @@ void HttpServer::drain_and_stop(std::chrono::milliseconds timeout) {
 
 namespace {
 
-// A header's value as received (httplib's get_header_value goes through a C string, so a
-// value with a NUL in it would come back cut short at the NUL).
-std::string stored_header(const httplib::Request& req, const char* name) {
-  const auto it = req.headers.find(name);
-  return it == req.headers.end() ? std::string() : it->second;
-}
-
 // At most 64 printable characters of a value quoted in an error message.
 std::string excerpt(const std::string& value) {
   std::string out;
@@ -157,15 +135,15 @@ std::string excerpt(const std::string& value) {
 }
 
 // A Host outside the allowlist (403) or a missing or wrong API key on an API route (401).
-std::optional<api::ApiError> access_refusal(const httplib::Request& req, const HostAllowlist& allowlist,
+std::optional<api::ApiError> access_refusal(const http::Request& req, const HostAllowlist& allowlist,
                                             const std::string& api_key) {
-  if (!allowlist.allows(stored_header(req, "Host")))
+  if (!allowlist.allows(req.header("Host")))
     return api::ApiError{403,
                          fmt::format("Host '{}' is not allowed (allowed: {}; add one with --allowed-host)",
-                                     excerpt(stored_header(req, "Host")), allowlist.describe()),
+                                     excerpt(req.header("Host")), allowlist.describe()),
                          "permission_error", {}, "host_not_allowed"};
   if (!api_key.empty() && !is_public_route(req.path)) {
-    const auto key = presented_api_key(stored_header(req, "Authorization"), stored_header(req, "x-api-key"));
+    const auto key = presented_api_key(req.header("Authorization"), req.header("x-api-key"));
     if (!key || !api_key_matches(api_key, *key))
       return api::ApiError{401, "invalid or missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
                            "authentication_error", {}, "invalid_api_key"};
@@ -176,18 +154,18 @@ std::optional<api::ApiError> access_refusal(const httplib::Request& req, const H
 }  // namespace
 
 void HttpServer::register_routes() {
-  auto& http = *http_;
+  auto& http = *routes_;
   auto allowlist = std::make_shared<HostAllowlist>(options_.allowed_hosts);
   const std::string api_key = options_.api_key;
 
-  // Host allowlist and API key, checked in the handler (after httplib has read the body, so a
-  // refused request leaves nothing behind on a keep-alive connection).
-  auto guarded = [allowlist, api_key, bodies = bodies_](httplib::Server::Handler handler) {
-    return [allowlist, api_key, bodies, handler](const httplib::Request& req, httplib::Response& res) {
+  // Host allowlist and API key, checked again once the body is read (on_head below checks
+  // them first for a request with a body), then room to parse the body.
+  auto guarded = [allowlist, api_key, bodies = bodies_](http::Handler handler) {
+    return [allowlist, api_key, bodies, handler](const http::Request& req, http::Response& res) {
       // However the handler ends, it is done with the body (the generation routes say so
       // earlier, once parsed, before their request may wait in the engine's queue).
       struct DoneWithBody {
-        const httplib::Request& req;
+        const http::Request& req;
         ~DoneWithBody() { done_with_request_body(req); }
       } done{req};
       if (const auto refusal = access_refusal(req, *allowlist, api_key)) return send_api_error(req, res, *refusal);
@@ -209,45 +187,38 @@ void HttpServer::register_routes() {
     };
   };
 
-  // Before the body is read: refuse what must not be read at all. The connection is closed
-  // after these answers, since the unread body would otherwise be taken as the next request.
+  // Before the body is read: refuse what must not be read at all (the connection is then
+  // closed, the body unread).
   const size_t max_body = options_.max_body_bytes;
-  http.set_pre_routing_handler([max_body, allowlist, api_key, bodies = bodies_](const httplib::Request& req,
-                                                                                 httplib::Response& res) {
+  http::ConnectionHooks hooks;
+  hooks.on_head = [max_body, allowlist, api_key, bodies = bodies_](const http::Request& req, http::Response& res) {
     release_request_body();  // an earlier request's on this thread, should one be left
     auto refuse = [&](const api::ApiError& error) {
       send_api_error(req, res, error);
-      res.set_header("Connection", "close");
-      return httplib::Server::HandlerResponse::Handled;
+      res.close_connection = true;
+      return true;
     };
-    if (req.headers.size() > kMaxHeaderCount)
-      return refuse({431, fmt::format("more than {} header fields", kMaxHeaderCount), "invalid_request_error", {}, {}});
     if (!req.has_header("Host")) return refuse(api::ApiError::bad_request("the request has no Host header"));
-    if (req.get_header_value_count("Host") != 1)
+    if (req.header_count("Host") != 1)
       return refuse(api::ApiError::bad_request("the request has more than one Host header"));
     // Claude Code checks that the server is there with HEAD / before anything else: it gets a
     // 200 whether or not the chat page is served (from an allowed Host only, as every route).
     if (req.method == "HEAD" && req.path == "/") {
-      if (!allowlist->allows(stored_header(req, "Host"))) {
-        res.status = 403;
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      res.status = 200;
-      return httplib::Server::HandlerResponse::Handled;
+      res.status = allowlist->allows(req.header("Host")) ? 200 : 403;
+      return true;
     }
     if (req.has_header("Transfer-Encoding"))
       return refuse({411, "chunked request bodies are not accepted; send a Content-Length", "invalid_request_error", {}, {}});
-    // httplib would inflate a gzip/deflate/br body past every limit set on its length.
-    if (req.has_header("Content-Encoding") && req.get_header_value("Content-Encoding") != "identity")
+    // Bodies are taken as sent: a compressed one would inflate past every limit on its length.
+    if (req.has_header("Content-Encoding") && !http::iequals(req.header("Content-Encoding"), "identity"))
       return refuse({415, fmt::format("compressed request bodies are not accepted (Content-Encoding: {})",
-                                      excerpt(stored_header(req, "Content-Encoding"))),
+                                      excerpt(req.header("Content-Encoding"))),
                      "invalid_request_error", {}, {}});
-    // A body without a length would be read until the client closes (httplib reads to the
-    // end of the stream): 411 at once instead of a wait for the read timeout.
+    // A body without a length would be read until the client closes: 411 at once.
     if (!req.has_header("Content-Length") && (req.method == "POST" || req.method == "PUT" || req.method == "PATCH"))
       return refuse({411, fmt::format("a {} request needs a Content-Length", req.method), "invalid_request_error", {}, {}});
     if (req.has_header("Content-Length")) {
-      const std::string length = req.get_header_value("Content-Length");
+      const std::string length = req.header("Content-Length");
       const bool digits = !length.empty() && length.size() <= 18 &&
                           std::all_of(length.begin(), length.end(), [](unsigned char c) { return std::isdigit(c); });
       if (!digits) return refuse(api::ApiError::bad_request("invalid Content-Length"));
@@ -266,36 +237,28 @@ void HttpServer::register_routes() {
                        "overloaded_error", {}, {}});
       }
     }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
+    return false;
+  };
+  hooks.on_request = [this](http::Request& req, http::Response& res) { route(req, res); };
+  // Errors the transport finds (malformed requests, 408, 413, 431, 500) in the OpenAI shape
+  // (Anthropic's on /v1/messages).
+  hooks.on_error = [](const http::Request& req, http::Response& res, int status, std::string_view message) {
+    send_api_error(req, res, {status, std::string(message), status >= 500 ? "server_error" : "invalid_request_error", {}, {}});
+  };
+  // Every answered request is counted, errors too.
+  hooks.on_answered = [counts = request_counts_](const http::Request& req, const http::Response& res) {
+    release_request_body();  // a request no route ran for (an unknown route, a refused head)
+    counts->add(req.method, req.path, res.status);
+  };
+  hooks.on_closed = [] { release_request_body(); };  // a body cut short by its client
+  http::ConnectionOptions connection;
+  connection.max_header_fields = kMaxHeaderCount;
+  connection.max_body = max_body;
+  connection.idle_timeout = std::chrono::seconds(options_.idle_seconds);
+  listener_ = std::make_unique<http::Listener>(std::move(hooks), connection, options_.http_threads);
 
-  // Errors httplib produces itself (404 for unknown routes, 413 for large bodies, ...) get
-  // a JSON body in the OpenAI shape too.
-  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string message;
-    switch (res.status) {
-      case 404: message = fmt::format("no route for {} {}", req.method, req.path); break;
-      case 413: message = "the request body is too large"; break;
-      case 405: message = fmt::format("method {} is not allowed on {}", req.method, req.path); break;
-      default: message = fmt::format("HTTP error {}", res.status); break;
-    }
-    send_api_error(req, res, {res.status, message, res.status == 404 ? "not_found_error" : "invalid_request_error", {}, {}});
-  });
-  http.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
-    std::string message = "internal error";
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& e) {
-      message = std::string("internal error: ") + e.what();
-    } catch (...) {
-    }
-    send_api_error(req, res, {500, message, "server_error", {}, {}});
-  });
-
-
-  http.Get("/health", guarded([](const httplib::Request&, httplib::Response& res) { send_json(res, {{"status", "ok"}}); }));
-  http.Get("/ready", guarded([this](const httplib::Request&, httplib::Response& res) {
+  http.get("/health", guarded([](const http::Request&, http::Response& res) { send_json(res, {{"status", "ok"}}); }));
+  http.get("/ready", guarded([this](const http::Request&, http::Response& res) {
     if (engine_.accepting()) return send_json(res, {{"status", "ready"}, {"model", model_.id}});
     res.status = 503;
     send_json(res, {{"status", "shutting_down"}});
@@ -307,17 +270,17 @@ void HttpServer::register_routes() {
     return json{{"id", id}, {"object", "model"}, {"created", 0}, {"owned_by", "splash"},
                 {"context_length", model_.context}, {"max_model_len", model_.context}};
   };
-  http.Get("/v1/models", guarded([model_object, this](const httplib::Request&, httplib::Response& res) {
+  http.get("/v1/models", guarded([model_object, this](const http::Request&, http::Response& res) {
     send_json(res, {{"object", "list"}, {"data", json::array({model_object(model_.id), model_object(kModelAlias)})}});
   }));
-  http.Get(R"(/v1/models/(.+))", guarded([model_object, this](const httplib::Request& req, httplib::Response& res) {
-    if (req.matches[1].str() != model_.id && req.matches[1].str() != kModelAlias)
-      return send_error(res, {404, fmt::format("The model '{}' does not exist", req.matches[1].str()),
+  http.get("/v1/models/{}", guarded([model_object, this](const http::Request& req, http::Response& res) {
+    if (req.params[0] != model_.id && req.params[0] != kModelAlias)
+      return send_error(res, {404, fmt::format("The model '{}' does not exist", req.params[0]),
                               "invalid_request_error", "model", "model_not_found"});
     send_json(res, model_object(model_.id));
   }));
 
-  http.Get("/status", guarded([this](const httplib::Request&, httplib::Response& res) {
+  http.get("/status", guarded([this](const http::Request&, http::Response& res) {
     const auto counters = engine_.counters();
     const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     json status = model_.details;
@@ -373,18 +336,13 @@ void HttpServer::register_routes() {
     send_json(res, status);
   }));
 
-  // Every answered request is counted (the logger runs after each response, errors too).
-  http.set_logger([counts = request_counts_](const httplib::Request& req, const httplib::Response& res) {
-    release_request_body();  // a request no route ran for (an unknown route, a body cut short)
-    counts->add(req.method, req.path, res.status);
-  });
-  http.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {
+  http.get("/metrics", guarded([this](const http::Request&, http::Response& res) {
     MetricsInput input{engine_.counters(), engine_.latencies(), request_counts_->snapshot(),
                        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count()};
     res.set_content(prometheus_text(input), "text/plain; version=0.0.4; charset=utf-8");
   }));
 
-  http.Post("/tokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
+  http.post("/tokenize", guarded([this](const http::Request& req, http::Response& res) {
     auto body = object_body(req, res);
     if (!body) return;
     if (!body->contains("content") || !(*body)["content"].is_string())
@@ -399,7 +357,7 @@ void HttpServer::register_routes() {
     }
     send_json(res, {{"tokens", tokenizer_.encode((*body)["content"].get<std::string>(), special)}});
   }));
-  http.Post("/detokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
+  http.post("/detokenize", guarded([this](const http::Request& req, http::Response& res) {
     auto body = object_body(req, res);
     if (!body) return;
     const auto& tokens = (*body)["tokens"];
@@ -413,7 +371,7 @@ void HttpServer::register_routes() {
     }
     send_json(res, {{"content", tokenizer_.decode(ids)}});
   }));
-  http.Post("/apply-template", guarded([this](const httplib::Request& req, httplib::Response& res) {
+  http.post("/apply-template", guarded([this](const http::Request& req, http::Response& res) {
     // Same validation as a chat completion, but nothing is generated.
     if (json_nesting_depth(req.body) > kMaxJsonDepth)
       return send_error(res, api::ApiError::bad_request("the request body nests too deeply"));
@@ -440,6 +398,32 @@ void HttpServer::register_routes() {
                          std::chrono::seconds(options_.keep_alive_seconds), options_.default_seed, options_.default_reasoning});
 
   if (options_.webui) register_web_routes(http, guarded);
+}
+
+void HttpServer::route(http::Request& req, http::Response& res) const {
+  auto found = routes_->find(req.method, req.path);
+  switch (found.outcome) {
+    case http::Router::Outcome::Found:
+      req.params = std::move(found.params);
+      (*found.handler)(req, res);
+      break;
+    case http::Router::Outcome::WrongMethod:
+      res.set_header("Allow", found.allowed);
+      send_api_error(req, res, {405, fmt::format("method {} is not allowed on {} (allowed: {})", excerpt(req.method),
+                                                 excerpt(req.path), found.allowed),
+                                "invalid_request_error", {}, {}});
+      break;
+    case http::Router::Outcome::NotFound:
+      res.status = 404;
+      break;
+  }
+  // A status without a body (an unknown route, a file the page does not have) gets one in the
+  // protocol's shape.
+  if (res.status >= 400 && res.body.empty() && !res.produce)
+    send_api_error(req, res, {res.status, res.status == 404 ? fmt::format("no route for {} {}", excerpt(req.method),
+                                                                          excerpt(req.path))
+                                                            : fmt::format("HTTP error {}", res.status),
+                              res.status == 404 ? "not_found_error" : "invalid_request_error", {}, {}});
 }
 
 }  // namespace splash::server

@@ -16,11 +16,13 @@
 #include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace splash::server {
+namespace http {
+class Listener;
+class Router;
+struct Request;
+struct Response;
+}  // namespace http
 
 class BodyBudget;
 
@@ -35,6 +37,7 @@ struct ServerOptions {
   size_t body_budget_bytes = size_t{64} << 20;
   int keep_alive_seconds = 15;  // silence before a stream gets a keep-alive (clients time out idle streams)
   int http_threads = 256;  // connections served at once (streams and idle keep-alives hold one each)
+  int idle_seconds = 5;    // a keep-alive connection's wait for its next request
   // The sampling seed of every request that names none (unset: a fresh random seed each), so
   // the same request, alone on the server, gets the same reply.
   std::optional<uint64_t> default_seed;
@@ -76,13 +79,16 @@ class HttpServer {
 
  private:
   void register_routes();
+  // The whole request, routed (404, 405 and a handler's exception answered here).
+  void route(http::Request& req, http::Response& res) const;
 
   ServerOptions options_;
   engine::EngineService& engine_;
   const tokenizer::Tokenizer& tokenizer_;
   const chat::ChatFormat& chat_;
   ServedModelInfo model_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<http::Router> routes_;
+  std::unique_ptr<http::Listener> listener_;
   std::chrono::steady_clock::time_point started_;
   int bound_port_ = 0;
   std::shared_ptr<std::atomic<int>> completions_in_flight_ = std::make_shared<std::atomic<int>>(0);

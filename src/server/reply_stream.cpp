@@ -1,7 +1,5 @@
 #include "server/reply_stream.h"
 
-#include <httplib.h>
-
 #include "api/anthropic_messages.h"
 #include "common/error.h"
 #include "engine/output_constraints.h"
@@ -17,13 +15,13 @@ constexpr auto kProbeEvery = std::chrono::milliseconds(500);
 
 bool is_anthropic_route(const std::string& path) { return path.starts_with("/v1/messages"); }
 
-void send_api_error(const httplib::Request& req, httplib::Response& res, const api::ApiError& error) {
+void send_api_error(const http::Request& req, http::Response& res, const api::ApiError& error) {
   res.status = error.status;
   const auto body = is_anthropic_route(req.path) ? api::anthropic_error_body(error) : api::openai_error_body(error);
   res.set_content(api::dump_json(body), "application/json");
 }
 
-void serve_reply(httplib::Response& res, engine::EngineService& engine, engine::ChatRequest request, bool stream,
+void serve_reply(http::Response& res, engine::EngineService& engine, engine::ChatRequest request, bool stream,
                  std::shared_ptr<api::ReplyRenderer> renderer, const ErrorWriter& write_error,
                  std::shared_ptr<void> in_flight, std::chrono::seconds keep_alive) {
   // Grammars are compiled here, on the HTTP thread: a schema this engine cannot honour is the
@@ -71,18 +69,18 @@ void serve_reply(httplib::Response& res, engine::EngineService& engine, engine::
       }
     }
     auto last_probe = std::make_shared<Clock::time_point>(Clock::now());
-    res.set_chunked_content_provider(
+    res.set_stream(
         "application/json",
-        [channel, ticket, renderer, write_error, last_probe](size_t, httplib::DataSink& sink) {
+        [channel, ticket, renderer, write_error, last_probe](http::Sink& sink) {
           if (Clock::now() - *last_probe >= kProbeEvery) {  // whether or not tokens are flowing
-            if (!sink.write(" ", 1)) return ticket->cancel(), false;
+            if (!sink.write(" ")) return ticket->cancel(), false;
             *last_probe = Clock::now();
           }
           auto event = channel->pop(kProbeEvery);
           if (!event) return true;
           std::string body;
           if (event->kind == engine::ChatEvent::Kind::Failed) {
-            httplib::Response error;
+            http::Response error;
             write_error(error, {500, event->error, "server_error", {}, {}});
             body = error.body;
           } else {
@@ -90,7 +88,7 @@ void serve_reply(httplib::Response& res, engine::EngineService& engine, engine::
             if (event->kind != engine::ChatEvent::Kind::Finished) return true;
             body = api::dump_json(renderer->final_body());
           }
-          if (!sink.write(body.data(), body.size())) return ticket->cancel(), false;
+          if (!sink.write(body)) return ticket->cancel(), false;
           sink.done();
           return true;
         },
@@ -104,12 +102,12 @@ void serve_reply(httplib::Response& res, engine::EngineService& engine, engine::
   auto last_write = std::make_shared<Clock::time_point>(Clock::now());
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
+  res.set_stream(
       "text/event-stream",
-      [channel, ticket, renderer, pending, last_write, keep_alive](size_t, httplib::DataSink& sink) {
+      [channel, ticket, renderer, pending, last_write, keep_alive](http::Sink& sink) {
         // Each call writes what is ready; a failed write means the client left.
         if (!pending->empty()) {
-          if (!sink.write(pending->data(), pending->size())) return ticket->cancel(), false;
+          if (!sink.write(*pending)) return ticket->cancel(), false;
           pending->clear();
           *last_write = Clock::now();
         }
@@ -117,7 +115,7 @@ void serve_reply(httplib::Response& res, engine::EngineService& engine, engine::
         if (!event) {  // nothing yet (e.g. a long prompt is being read); called again
           if (Clock::now() - *last_write >= keep_alive) {
             const std::string ping = renderer->keep_alive();
-            if (!sink.write(ping.data(), ping.size())) return ticket->cancel(), false;
+            if (!sink.write(ping)) return ticket->cancel(), false;
             *last_write = Clock::now();
           }
           return true;
@@ -127,7 +125,7 @@ void serve_reply(httplib::Response& res, engine::EngineService& engine, engine::
         const bool last =
             event->kind == engine::ChatEvent::Kind::Finished || event->kind == engine::ChatEvent::Kind::Failed;
         if (last) out += renderer->stream_end();
-        if (!out.empty() && !sink.write(out.data(), out.size())) return ticket->cancel(), false;
+        if (!out.empty() && !sink.write(out)) return ticket->cancel(), false;
         if (last) sink.done();
         return true;
       },

@@ -12,10 +12,7 @@
 #include "api/reply_renderer.h"
 #include "engine/engine_service.h"
 
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
+#include "server/http/message.h"
 
 namespace splash::server {
 
@@ -23,16 +20,16 @@ namespace splash::server {
 inline constexpr int kDefaultReplyTokens = 4096;
 
 // Writes an error in the route's protocol shape.
-using ErrorWriter = std::function<void(httplib::Response&, const api::ApiError&)>;
+using ErrorWriter = std::function<void(http::Response&, const api::ApiError&)>;
 
 // `in_flight` is held until the last byte is written (shutdown waits for it). A stream silent
 // for `keep_alive` (a long prompt being read) gets the renderer's keep-alive.
-void serve_reply(httplib::Response& res, engine::EngineService& engine, engine::ChatRequest request, bool stream,
+void serve_reply(http::Response& res, engine::EngineService& engine, engine::ChatRequest request, bool stream,
                  std::shared_ptr<api::ReplyRenderer> renderer, const ErrorWriter& write_error,
                  std::shared_ptr<void> in_flight, std::chrono::seconds keep_alive);
 
 // OpenAI's {"error": {...}} or Anthropic's {"type":"error",...}, chosen by the request path.
-void send_api_error(const httplib::Request& req, httplib::Response& res, const api::ApiError& error);
+void send_api_error(const http::Request& req, http::Response& res, const api::ApiError& error);
 bool is_anthropic_route(const std::string& path);
 
 }  // namespace splash::server

@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import io
 import os
 import signal
 import socket
@@ -1154,7 +1155,7 @@ def test_refused_clients_hold_no_body_budget(splash_server):
 
 
 def test_compressed_bodies_are_415(server):
-    """httplib would inflate a compressed body past every limit on its length."""
+    """A compressed body would inflate past every limit on its length: refused."""
     import gzip
     body = gzip.compress(json.dumps({"messages": HI, "max_tokens": 1}).encode())
     resp = post(server, "/v1/chat/completions", data=body,
@@ -1360,6 +1361,138 @@ def test_refused_request_body_does_not_poison_keep_alive(keyed_server, refusal):
     text = resp.read()
     assert resp.status == 200, f"the next request on the connection got {resp.status} {text[:200]!r}"
     conn.close()
+
+
+# --- HTTP framing: what a strict transport owes a hostile or unusual client ----------------
+
+def exchange_until_closed(port: int, data: bytes, half_close: bool = False, timeout: float = 10) -> bytes:
+    """Sends `data` in one write and reads until the server closes (or `timeout` passes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        received = b""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                chunk = sock.recv(65536)
+            except (ConnectionResetError, socket.timeout):
+                break
+            if not chunk:
+                break
+            received += chunk
+        return received
+
+
+def statuses(received: bytes) -> list[int]:
+    """The statuses of the responses in `received`, read one after another as a client would."""
+
+    class Unclosable(io.BytesIO):
+        def close(self):  # a response that says "Connection: close" closes its file
+            pass
+
+    class Bytes:
+        def __init__(self, data: bytes):
+            self.stream = Unclosable(data)
+
+        def makefile(self, *args, **kwargs):
+            return self.stream
+
+    source, out = Bytes(received), []
+    while source.stream.tell() < len(received):
+        resp = http.client.HTTPResponse(source)
+        resp.begin()
+        resp.read()
+        out.append(resp.status)
+    return out
+
+
+def test_pipelined_requests_are_answered_in_order(server):
+    tokenize = json.dumps({"content": "hi"}).encode()
+    data = (b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            b"POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s"
+            b"GET /nope-nothing-here HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            b"GET /ready HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n") % (len(tokenize), tokenize)
+    received = exchange_until_closed(server.port, data)
+    assert statuses(received) == [200, 200, 404, 200], received[:2000]
+    assert received.index(b'"status":"ok"') < received.index(b'"tokens"') < received.index(b'"ready"')
+
+
+def test_a_half_closed_client_gets_its_response(server):
+    body = json.dumps({"messages": HI, "max_tokens": 3, "temperature": 0}).encode()
+    data = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s") % (len(body), body)
+    received = exchange_until_closed(server.port, data, half_close=True, timeout=30)
+    assert statuses(received) == [200], received[:500]
+    assert b'"chat.completion"' in received
+
+
+@pytest.mark.parametrize("head, status", [
+    (b"POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\nContent-Length: 3\r\n\r\n", 400),
+    (b"POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 999999999\r\n\r\n", 413),
+    (b"POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n", 411),
+    (b"POST /tokenize HTTP/1.1\r\nHost: evil.com\r\nContent-Length: %d\r\n\r\n", 403),
+    (b"POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\nExpect: magic\r\n\r\n", 417),
+], ids=["conflicting_lengths", "too_long", "chunked", "foreign_host", "unknown_expectation"])
+def test_a_refusal_closes_and_its_body_is_never_a_request(server, head, status):
+    """The refused request's body holds a whole second request: it must not be answered, and
+    the connection must close after the refusal (not wait, not serve the smuggled request)."""
+    smuggled = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    data = (head % len(smuggled) if b"%d" in head else head) + smuggled
+    start = time.monotonic()
+    received = exchange_until_closed(server.port, data)
+    assert statuses(received) == [status], received[:1000]
+    assert b'"status":"ok"' not in received
+    assert time.monotonic() - start < 4, "the connection was not closed after the refusal"
+    assert_serving(server)
+
+
+def test_a_body_on_a_get_is_its_body_not_a_request(server):
+    smuggled = b"POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}"
+    data = (b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s"
+            b"GET /ready HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n") % (len(smuggled), smuggled)
+    assert statuses(exchange_until_closed(server.port, data)) == [200, 200]
+
+
+def test_expect_continue_is_met(server):
+    body = json.dumps({"content": "hi"}).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\n"
+                     b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body))
+        assert sock.recv(64).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        sock.sendall(body)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    assert statuses(received) == [200] and b'"tokens"' in received
+
+
+def test_api_key_is_compared_as_sent(keyed_server):
+    """Header values are never percent-decoded: "sekrit%2D123" is not "sekrit-123"."""
+    for value in ("Bearer sekrit%2D123", "Bearer sekrit-123%00", "Bearer  sekrit-123x"):
+        assert_error(get(keyed_server, "/v1/models", headers={"Authorization": value}), 401)
+
+
+def test_a_full_connection_pool_makes_room_for_a_newcomer(splash_server):
+    """Every connection thread held by clients that send nothing (idle or half a head): a new
+    client is still answered at once, by dropping the connection that waited longest."""
+    server = splash_server("--http-threads", "4")
+    socks = []
+    try:
+        for i in range(6):
+            s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            if i % 2:
+                s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a")
+            socks.append(s)
+            time.sleep(0.05)
+        for _ in range(3):
+            start = time.monotonic()
+            assert get(server, "/health", timeout=10).status_code == 200
+            assert time.monotonic() - start < 2, f"/health took {time.monotonic() - start:.1f} s"
+    finally:
+        for s in socks:
+            s.close()
 
 
 # --- context limit ------------------------------------------------------------------------

@@ -50,7 +50,7 @@ TEST(BodyBudget, NeverOverCommittedUnderContention) {
 
 TEST(RequestBody, HeldFromItsHeadersToTheEndOfItsRoute) {
   auto budget = std::make_shared<BodyBudget>(size_t{1} << 20);
-  httplib::Request req;
+  http::Request req;
   req.body = R"({"messages": [{"role": "user", "content": "hi"}]})";
   ASSERT_TRUE(hold_request_body(budget, req.body.size()));
   EXPECT_EQ(budget->in_use(), req.body.size());
@@ -67,7 +67,7 @@ TEST(RequestBody, HeldFromItsHeadersToTheEndOfItsRoute) {
 
 TEST(RequestBody, ParsingRoomIsBusyOrNeverFits) {
   auto budget = std::make_shared<BodyBudget>(10000);
-  httplib::Request req;
+  http::Request req;
   req.body.assign(3000, ' ');
   req.body.append("[1]");
   ASSERT_TRUE(hold_request_body(budget, req.body.size()));
