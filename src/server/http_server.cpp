@@ -2,9 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -66,27 +63,9 @@ std::optional<json> object_body(const http::Request& req, http::Response& res) {
 
 void check_can_listen(const std::string& host, int port) {
   if (port == 0) return;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* found = nullptr;
-  const std::string service = std::to_string(port);
-  if (const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0)
-    fail("cannot listen on {}:{}: {}", host, port, gai_strerror(rc));
-  std::string problem = "no usable address";
-  bool ok = false;
-  for (addrinfo* a = found; a && !ok; a = a->ai_next) {
-    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-    if (fd < 0) continue;
-    int yes = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0) ok = true;
-    else problem = std::strerror(errno);
-    close(fd);
-  }
-  freeaddrinfo(found);
-  if (!ok) fail("cannot listen on {}:{}: {} (pick another with --port)", host, port, problem);
+  http::Listener probe({}, {}, 1);  // bound, then closed when it goes
+  if (std::string problem; probe.bind(host, port, problem) < 0)
+    fail("cannot listen on {}:{}: {} (pick another with --port)", host, port, problem);
 }
 
 HttpServer::HttpServer(ServerOptions options, engine::EngineService& engine, const tokenizer::Tokenizer& tokenizer,
