@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "kernels/cuda/activation_q8.cuh"
 #include "kernels/cuda/cuda_error.h"
@@ -629,11 +630,70 @@ struct DecodeBlockLoads {
   }
 };
 
-template <int HD, KvElement E, bool kTall>
-__global__ void __launch_bounds__(kMmaDecodeWarps * 32)
+// The splits of a (decode token, head), merged by one warp (the decode kernel's last split
+// to finish does it: no merge kernel): each lane keeps HD / 32 dimensions; the weights as
+// merge_splits_kernel works them out; with `codes`, the merged row's int8 copy too (a
+// 16-dimension group is 16 / (HD / 32) lanes).
+template <int HD>
+__device__ __forceinline__ void merge_head_in_warp(const float* __restrict__ partials, int splits, size_t row, int t,
+                                                   int n_heads, int head, float* __restrict__ out, int8_t* codes,
+                                                   float* scales, float* sums) {
+  constexpr int kPer = HD / 32, kGroupLanes = kQ8Group / kPer;
+  const int lane = threadIdx.x % 32;
+  const float* p = partials + row * splits * (HD + 2);
+  float best = -INFINITY;
+  for (int s = lane; s < splits; s += 32) best = fmaxf(best, __ldcg(p + s * (HD + 2)));
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) best = fmaxf(best, __shfl_xor_sync(0xFFFFFFFFu, best, offset));
+  float total = 0.0f, value[kPer] = {};
+#pragma unroll 8
+  for (int s = 0; s < splits; ++s) {
+    const float* split = p + s * (HD + 2);
+    const float sum = __ldcg(split + 1);
+    const float w = sum == 0.0f ? 0.0f : __expf(__ldcg(split) - best);  // (an empty split: weight 0)
+    total += w * sum;
+#pragma unroll
+    for (int i = 0; i < kPer; i += 2) {
+      const float2 v = __ldcg(reinterpret_cast<const float2*>(split + 2 + lane * kPer + i));
+      value[i] += w * v.x, value[i + 1] += w * v.y;
+    }
+  }
+  const size_t at = static_cast<size_t>(t) * n_heads * HD + static_cast<size_t>(head) * HD + lane * kPer;
+  float merged[kPer];
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    merged[i] = total > 0.0f ? value[i] / total : 0.0f;
+    out[at + i] = merged[i];
+    amax = fmaxf(amax, fabsf(merged[i]));
+  }
+  if (codes == nullptr) return;
+#pragma unroll
+  for (int offset = kGroupLanes / 2; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
+  const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int q = __float2int_rn(merged[i] * inverse);
+    codes[at + i] = static_cast<int8_t>(q);
+    sum += q;
+  }
+#pragma unroll
+  for (int offset = kGroupLanes / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
+  if (lane % kGroupLanes == 0) {
+    const size_t group = at / kQ8Group;
+    const float group_scale = amax / 127.0f;
+    scales[group] = group_scale;
+    sums[group] = group_scale * static_cast<float>(sum);
+  }
+}
+
+template <int HD, KvElement E, bool kTall, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32)
     attention_decode_mma_kernel(const float* __restrict__ qkv, int ld, int n_heads, BatchLayout batch, KvPool pool,
                                 int layer, int splits, float scale, float* __restrict__ partials,
-                                float* __restrict__ out) {
+                                float* __restrict__ out, unsigned* __restrict__ arrivals, int8_t* codes,
+                                float* scales, float* sums) {
   constexpr int kSteps = HD / 16, kTiles = HD / 8, kKDims = HD / 4;
   constexpr int kRows = kTall ? 16 : 8;  // query heads a block holds (rows g + 8 only when tall)
   const int group = n_heads / pool.n_kv_heads;
@@ -670,18 +730,18 @@ __global__ void __launch_bounds__(kMmaDecodeWarps * 32)
   float o[kTiles][4] = {};
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
   const int first_block = start / kKvBlockTokens, end_block = (end + kKvBlockTokens - 1) / kKvBlockTokens;
-  // The loads of the warp's next blocks (kMmaDecodeWarps apart) in flight while one is
+  // The loads of the warp's next blocks (kWarps apart) in flight while one is
   // computed: two ahead for int8, one for f16 (twice the bytes a block; more would spill).
   constexpr int kAhead = E == KvElement::I8 ? 2 : 1;
-  // The warp's blocks are first_block + warp + i * kMmaDecodeWarps, i = 0, 1, ...; lane l
+  // The warp's blocks are first_block + warp + i * kWarps, i = 0, 1, ...; lane l
   // holds the id of block i = 32 k + l of the current group of 32, read once for 32 blocks,
   // so a block's K/V loads never wait behind a read of the block table.
-  const int warp_blocks = (end_block - first_block - warp + kMmaDecodeWarps - 1) / kMmaDecodeWarps;
+  const int warp_blocks = (end_block - first_block - warp + kWarps - 1) / kWarps;
   int ids = 0;
   auto load_block = [&](DecodeBlockLoads<HD, E>& to, int i) {  // i: warp-uniform, increasing
     if (i % 32 == 0) {
       const int mine = i + lane;
-      ids = mine < warp_blocks ? table[first_block + warp + mine * kMmaDecodeWarps] : 0;
+      ids = mine < warp_blocks ? table[first_block + warp + mine * kWarps] : 0;
     }
     to.load(pool, layer, __shfl_sync(0xFFFFFFFFu, ids, i % 32), kv_head, g, c);
   };
@@ -689,7 +749,7 @@ __global__ void __launch_bounds__(kMmaDecodeWarps * 32)
   if (warp_blocks > 0) load_block(current, 0);
   if (kAhead == 2 && warp_blocks > 1) load_block(next, 1);
   for (int i = 0; i < warp_blocks; ++i) {
-    const int kb = first_block + warp + i * kMmaDecodeWarps;
+    const int kb = first_block + warp + i * kWarps;
     if (i + kAhead < warp_blocks) load_block(kAhead == 2 ? after : next, i + kAhead);
     float sc[2][4] = {};
 #pragma unroll
@@ -742,7 +802,7 @@ __global__ void __launch_bounds__(kMmaDecodeWarps * 32)
   }
 
   // The block's warps, merged by log-sum-exp through shared memory: [warp][row][dims, max, sum].
-  __shared__ float state[kMmaDecodeWarps][kRows][HD + 2];
+  __shared__ float state[kWarps][kRows][HD + 2];
 #pragma unroll
   for (int h = 0; h < (kTall ? 2 : 1); ++h) {
     float total = row_sum[h];
@@ -758,15 +818,15 @@ __global__ void __launch_bounds__(kMmaDecodeWarps * 32)
   }
   __syncthreads();
   const int heads = min(group, kRows);
-  for (int i = threadIdx.x; i < heads * HD; i += kMmaDecodeWarps * 32) {
+  for (int i = threadIdx.x; i < heads * HD; i += kWarps * 32) {
     const int r = i / HD, d = i % HD;
     float best = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kMmaDecodeWarps; ++w) best = fmaxf(best, state[w][r][HD]);
+    for (int w = 0; w < kWarps; ++w) best = fmaxf(best, state[w][r][HD]);
     float total = 0.0f, value = 0.0f;
     if (best != -INFINITY)
 #pragma unroll
-      for (int w = 0; w < kMmaDecodeWarps; ++w) {
+      for (int w = 0; w < kWarps; ++w) {
         const float f = exp2f(state[w][r][HD] - best);
         total += f * state[w][r][HD + 1];
         value += f * state[w][r][d];
@@ -781,6 +841,21 @@ __global__ void __launch_bounds__(kMmaDecodeWarps * 32)
     if (d == 0) partial[0] = best * 0.6931471805599453f, partial[1] = total;
     partial[2 + d] = value;
   }
+  if (splits == 1 || arrivals == nullptr) return;
+  // With `arrivals`, the last of the (token, kv head)'s splits to finish merges its heads, a
+  // warp each, in place of merge_splits_kernel; then resets the count for the next launch.
+  __threadfence();
+  __syncthreads();
+  __shared__ bool last;
+  unsigned* arrived = arrivals + static_cast<size_t>(index) * gridDim.y + kv_head;
+  if (threadIdx.x == 0) last = atomicAdd(arrived, 1u) == static_cast<unsigned>(splits - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int r = warp; r < heads; r += kWarps)
+    merge_head_in_warp<HD>(partials, splits, static_cast<size_t>(index) * n_heads + kv_head * group + r, t, n_heads,
+                           kv_head * group + r, out, codes, scales, sums);
+  if (threadIdx.x == 0) *arrived = 0;
 }
 
 // Merges a (decode token, head)'s splits, a thread per dimension: each split's weight
@@ -855,7 +930,18 @@ __global__ void merge_splits_kernel(const float* __restrict__ partials, int spli
 
 }  // namespace
 
-size_t attention_scratch_bytes(int /*n_heads*/, int head_dim) { return kMaxPartials * (head_dim + 2) * sizeof(float); }
+// The partials, and an arrival count per (decode token, kv head) for the merge inside the decode kernel.
+size_t attention_scratch_bytes(int /*n_heads*/, int head_dim) {
+  return kMaxPartials * (head_dim + 2) * sizeof(float) + kMaxPartials * sizeof(unsigned);
+}
+
+void reserve_attention(AttentionScratch& scratch, int head_dim, Stream& stream) {
+  scratch.partials.resize(kMaxPartials * (head_dim + 2) * sizeof(float));
+  if (scratch.arrivals.size() < kMaxPartials * sizeof(unsigned)) {
+    scratch.arrivals.resize(kMaxPartials * sizeof(unsigned));
+    stream.fill(scratch.arrivals.data(), 0, scratch.arrivals.size());
+  }
+}
 
 namespace {
 
@@ -889,6 +975,30 @@ AttentionWork attention_work(std::span<const SliceSpan> slices, int n_heads, int
   return work;
 }
 
+namespace {
+
+// The tensor-core decode's launch shape, chosen by tools/gpu_session.sh depth-sweep on an
+// H100 (docs/PERF.md, 2026-12-05; Qwen3-8B shape, int8 KV): 8 warps a block for int8 pools
+// of head size 128 (+3% at 8K and 32K positions against 4), and the splits merged by the
+// kernel's last block instead of a merge kernel (+3% after 512 positions: one launch less).
+// Read once; SPLASH_CUDA_DECODE_WARPS=4 and SPLASH_CUDA_FOLD_MERGE=0 give the previous shape
+// back (for the next sweep).
+struct DecodeShape {
+  int warps = 8;
+  bool fold_merge = true;
+};
+const DecodeShape& decode_shape() {
+  static const DecodeShape shape = [] {
+    DecodeShape e;
+    if (const char* v = std::getenv("SPLASH_CUDA_DECODE_WARPS")) e.warps = std::atoi(v) == 4 ? kMmaDecodeWarps : 8;
+    if (const char* v = std::getenv("SPLASH_CUDA_FOLD_MERGE")) e.fold_merge = std::atoi(v) != 0;
+    return e;
+  }();
+  return shape;
+}
+
+}  // namespace
+
 bool attention(const float* qkv, int ld, float* out, int n_heads, const BatchLayout& batch, const KvPool& pool,
                int layer, AttentionScratch& scratch, Stream& stream, const QuantizedRowsBuffer* quantized) {
   if (batch.n_tokens == 0) return false;
@@ -911,7 +1021,7 @@ bool attention(const float* qkv, int ld, float* out, int n_heads, const BatchLay
     const int wanted_splits = std::max(1, blocks_per_sm * multiprocessor_count() / blocks_per_split);
     const int splits = std::max(1, std::min({(context + kMinSplitPositions - 1) / kMinSplitPositions, budget_splits,
                                              wanted_splits, kMaxMergeSplits}));
-    if (splits > 1) scratch.partials.resize(attention_scratch_bytes(n_heads, pool.head_dim));
+    if (splits > 1) reserve_attention(scratch, pool.head_dim, stream);
     return splits;
   };
   // The int8 copy comes with the merge, in a pass of decode tokens only.
@@ -931,16 +1041,23 @@ bool attention(const float* qkv, int ld, float* out, int n_heads, const BatchLay
       // sizes up to 128); the SIMT kernel for the rest.
       bool decoded = batch.n_decode == 0;
       if constexpr (E != KvElement::F32 && HD <= 128) {
-        auto decode = [&]<bool kTall>() {
-          static const int per_sm = blocks_per_sm(attention_decode_mma_kernel<HD, E, kTall>, kMmaDecodeWarps * 32);
+        auto decode = [&]<bool kTall, int kWarps>() {
+          static const int per_sm = blocks_per_sm(attention_decode_mma_kernel<HD, E, kTall, kWarps>, kWarps * 32);
           const int splits = decode_splits(batch.n_decode * pool.n_kv_heads, per_sm);
           const dim3 grid(batch.n_decode, pool.n_kv_heads, splits);
-          launch_dependent(attention_decode_mma_kernel<HD, E, kTall>, grid, dim3(kMmaDecodeWarps * 32), s, qkv, ld,
-                           n_heads, batch, pool, layer, splits, scale, scratch.partials.as<float>(), out);
-          merge.template operator()<HD>(splits);
+          const bool fold = splits > 1 && decode_shape().fold_merge;
+          launch_dependent(attention_decode_mma_kernel<HD, E, kTall, kWarps>, grid, dim3(kWarps * 32), s, qkv, ld,
+                           n_heads, batch, pool, layer, splits, scale, scratch.partials.as<float>(), out,
+                           fold ? scratch.arrivals.as<unsigned>() : nullptr,
+                           fold && quantize ? quantized->codes : nullptr, fold && quantize ? quantized->scales : nullptr,
+                           fold && quantize ? quantized->sums : nullptr);
+          if (fold) quantized_out = quantize;
+          else merge.template operator()<HD>(splits);
         };
-        if (!decoded && group <= 8) decode.template operator()<false>(), decoded = true;
-        else if (!decoded && group <= 16) decode.template operator()<true>(), decoded = true;
+        if (!decoded && group <= 8 && E == KvElement::I8 && HD == 128 && decode_shape().warps == 8)
+          decode.template operator()<false, 8>(), decoded = true;
+        else if (!decoded && group <= 8) decode.template operator()<false, kMmaDecodeWarps>(), decoded = true;
+        else if (!decoded && group <= 16) decode.template operator()<true, kMmaDecodeWarps>(), decoded = true;
       }
       if (!decoded) {
         auto decode = [&]<int G>() {

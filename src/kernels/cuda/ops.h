@@ -238,8 +238,11 @@ void qkv_post(const QkvPostArgs& args, const BatchLayout& batch, const KvPool& p
 // context for long sequences and merged by log-sum-exp. out: [n_tokens][n_heads * head_dim].
 struct AttentionScratch {
   DeviceBuffer partials;
+  DeviceBuffer arrivals;  // zeroed once; each launch leaves them zero
 };
 size_t attention_scratch_bytes(int n_heads, int head_dim);
+// Allocates the scratch (never during a recorded pass).
+void reserve_attention(AttentionScratch& scratch, int head_dim, Stream& stream);
 // With `quantized`, in a pass of decode tokens only whose splits are merged, out's int8 copy
 // too (as quantize_rows makes it, n_heads x head_dim wide); returns whether it was written.
 bool attention(const float* qkv, int ld, float* out, int n_heads, const BatchLayout& batch, const KvPool& pool,

@@ -385,7 +385,7 @@ class LlamaCudaModel final : public Model {
     matmul_scratch_.activations_f16.resize(sizes.activations_f16);
     matmul_scratch_.activations_q8.resize(sizes.activations_q8);
     cu::reserve_small_gemm(matmul_scratch_, std::max({qkv_width(), 2 * s.ffn, s.d_model, s.vocab}), stream_);
-    attention_scratch_.partials.resize(sizes.attention);
+    cu::reserve_attention(attention_scratch_, s.head_dim, stream_);
     fused_ = fused_decode_layers();
     if (fused_) {
       info_.kernel_shapes += "; batch-1 decode: fused layers (norms and SwiGLU inside the GEMVs)";
