@@ -85,7 +85,7 @@ void bench_images(vision::VisionEncoder& encoder, int repetitions, nlohmann::jso
   for (int r = 0; r < repetitions; ++r) {
     view_runs.push_back(seconds_of([&] { encoder.encode_pixels(view); }));
     preprocess_runs.push_back(seconds_of([&] { views = static_cast<int>(vision::idefics3_views(screenshot, v.image_size, {}).views.size()); }));
-    screenshot_runs.push_back(seconds_of([&] { encoder.encode(screenshot); }));
+    screenshot_runs.push_back(seconds_of([&] { encoder.encode(screenshot, {}); }));
   }
   const double n = static_cast<double>(v.image_size / v.patch_size) * (v.image_size / v.patch_size);
   const double d = v.width, patch_in = 3.0 * v.patch_size * v.patch_size, shuffled = d * v.scale_factor * v.scale_factor;

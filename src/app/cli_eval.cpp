@@ -61,7 +61,7 @@ void eval(const EvalFlags& flags) {
     } else {
       const std::string file = read_file(flags.image);
       features = loaded->vision->encode(vision::decode_image(
-          std::span(reinterpret_cast<const uint8_t*>(file.data()), file.size()), flags.model.max_image_pixels));
+          std::span(reinterpret_cast<const uint8_t*>(file.data()), file.size()), flags.model.max_image_pixels), {});
     }
     if (!flags.features_out.empty()) write_floats(flags.features_out, features.values);
     const auto marker = loaded->tokenizer.find_token("<image>");

@@ -126,14 +126,16 @@ std::string EngineService::encode_images(ChatTicket& ticket) {
     return "this model has no vision encoder, so it cannot read the images in the message content; send text instead "
            "(a vision model is served with its --mmproj file)";
   int index = 0;
+  const auto cancelled = [&ticket] { return ticket.cancelled(); };
   for (const auto& message : ticket.request_.messages)
     for (const auto& [file, offset] : message.images) {
       try {
+        if (ticket.cancelled()) throw vision::EncodingCancelled();
         const uint64_t digest = image_digest(file);
         auto features = image_features_.find(digest, file.size());
         if (!features) {
           const auto bytes = std::span(reinterpret_cast<const uint8_t*>(file.data()), file.size());
-          features = images_.encoder->encode(vision::decode_image(bytes, images_.max_pixels));
+          features = images_.encoder->encode(vision::decode_image(bytes, images_.max_pixels), cancelled);
           image_features_.store(digest, file.size(), *features);
         }
         const vision::ImageLayout layout = features->layout;
@@ -148,11 +150,16 @@ std::string EngineService::encode_images(ChatTicket& ticket) {
 
 std::shared_ptr<ChatTicket> EngineService::submit(ChatRequest request, ChatEventSink sink) {
   auto ticket = std::make_shared<ChatTicket>();
+  submit(ticket, std::move(request), std::move(sink));
+  return ticket;
+}
+
+void EngineService::submit(const std::shared_ptr<ChatTicket>& ticket, ChatRequest request, ChatEventSink sink) {
   ticket->request_ = std::move(request);
   ticket->sink_ = std::move(sink);
   if (const std::string problem = encode_images(*ticket); !problem.empty()) {
     ticket->sink_(ChatEvent::failed(problem));
-    return ticket;
+    return;
   }
   {
     std::lock_guard lock(mutex_);
@@ -160,11 +167,10 @@ std::shared_ptr<ChatTicket> EngineService::submit(ChatRequest request, ChatEvent
       queue_.push_back(ticket);
       ++counters_.requests_queued;
       wake_.notify_one();
-      return ticket;
+      return;
     }
   }
   ticket->sink_(ChatEvent::failed("the server is shutting down"));
-  return ticket;
 }
 
 void EngineService::shut_down() {

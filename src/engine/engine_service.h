@@ -119,6 +119,9 @@ class EngineService {
   // decoded and encoded here, on the caller's thread (seconds of work that would otherwise
   // stall every running stream); a bad image fails the request before it is queued.
   std::shared_ptr<ChatTicket> submit(ChatRequest request, ChatEventSink sink);
+  // The same with the caller's own ticket, which it may cancel from another thread while
+  // this one still encodes the request's images (stopped between views).
+  void submit(const std::shared_ptr<ChatTicket>& ticket, ChatRequest request, ChatEventSink sink);
   // Ends every request soon (queued ones fail with a shutdown message, the running one
   // finishes at its next token) and refuses new ones.
   void shut_down();

@@ -1,5 +1,8 @@
 #include "server/reply_stream.h"
 
+#include <algorithm>
+#include <future>
+
 #include "api/anthropic_messages.h"
 #include "common/error.h"
 #include "engine/output_constraints.h"
@@ -10,6 +13,15 @@ namespace {
 
 constexpr auto kCommitAfter = std::chrono::seconds(1);
 constexpr auto kProbeEvery = std::chrono::milliseconds(500);
+
+// A submission running on a thread of its own (see serve_reply), waited for by its last owner.
+struct Submission {
+  std::future<void> done;
+  explicit Submission(std::future<void> f) : done(std::move(f)) {}
+  ~Submission() {
+    if (done.valid()) done.wait();
+  }
+};
 
 }  // namespace
 
@@ -35,28 +47,46 @@ void serve_reply(http::Response& res, engine::EngineService& engine, engine::Cha
   // kDefaultReplyTokens (finish reason "length"), not at the end of the context.
   if (!stream && request.max_tokens <= 0) request.max_tokens = kDefaultReplyTokens;
   auto channel = std::make_shared<EventChannel>();
-  auto ticket = engine.submit(std::move(request), [channel](const engine::ChatEvent& e) { return channel->push(e); });
+  auto ticket = std::make_shared<engine::ChatTicket>();
+  auto sink = [channel](const engine::ChatEvent& e) { return channel->push(e); };
+  // A request with images is submitted from a thread of its own, since submitting encodes
+  // them (seconds): meanwhile this one commits the reply and probes the client as below,
+  // and a client that leaves cancels the encoding. Whoever lets go of the reply last waits
+  // for that thread (the engine outlives every connection, not a detached thread).
+  std::shared_ptr<Submission> submission;
+  const bool has_images = std::any_of(request.messages.begin(), request.messages.end(),
+                                      [](const chat::ChatMessage& m) { return !m.images.empty(); });
+  if (has_images)
+    submission = std::make_shared<Submission>(std::async(
+        std::launch::async, [&engine, ticket, request = std::move(request), sink]() mutable {
+          engine.submit(ticket, std::move(request), sink);
+        }));
+  else
+    engine.submit(ticket, std::move(request), sink);
 
-  // The first event decides the status: Started (200, then the reply) or Failed (400/503).
+  // The first event decides the status when it comes within kCommitAfter: Started (200, then
+  // the reply) or Failed (400/503). A request still queued then is committed to 200 and its
+  // connection probed while it waits (below), so a client that leaves the queue cancels it.
+  using Clock = std::chrono::steady_clock;
+  const auto commit_at = Clock::now() + kCommitAfter;
   std::optional<engine::ChatEvent> first;
-  while (!(first = channel->pop(std::chrono::milliseconds(500)))) {
-  }
-  if (first->kind == engine::ChatEvent::Kind::Failed) {
+  while (!first && Clock::now() < commit_at)
+    first = channel->pop(std::chrono::duration_cast<std::chrono::milliseconds>(commit_at - Clock::now()));
+  if (first && first->kind == engine::ChatEvent::Kind::Failed) {
     channel->abandon();
     const bool shutting_down = !engine.accepting();
     return write_error(res, {shutting_down ? 503 : 400, first->error,
                              shutting_down ? "server_error" : "invalid_request_error", {}, {}});
   }
-  using Clock = std::chrono::steady_clock;
   if (!stream) {
-    renderer->collect(*first);
     // A reply ready within kCommitAfter is answered as usual (its status still free). One
-    // still generating is committed to 200 and sent chunked: a space every kProbeEvery (JSON
-    // allows leading whitespace) finds a client that left, whose generation is then cancelled
-    // instead of running on for nobody; a later failure is the protocol's error body.
-    const auto deadline = Clock::now() + kCommitAfter;
-    while (Clock::now() < deadline) {
-      auto event = channel->pop(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+    // still queued or generating is committed to 200 and sent chunked: a space every
+    // kProbeEvery (JSON allows leading whitespace) finds a client that left, whose request is
+    // then cancelled instead of running on for nobody; a later failure is the protocol's
+    // error body.
+    if (first) renderer->collect(*first);
+    while (first && Clock::now() < commit_at) {
+      auto event = channel->pop(std::chrono::duration_cast<std::chrono::milliseconds>(commit_at - Clock::now()));
       if (!event) continue;
       if (event->kind == engine::ChatEvent::Kind::Failed) {
         channel->abandon();
@@ -92,19 +122,22 @@ void serve_reply(http::Response& res, engine::EngineService& engine, engine::Cha
           sink.done();
           return true;
         },
-        [channel, ticket, in_flight](bool success) {
+        [channel, ticket, in_flight, submission](bool success) {
           if (!success) ticket->cancel();
           channel->abandon();
         });
     return;
   }
-  auto pending = std::make_shared<std::string>(renderer->stream_event(*first));
+  // Still queued (no first event): an SSE comment every kProbeEvery, which clients skip, finds
+  // a client that left.
+  auto pending = std::make_shared<std::string>(first ? renderer->stream_event(*first) : std::string());
+  auto started = std::make_shared<bool>(first.has_value());
   auto last_write = std::make_shared<Clock::time_point>(Clock::now());
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_stream(
       "text/event-stream",
-      [channel, ticket, renderer, pending, last_write, keep_alive](http::Sink& sink) {
+      [channel, ticket, renderer, pending, started, last_write, keep_alive](http::Sink& sink) {
         // Each call writes what is ready; a failed write means the client left.
         if (!pending->empty()) {
           if (!sink.write(*pending)) return ticket->cancel(), false;
@@ -112,8 +145,11 @@ void serve_reply(http::Response& res, engine::EngineService& engine, engine::Cha
           *last_write = Clock::now();
         }
         auto event = channel->pop(std::chrono::milliseconds(200));
-        if (!event) {  // nothing yet (e.g. a long prompt is being read); called again
-          if (Clock::now() - *last_write >= keep_alive) {
+        if (!event) {  // nothing yet (queued, or a long prompt is being read); called again
+          if (!*started && Clock::now() - *last_write >= kProbeEvery) {
+            if (!sink.write(": queued\n\n")) return ticket->cancel(), false;
+            *last_write = Clock::now();
+          } else if (Clock::now() - *last_write >= keep_alive) {
             const std::string ping = renderer->keep_alive();
             if (!sink.write(ping)) return ticket->cancel(), false;
             *last_write = Clock::now();
@@ -121,6 +157,7 @@ void serve_reply(http::Response& res, engine::EngineService& engine, engine::Cha
           return true;
         }
         *last_write = Clock::now();
+        *started = true;
         std::string out = renderer->stream_event(*event);
         const bool last =
             event->kind == engine::ChatEvent::Kind::Finished || event->kind == engine::ChatEvent::Kind::Failed;
@@ -129,7 +166,7 @@ void serve_reply(http::Response& res, engine::EngineService& engine, engine::Cha
         if (last) sink.done();
         return true;
       },
-      [channel, ticket, in_flight](bool success) {
+      [channel, ticket, in_flight, submission](bool success) {
         if (!success) ticket->cancel();
         channel->abandon();
       });

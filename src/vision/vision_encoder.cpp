@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <mutex>
 
 #include "common/error.h"
 #include "kernels/cpu/matmul.h"
@@ -109,13 +110,18 @@ class Idefics3Encoder final : public VisionEncoder {
     return idefics3_layout(width, height, h_.info.image_size);
   }
 
-  ImageFeatures encode(const RgbImage& image) override {
+  ImageFeatures encode(const RgbImage& image, const std::function<bool()>& cancelled) override {
+    const auto stop_if_cancelled = [&] {
+      if (cancelled && cancelled()) throw EncodingCancelled();
+    };
     const Idefics3Views views = idefics3_views(image, h_.info.image_size, h_.norm);
     ImageFeatures out;
     out.layout = {views.rows, views.cols};
     out.dim = h_.info.projection_dim;
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_, std::defer_lock);
+    while (!lock.try_lock_for(std::chrono::milliseconds(50))) stop_if_cancelled();  // another's turn
     for (const auto& view : views.views) {
+      stop_if_cancelled();
       const ImageFeatures one = encode_view(view);
       out.values.insert(out.values.end(), one.values.begin(), one.values.end());
       out.tokens += one.tokens;
@@ -348,7 +354,7 @@ class Idefics3Encoder final : public VisionEncoder {
   gguf::File file_;
   Hyperparameters h_;
   kernels::ThreadPool pool_;
-  std::mutex mutex_;
+  std::timed_mutex mutex_;  // one encoding at a time (each uses the whole thread pool)
   kernels::QuantizedActivations activations_;
   PackedWeight patch_embd_, connector_;
   std::vector<float> patch_bias_, position_, post_ln_w_, post_ln_b_;

@@ -8,12 +8,14 @@
 // Weights run through the same packed matmul kernels as the text model (F32, F16, BF16 and
 // the integer formats); attention is full (not causal) over the patches of one image.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "formats/gguf.h"
 #include "vision/image.h"
 #include "vision/image_preprocess.h"
@@ -43,6 +45,12 @@ struct ImageFeatures {
   const float* row(int token) const { return values.data() + static_cast<size_t>(token) * dim; }
 };
 
+// An encoding stopped because its request was cancelled (its client left).
+class EncodingCancelled : public Error {
+ public:
+  EncodingCancelled() : Error("the image encoding was cancelled") {}
+};
+
 class VisionEncoder {
  public:
   // Opens and checks an mmproj GGUF, packs its weights. Throws splash::Error naming the file
@@ -55,8 +63,10 @@ class VisionEncoder {
   virtual ImageLayout layout(int width, int height) const = 0;
   // Preprocesses (vision/image_preprocess.h: the model's tiles and whole view) and encodes one
   // image. Thread-safe: concurrent callers take turns (each encode uses every thread of the
-  // encoder's pool).
-  virtual ImageFeatures encode(const RgbImage& image) = 0;
+  // encoder's pool). `cancelled`, asked while waiting for a turn and between views (a view
+  // is a fraction of a second to seconds), stops an encoding nobody waits for any more: it
+  // throws EncodingCancelled.
+  virtual ImageFeatures encode(const RgbImage& image, const std::function<bool()>& cancelled) = 0;
   // Encodes one already preprocessed [3][image_size][image_size] view (for tests and the
   // reference check): a single-view layout.
   virtual ImageFeatures encode_pixels(std::span<const float> pixels) = 0;

@@ -1692,6 +1692,44 @@ def test_non_streaming_reply_without_max_tokens_is_bounded(client, served_id, no
     assert result.usage.completion_tokens == 4096
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["non_streaming", "streaming"])
+def test_a_client_that_leaves_the_queue_cancels_its_request(splash_server, no_eos_bias, stream):
+    """A request waiting for room in the KV pool is committed to 200 after a second and its
+    connection probed (`: queued` SSE comments, or leading spaces): its client leaving takes it
+    out of the queue at once, not when the running request is done."""
+    server = splash_server("--max-memory", "760M")  # a KV pool of a few thousand tokens
+    window = status(server)["maximum_context_tokens"]
+    per_word = len(post(server, "/tokenize", {"content": "hello " * 100}).json()["tokens"]) / 100
+    words = int(window * 0.55 / per_word)  # two such prompts never fit the pool at once
+    prompt = len(post(server, "/tokenize", {"content": "hello " * words}).json()["tokens"])
+    running = RawStream(server.port, {"messages": [{"role": "user", "content": "hello " * words}],
+                                      "max_tokens": window // 3, "temperature": 0, "logit_bias": no_eos_bias})
+    try:
+        assert running.next_payload() not in (None, "[DONE]")
+        # Its prompt read (blocks are taken chunk by chunk): the next long prompt cannot fit.
+        assert wait_for(lambda: status(server)["kv_blocks"]["in_use"] * 16 >= prompt, 10), status(server)["kv_blocks"]
+        body = json.dumps({"messages": [{"role": "user", "content": "world " * words}], "max_tokens": 8,
+                           "stream": stream}).encode()
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        assert wait_for(lambda: status(server)["requests_queued"] == 1, 5), status(server)
+        time.sleep(1.6)  # past the commit: the waiting client has its 200 and the probes
+        assert status(server)["requests_queued"] == 1, status(server)  # still waiting for room
+        head = sock.recv(4096)
+        assert head.startswith(b"HTTP/1.1 200 "), head[:200]
+        assert b"Transfer-Encoding: chunked" in head and (b": queued" in head if stream else b"1\r\n \r\n" in head), head
+        sock.close()
+        left = time.monotonic()
+        assert wait_for(lambda: status(server)["requests_queued"] == 0, 3), \
+            f"still queued {time.monotonic() - left:.1f} s after its client left: {status(server)}"
+        assert status(server)["requests_running"] == 1  # the running one goes on
+        assert running.next_payload() not in (None, "[DONE]")
+    finally:
+        running.close()
+
+
+
 def test_disconnected_concurrent_streams_are_dropped(server, no_eos_bias):
     # Two long streams run together (continuous batching); each client vanishing ends its
     # sequence and frees its blocks.

@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import base64
 import io
+import json
+import socket
 import struct
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -315,3 +318,48 @@ def test_a_text_model_answers_images_with_a_400_naming_vision(vlm):
         assert r.status_code == 400 and "vision encoder" in r.json()["error"]["message"], r.text
     finally:
         assert s.stop() == 0
+
+
+def test_a_client_that_leaves_stops_its_image_encoding(model_path, tmp_path):
+    """Encoding an image takes seconds and encoders take turns: a client that leaves while its
+    image is encoded (its reply committed and probed after a second) stops the encoding at the
+    next view, so no one waits behind work nobody wants. An encoder of SmolVLM's view size and
+    width (2 blocks) makes every image 17 views, a few seconds here; the abandoned image's
+    features are never stored, which a finished encoding's always are."""
+    text, mmproj = tmp_path / "text.gguf", tmp_path / "mmproj.gguf"
+    assert make_random_vlm.main(["--tokenizer-from", model_path, "--out-text", str(text), "--out-mmproj", str(mmproj),
+                                 "--text-context", "4096", "--vision-image-size", "512", "--vision-patch-size", "16",
+                                 "--vision-d", "768", "--vision-heads", "12", "--vision-ffn", "3072",
+                                 "--vision-layers", "2", "--vision-scale", "4"]) == 0
+    s = start_server("--mmproj", str(mmproj), "--max-image-pixels", "5000000", model=str(text))
+    try:
+        ramp = np.linspace(0, 255, 2048, dtype=np.uint8)
+
+        def image(flip: bool) -> bytes:
+            rows = ramp[::-1] if flip else ramp
+            return png_bytes(np.stack([np.add.outer(rows, ramp // 2).astype(np.uint8)] * 3, axis=-1))
+
+        def cache() -> dict:
+            return requests.get(f"{s.url}/status", timeout=TIMEOUT).json()["vision"]["feature_cache"]
+
+        start = time.monotonic()
+        r = requests.post(f"{s.url}/v1/chat/completions", json=chat_body(data_url(image(False))), timeout=TIMEOUT)
+        assert r.status_code == 200, r.text[:300]
+        whole = time.monotonic() - start
+        assert whole > 2.5, f"an image took {whole:.1f} s: too fast to leave in the middle of it"
+        assert cache()["images"] == 1
+
+        body = json.dumps(chat_body(data_url(image(True)))).encode()
+        sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        time.sleep(1.5)  # committed to 200 and probed while its image is encoded
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
+        sock.close()
+        time.sleep(whole + 1)  # long enough for the encoding to have finished, had it gone on
+        after = cache()
+        assert after["images"] == 1 and after["misses"] == 2, f"the abandoned image was encoded to the end: {after}"
+        r = requests.post(f"{s.url}/v1/chat/completions", json=chat_body(data_url(image(False))), timeout=TIMEOUT)
+        assert r.status_code == 200 and cache()["hits"] == 1  # the encoder serves on
+    finally:
+        assert s.stop() == 0, s.output()

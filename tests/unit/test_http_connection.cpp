@@ -427,6 +427,64 @@ TEST(HttpConnection, HeaderValuesWeSendCannotSplitTheHead) {
   EXPECT_EQ(stream.output.find("Set-Cookie"), std::string::npos);
 }
 
+TEST(HttpConnection, AHeadSentInManyReadsIsBoundedAsAWhole) {
+  Harness h;  // each read a whole header line, so the parser never sees more than one at once
+  std::vector<MemoryStream::Step> steps{"GET /hello HTTP/1.1\r\nHost: a\r\n"};
+  for (int i = 0; i < 80; ++i) steps.emplace_back("X-Filler-" + std::to_string(i) + ": " + std::string(1000, 'a') + "\r\n");
+  steps.emplace_back("\r\n");
+  const auto out = h.serve(steps);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].status, 431);
+}
+
+TEST(HttpConnection, ABodyMustComeAtAMinimumRate) {
+  Harness h;  // no pause is long, but 100 bytes a second would take 10 s
+  h.options.body_min_rate = 1000;
+  std::vector<MemoryStream::Step> steps{"POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n"};
+  for (int i = 0; i < 100; ++i) {
+    steps.emplace_back(100ms);
+    steps.emplace_back(std::string(10, 'x'));
+  }
+  const auto start = Clock::now();
+  const auto out = h.serve(steps);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].status, 408);
+  EXPECT_LT(Clock::now() - start, 3s);
+}
+
+TEST(HttpConnection, AnyConnectionCloseFieldCloses) {
+  Harness h;
+  const auto out = h.serve({std::string("GET /hello HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\n"
+                                        "Connection: close\r\n\r\nGET /hello HTTP/1.1\r\nHost: a\r\n\r\n")});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].message[bhttp::field::connection], "close");
+}
+
+TEST(HttpConnection, AProducerThatThrowsEndsItsBodyNotTheServer) {
+  Harness h;
+  h.router.get("/broken", [&h](const Request&, Response& res) {
+    res.set_stream(
+        "text/plain", [](Sink& sink) -> bool {
+          sink.write("partial");
+          throw std::runtime_error("broken producer");
+        },
+        [&h](bool whole) { h.stream_finished.push_back(whole); });
+  });
+  MemoryStream stream;
+  stream.input = {"GET /broken HTTP/1.1\r\nHost: a\r\n\r\nGET /hello HTTP/1.1\r\nHost: a\r\n\r\n"};
+  serve_connection(stream, h.hooks, h.options);
+  EXPECT_EQ(h.stream_finished, std::vector<bool>{false});
+  EXPECT_EQ(stream.output.find("hi"), std::string::npos);  // the connection ended with the broken body
+}
+
+TEST(HttpConnection, AChunkHeaderLongerThanAnyHeadIsRefused) {
+  Harness h;
+  const auto out = h.serve({"POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=" +
+                            std::string(70000, 'e')});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].status, 400);
+}
+
 TEST(HttpRouter, MatchesLiteralPathsAndCapturesSegments) {
   Router router;
   router.get("/v1/models", [](const Request&, Response&) {});

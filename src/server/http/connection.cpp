@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <exception>
 #include <optional>
 #include <string>
@@ -96,8 +97,12 @@ bool send_response(ByteStream& stream, const Request& req, Response& res, bool k
   bool sent = stream.write(head);
   BodySink sink(stream, chunked);
   if (sent && bodiless) sink.done();
-  while (sent && !sink.is_done()) {
-    if (!res.produce(sink) || sink.failed()) sent = false;
+  try {
+    while (sent && !sink.is_done()) {
+      if (!res.produce(sink) || sink.failed()) sent = false;
+    }
+  } catch (const std::exception&) {
+    sent = false;  // the body is cut short; the client sees it end without its last chunk
   }
   if (res.finished) res.finished(sent && sink.is_done());
   return sent && keep_alive;
@@ -107,9 +112,10 @@ bool send_response(ByteStream& stream, const Request& req, Response& res, bool k
 // passes: the answer is not lost to a reset caused by bytes we never read.
 void lingering_close(ByteStream& stream, std::chrono::milliseconds linger) {
   stream.shutdown_write();
+  stream.set_phase(ByteStream::Phase::Idle);  // nothing is owed any more: the pool may take it back
   const auto until = Clock::now() + linger;
   char sink[kReadChunk];
-  while (stream.read(sink, sizeof sink, until).status == ByteStream::Status::Data) {
+  while (stream.read_to_linger(sink, sizeof sink, until).status == ByteStream::Status::Data) {
   }
 }
 
@@ -146,16 +152,25 @@ void serve_connection(ByteStream& stream, const ConnectionHooks& hooks, const Co
     parser.body_limit(boost::none);  // set once the head is accepted (on_head refuses long ones)
     parser.eager(false);             // stop after the head
     boost::beast::error_code ec;
+    // The parser bounds the head only within one put(), so the head's bytes are counted
+    // here across them (a head sent in many reads, each parsed whole, would grow unbounded);
+    // so are bytes that a body's chunk framing holds unparsed.
+    size_t head_bytes = 0;
     auto feed = [&] {
       const size_t used = parser.put(boost::asio::buffer(in.data(), in.size()), ec);
+      if (!parser.is_header_done()) head_bytes += used;
       in.erase(0, used);
       if (ec == bhttp::error::need_more) ec = {};
+      if (!ec && !parser.is_header_done() && head_bytes + in.size() > options.header_limit)
+        ec = bhttp::error::header_limit;
+      if (!ec && parser.is_header_done() && !parser.is_done() && used == 0 && in.size() > options.header_limit)
+        ec = bhttp::error::bad_chunk;  // a chunk header or trailer longer than any head
     };
     // Reads more of the request; false when the connection is over (answered or closed).
     bool started = !in.empty();
     Clock::time_point deadline = started ? Clock::now() + options.head_timeout : Clock::now() + options.idle_timeout;
-    auto read_more = [&](std::optional<std::chrono::milliseconds> silence) {
-      if (silence) deadline = Clock::now() + *silence;
+    auto read_more = [&](std::optional<Clock::time_point> until) {
+      if (until) deadline = *until;
       const auto got = stream.read(buffer, sizeof buffer, deadline);
       switch (got.status) {
         case ByteStream::Status::Data:
@@ -207,9 +222,12 @@ void serve_connection(ByteStream& stream, const ConnectionHooks& hooks, const Co
       if (hooks.on_head && hooks.on_head(req, res)) {
         if (announces_body) res.close_connection = true;  // its bytes must not be read as a request
         stream.set_phase(ByteStream::Phase::Answering);
-        const bool keep = send_response(stream, req, res, parser.get().keep_alive() && !stream.stopping());
+        const bool keep = send_response(stream, req, res, parser.keep_alive() && !stream.stopping());
         if (hooks.on_answered) hooks.on_answered(req, res);
-        if (keep) continue;
+        if (keep) {
+          if (in.empty()) stream.kept_alive();
+          continue;
+        }
         return lingering_close(stream, options.linger);
       }
     }
@@ -222,9 +240,12 @@ void serve_connection(ByteStream& stream, const ConnectionHooks& hooks, const Co
       if (req.version == 11 && announces_body && !stream.write("HTTP/1.1 100 Continue\r\n\r\n")) return;
     }
 
-    // The body.
+    // The body: no pause longer than body_silence, and all of it at body_min_rate at least.
     parser.body_limit(options.max_body);
     parser.eager(true);
+    const size_t body_bytes = parser.chunked() ? options.max_body : parser.content_length().value_or(0);
+    const auto body_deadline = Clock::now() + options.head_timeout +
+                               std::chrono::milliseconds(body_bytes * 1000 / std::max<size_t>(1, options.body_min_rate));
     while (!parser.is_done()) {
       if (!in.empty()) {
         feed();
@@ -233,10 +254,10 @@ void serve_connection(ByteStream& stream, const ConnectionHooks& hooks, const Co
         if (ec) return fail(req, 400, framing_message(ec));
         if (parser.is_done()) break;
       }
-      if (!read_more(options.body_silence)) return;
+      if (!read_more(std::min(Clock::now() + options.body_silence, body_deadline))) return;
     }
     req.body = std::move(parser.get().body());
-    const bool keep_alive = parser.get().keep_alive();
+    const bool keep_alive = parser.keep_alive();  // every Connection field counted, not the first
 
     stream.set_phase(ByteStream::Phase::Answering);
     Response res;
@@ -249,6 +270,7 @@ void serve_connection(ByteStream& stream, const ConnectionHooks& hooks, const Co
     const bool keep = send_response(stream, req, res, keep_alive && !stream.stopping());
     if (hooks.on_answered) hooks.on_answered(req, res);
     if (!keep) return lingering_close(stream, options.linger);
+    if (in.empty()) stream.kept_alive();
   }
 }
 

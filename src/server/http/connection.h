@@ -35,14 +35,23 @@ class ByteStream {
   };
   virtual ~ByteStream() = default;
   virtual ReadResult read(char* buffer, size_t size, Clock::time_point deadline) = 0;
-  // All of `data`, or false when the client is gone or took none of it for too long.
+  // A read while lingering before a close: a dropped connection still lingers a moment, so
+  // its last answer is not lost to a reset.
+  virtual ReadResult read_to_linger(char* buffer, size_t size, Clock::time_point deadline) {
+    return read(buffer, size, deadline);
+  }
+  // All of `data`, or false when the client is gone or takes it too slowly (no progress for
+  // a while, or less than a minimum rate overall).
   virtual bool write(std::string_view data) = 0;
   virtual void shutdown_write() = 0;
 
-  // What the connection is doing, for the listener: waiting for a request (idle), reading
-  // one, or answering one (never dropped then).
+  // What the connection is doing, for the listener: waiting for a request (idle, or lingering
+  // before a close), reading one, or answering one (never dropped then).
   enum class Phase { Idle, Reading, Answering };
   virtual void set_phase(Phase) {}
+  // A response was sent and the connection waits for the client's next request (nothing of
+  // it read yet): the listener may take it back if others wait for a thread.
+  virtual void kept_alive() {}
   // No keep-alive once the server is stopping.
   virtual bool stopping() const { return false; }
 };
@@ -54,6 +63,7 @@ struct ConnectionOptions {
   std::chrono::milliseconds idle_timeout{5000};    // a keep-alive connection's wait for its next request
   std::chrono::milliseconds head_timeout{10000};   // first byte to the end of the head
   std::chrono::milliseconds body_silence{10000};   // the longest pause inside a body
+  size_t body_min_rate = size_t{64} << 10;         // bytes a second: a body's whole time is bounded too
   std::chrono::milliseconds linger{2000};          // reading and dropping before a close
 };
 
@@ -64,6 +74,8 @@ struct ConnectionHooks {
   // The whole request: fill the response (the request's params are the hook's to set).
   std::function<void(Request& req, Response& res)> on_request;
   // A response for an error the transport found itself (a malformed request, 408, 413, 431, 500).
+  // A produced body's `produce` must block a little (wait for its next piece) when it has
+  // nothing to write, or its connection spins.
   std::function<void(const Request& req, Response& res, int status, std::string_view message)> on_error;
   // After each response has been sent (or abandoned).
   std::function<void(const Request& req, const Response& res)> on_answered;

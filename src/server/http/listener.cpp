@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -27,18 +29,47 @@ namespace {
 
 // How often a wait looks up from its socket to see whether it was dropped or the server stops.
 constexpr auto kSlice = std::chrono::milliseconds(100);
-// A client that takes none of a response for this long is gone (2 s once the server stops).
+// A client that takes none of a response for this long is gone (2 s once the server stops),
+// and so is one that takes a write at less than kWriteMinRate overall (a reader of a byte now
+// and then would hold its thread for ever).
 constexpr auto kWriteStall = std::chrono::seconds(10);
 constexpr auto kWriteStallStopping = std::chrono::seconds(2);
+constexpr size_t kWriteMinRate = size_t{64} << 10;  // bytes a second
+// A dropped connection still reads this long before its close, so its last answer is not
+// lost to a reset.
+constexpr auto kDroppedLinger = std::chrono::milliseconds(250);
+// Connections accepted while every thread is busy wait for one, up to as many as there are
+// threads; more are answered this at once and closed.
+const std::string& busy_answer() {
+  static const std::string answer = [] {
+    const std::string body =
+        R"({"error":{"message":"every connection of the server is taken; retry in a moment","type":"server_error"}})";
+    return fmt::format(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+        "Connection: close\r\nContent-Length: {}\r\n\r\n{}",
+        body.size(), body);
+  }();
+  return answer;
+}
 
-class SocketStream final : public ByteStream {
+}  // namespace
+
+class Listener::SocketStream final : public ByteStream {
  public:
-  SocketStream(Listener::Connection& connection, std::mutex& mutex, const std::atomic<bool>& stopping)
-      : c_(connection), mutex_(mutex), stopping_(stopping) {}
+  SocketStream(Listener::Connection& connection, Listener& listener) : c_(connection), listener_(listener) {}
 
   ReadResult read(char* buffer, size_t size, Clock::time_point deadline) override {
+    return read_until(buffer, size, deadline, false);
+  }
+
+  ReadResult read_to_linger(char* buffer, size_t size, Clock::time_point deadline) override {
+    if (c_.dropped.load() || listener_.stopping_.load()) deadline = std::min(deadline, Clock::now() + kDroppedLinger);
+    return read_until(buffer, size, deadline, true);
+  }
+
+  ReadResult read_until(char* buffer, size_t size, Clock::time_point deadline, bool lingering) {
     for (;;) {
-      if (c_.dropped.load() || stopping_.load()) return {Status::Dropped};
+      if (!lingering && (c_.dropped.load() || listener_.stopping_.load())) return {Status::Dropped};
       const auto now = Clock::now();
       if (now >= deadline) return {Status::TimedOut};
       pollfd p{c_.fd, POLLIN, 0};
@@ -54,7 +85,9 @@ class SocketStream final : public ByteStream {
   }
 
   bool write(std::string_view data) override {
-    auto last_progress = Clock::now();
+    const auto start = Clock::now();
+    auto last_progress = start;
+    const auto slowest = kWriteStall + std::chrono::milliseconds(data.size() * 1000 / kWriteMinRate);
     while (!data.empty()) {
       const ssize_t n = ::send(c_.fd, data.data(), data.size(), MSG_NOSIGNAL);
       if (n > 0) {
@@ -63,7 +96,10 @@ class SocketStream final : public ByteStream {
         continue;
       }
       if (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) return false;
-      if (Clock::now() - last_progress > (stopping_.load() ? kWriteStallStopping : kWriteStall)) return false;
+      const auto now = Clock::now();
+      if (listener_.stopping_.load() ? now - start > kWriteStallStopping
+                                     : now - last_progress > kWriteStall || now - start > slowest)
+        return false;
       pollfd p{c_.fd, POLLOUT, 0};
       if (::poll(&p, 1, static_cast<int>(kSlice.count())) < 0 && errno != EINTR) return false;
     }
@@ -73,18 +109,26 @@ class SocketStream final : public ByteStream {
   void shutdown_write() override { ::shutdown(c_.fd, SHUT_WR); }
 
   void set_phase(Phase phase) override {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(listener_.mutex_);
     c_.phase = phase;
     c_.since = Clock::now();
   }
 
-  bool stopping() const override { return stopping_.load(); }
+  void kept_alive() override {
+    std::lock_guard lock(listener_.mutex_);
+    // Every thread taken and others waiting for one: this keep-alive is given up for them.
+    if (!listener_.waiting_.empty() && listener_.served_.size() >= static_cast<size_t>(listener_.threads_))
+      c_.dropped = true;
+  }
+
+  bool stopping() const override { return listener_.stopping_.load(); }
 
  private:
   Listener::Connection& c_;
-  std::mutex& mutex_;
-  const std::atomic<bool>& stopping_;
+  Listener& listener_;
 };
+
+namespace {
 
 std::string peer_address(const sockaddr_storage& address) {
   char text[INET6_ADDRSTRLEN] = {};
@@ -161,6 +205,11 @@ void Listener::run() {
     connection->fd = fd;
     connection->peer = peer_address(address);
     std::lock_guard lock(mutex_);
+    if (waiting_.size() >= static_cast<size_t>(threads_)) {
+      (void)!::send(fd, busy_answer().data(), busy_answer().size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::close(fd);
+      continue;
+    }
     waiting_.push_back(connection);
     make_room(connection->peer);
     wake_.notify_one();
@@ -210,9 +259,11 @@ void Listener::serve_next() {
       connection->since = Clock::now();
       served_.push_back(connection);
     }
-    {
-      SocketStream stream(*connection, mutex_, stopping_);
+    try {
+      SocketStream stream(*connection, *this);
       serve_connection(stream, hooks_, options_);
+    } catch (const std::exception&) {
+      // (out of memory, say): this connection is lost, the server is not
     }
     std::lock_guard lock(mutex_);
     served_.remove(connection);

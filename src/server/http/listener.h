@@ -36,6 +36,7 @@ class Listener {
   struct Connection;  // one accepted socket (listener.cpp)
 
  private:
+  class SocketStream;  // a Connection's bytes, with the pool's view of it
   void serve_next();
   void make_room(const std::string& peer);  // with mutex_ held
 
