@@ -128,16 +128,18 @@ void serve_reply(http::Response& res, engine::EngineService& engine, engine::Cha
         });
     return;
   }
-  // Still queued (no first event): an SSE comment every kProbeEvery, which clients skip, finds
-  // a client that left.
+  // Silence (queued, or a long prompt being read): an SSE comment every kProbeEvery, which
+  // clients skip, finds a client that left; the protocol's own keep-alive event still goes
+  // out after `keep_alive` without an event, for clients that watch events, not bytes.
   auto pending = std::make_shared<std::string>(first ? renderer->stream_event(*first) : std::string());
   auto started = std::make_shared<bool>(first.has_value());
   auto last_write = std::make_shared<Clock::time_point>(Clock::now());
+  auto last_event = std::make_shared<Clock::time_point>(Clock::now());
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_stream(
       "text/event-stream",
-      [channel, ticket, renderer, pending, started, last_write, keep_alive](http::Sink& sink) {
+      [channel, ticket, renderer, pending, started, last_write, last_event, keep_alive](http::Sink& sink) {
         // Each call writes what is ready; a failed write means the client left.
         if (!pending->empty()) {
           if (!sink.write(*pending)) return ticket->cancel(), false;
@@ -146,17 +148,17 @@ void serve_reply(http::Response& res, engine::EngineService& engine, engine::Cha
         }
         auto event = channel->pop(std::chrono::milliseconds(200));
         if (!event) {  // nothing yet (queued, or a long prompt is being read); called again
-          if (!*started && Clock::now() - *last_write >= kProbeEvery) {
-            if (!sink.write(": queued\n\n")) return ticket->cancel(), false;
-            *last_write = Clock::now();
-          } else if (Clock::now() - *last_write >= keep_alive) {
-            const std::string ping = renderer->keep_alive();
-            if (!sink.write(ping)) return ticket->cancel(), false;
-            *last_write = Clock::now();
+          const auto now = Clock::now();
+          if (now - *last_event >= keep_alive) {
+            if (!sink.write(renderer->keep_alive())) return ticket->cancel(), false;
+            *last_write = *last_event = now;
+          } else if (now - *last_write >= kProbeEvery) {
+            if (!sink.write(*started ? ": working\n\n" : ": queued\n\n")) return ticket->cancel(), false;
+            *last_write = now;
           }
           return true;
         }
-        *last_write = Clock::now();
+        *last_write = *last_event = Clock::now();
         *started = true;
         std::string out = renderer->stream_event(*event);
         const bool last =

@@ -1649,6 +1649,25 @@ def test_disconnect_mid_stream_cancels_generation(server, no_eos_bias):
     assert time.monotonic() - start < 2.0, "the next request waited for the abandoned one"
 
 
+def test_disconnect_while_a_long_prompt_is_read_cancels_it(server):
+    """A stream whose client leaves while its long prompt is still being read (no token yet,
+    the stream silent) is found by the SSE comments sent into the silence, and its prefill
+    stops: it does not run on to its first token for nobody."""
+    before = status(server)["tokens_processed"]
+    prompt = f"{time.time_ns()} " + "hello " * 7000  # unique: nothing of it cached
+    stream = RawStream(server.port, {"messages": [{"role": "user", "content": prompt}], "max_tokens": 4})
+    start = time.monotonic()
+    assert stream.next_payload() not in (None, "[DONE]")  # admitted: the role chunk
+    time.sleep(1.0)
+    assert status(server)["requests_running"] == 1, "the prompt was read too fast to leave in the middle of it"
+    stream.close()
+    assert wait_for(lambda: status(server)["requests_running"] == 0, 2.5), status(server)
+    left_after = time.monotonic() - start
+    after = status(server)["tokens_processed"]
+    assert after["generated"] == before["generated"], f"a token was generated for nobody ({left_after:.1f} s)"
+    assert_serving(server)
+
+
 NON_STREAMING_LONG = {  # a long non-streaming reply in each protocol (logit_bias: Chat Completions only)
     "chat": ("/v1/chat/completions", lambda bias: {"messages": COUNT, "max_tokens": 3000, "temperature": 0,
                                                    "logit_bias": bias}),
