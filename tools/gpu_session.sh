@@ -114,6 +114,11 @@ phase_oracle() {
   [ -f "$dir/qwen2.5-1.5b-shape.gguf" ] || python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen2 \
     --d-model 1536 --heads 12 --kv-heads 2 --ffn 8960 --layers 2 --rope-base 1000000 --eps 1e-6 --context 4096 \
     --all F16 --out "$dir/qwen2.5-1.5b-shape.gguf" 2>> "$OUT/oracle.log"
+  # RoPE stretched (YaRN x4 over an original 1024 tokens, stated in the file): transformers' yarn.
+  [ -f "$dir/qwen2.5-1.5b-shape-yarn.gguf" ] || python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen2 \
+    --d-model 1536 --heads 12 --kv-heads 2 --ffn 8960 --layers 2 --rope-base 1000000 --eps 1e-6 --context 4096 \
+    --rope-scaling yarn --rope-scale 4 --rope-original-context 1024 --seed 7 \
+    --all F16 --out "$dir/qwen2.5-1.5b-shape-yarn.gguf" 2>> "$OUT/oracle.log"
   for model in "$dir"/*.gguf; do
     python3 tools/hf_oracle.py --gguf "$model" --prompt-tokens 24 --steps 4 >> "$OUT/oracle.log" 2>&1
   done
@@ -197,7 +202,8 @@ import json, sys
 r = json.load(open('$OUT/serve_reply.json'))
 s = json.load(open('$OUT/serve_status.json'))
 chunks = [l for l in open('$OUT/serve_stream.txt') if l.startswith('data: ')]
-print(r['usage']['completion_tokens'] > 0 and 'H200' in json.dumps(s) and chunks[-1].strip() == 'data: [DONE]')" 2>&1 | tail -n 1)
+print(r['usage']['completion_tokens'] > 0 and '$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)' in json.dumps(s)
+      and chunks[-1].strip() == 'data: [DONE]')" 2>&1 | tail -n 1)
   row serve "chat rc=$chat_rc, stream rc=$stream_rc: $ok (completions on the GPU through HTTP; /status names the device)"
   record serve "\"$ok\""
 }

@@ -88,10 +88,23 @@ def main() -> None:
         from transformers import Qwen2Config as Config, Qwen2ForCausalLM as Model
     else:
         raise SystemExit(f"{args.gguf}: architecture {arch}; the oracle knows qwen2 and qwen3")
+    # RoPE stretching the file states (llama.cpp's rope.scaling.* keys) as transformers' own.
+    scaling = field(reader, f"{arch}.rope.scaling.type") if f"{arch}.rope.scaling.type" in reader.fields else None
+    scaling = bytes(scaling).decode() if scaling is not None and not isinstance(scaling, str) else scaling
+    stretch = {}
+    if scaling == "yarn":
+        stretch = {"rope_type": "yarn", "factor": float(field(reader, f"{arch}.rope.scaling.factor")),
+                   "original_max_position_embeddings": int(field(reader,
+                                                                 f"{arch}.rope.scaling.original_context_length"))}
+    elif scaling == "linear":
+        stretch = {"rope_type": "linear", "factor": float(field(reader, f"{arch}.rope.scaling.factor"))}
+    elif scaling not in (None, "none"):
+        raise SystemExit(f"{args.gguf}: RoPE scaling {scaling}; the oracle knows yarn and linear")
     try:  # transformers 5 keeps the rotary settings in rope_parameters; 4.x took rope_theta
-        config = Config(**common, rope_parameters={"rope_type": "default", "rope_theta": rope})
+        config = Config(**common, rope_parameters={"rope_type": "default", "rope_theta": rope, **stretch})
     except TypeError:
-        config = Config(**common, rope_theta=rope)
+        legacy = {"type": stretch.pop("rope_type"), **stretch} if stretch else None
+        config = Config(**common, rope_theta=rope, rope_scaling=legacy)
     config._attn_implementation = "eager"
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

@@ -216,6 +216,11 @@ class Shape:
     eps: float = 1e-5            # layer_norm_rms_epsilon
     experts: int = 0             # qwen3moe: experts per layer (ffn is then each expert's width)
     experts_used: int = 0        # and how many each token is routed to
+    # RoPE stretching stated in the file (llama.cpp's rope.scaling.* keys): "yarn" or "linear",
+    # its factor and (YaRN) the original window; None: none stated.
+    rope_scaling: str | None = None
+    rope_scale: float = 1.0
+    rope_original_context: int = 0
 
     @property
     def dim(self) -> int:
@@ -326,6 +331,11 @@ def write_gguf(path: str, tensors, shape: Shape, tokenizer, name: str, vocab: in
     writer.add_rope_freq_base(shape.rope_base)
     writer.add_layer_norm_rms_eps(shape.eps)
     writer.add_rope_dimension_count(shape.dim)
+    if shape.rope_scaling:
+        writer.add_string(f"{shape.arch}.rope.scaling.type", shape.rope_scaling)
+        writer.add_float32(f"{shape.arch}.rope.scaling.factor", shape.rope_scale)
+        if shape.rope_original_context:
+            writer.add_uint32(f"{shape.arch}.rope.scaling.original_context_length", shape.rope_original_context)
     if shape.head_dim is not None:
         writer.add_key_length(shape.head_dim)
         writer.add_value_length(shape.head_dim)
@@ -395,6 +405,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rope-base", type=float)
     ap.add_argument("--context", type=int)
     ap.add_argument("--eps", type=float, help="RMSNorm epsilon (default 1e-5; qwen 1e-3)")
+    ap.add_argument("--rope-scaling", choices=["yarn", "linear"], help="RoPE stretching stated in the file")
+    ap.add_argument("--rope-scale", type=float, help="its factor")
+    ap.add_argument("--rope-original-context", type=int, help="YaRN: the original window")
     ap.add_argument("--add-token", action="append", default=[], metavar="TEXT",
                     help="a token appended to the vocabulary, user-defined (repeatable; e.g. <think>)")
     ap.add_argument("--chat-template", metavar="PATH",
@@ -406,7 +419,8 @@ def main(argv=None) -> int:
     shape = Shape(**{**shape.__dict__, **{k: v for k, v in {
         "d_model": args.d_model, "heads": args.heads, "kv_heads": args.kv_heads, "head_dim": args.head_dim,
         "ffn": args.ffn, "layers": args.layers, "rope_base": args.rope_base, "context": args.context,
-        "eps": args.eps,
+        "eps": args.eps, "rope_scaling": args.rope_scaling, "rope_scale": args.rope_scale,
+        "rope_original_context": args.rope_original_context,
     }.items() if v is not None}})
     try:
         types = tensor_types(args.mix, args.all, dict(item.partition("=")[::2] for item in args.set), shape.layers)

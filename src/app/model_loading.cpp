@@ -135,9 +135,10 @@ void print_summary(const LoadedModel& loaded, std::FILE* out) {
     fmt::print(out, "kernels      {} path, {}, {} threads\n", info.isa, info.kernel_shapes, info.threads);
   fmt::print(out, "context      {} tokens (model window {}), KV cache {:.1f} MiB ({} blocks, {})\n", info.context,
              info.native_context, info.kv_cache_bytes / mib, info.kv_blocks, info.kv_type);
-  if (info.context > info.native_context)
+  if (!info.rope_scaling.empty()) fmt::print(out, "rope         {} (reaches {} tokens)\n", info.rope_scaling, info.rope_window);
+  if (info.context > info.rope_window)
     fmt::print(out, "warning      the context ({} tokens) exceeds the model's trained window ({}): output quality "
-                    "degrades past it\n", info.context, info.native_context);
+                    "degrades past it\n", info.context, info.rope_window);
   fmt::print(out, "{}", loaded.plan.table());
   fmt::print(out, "chat format  {}\n", loaded.chat->description());
   if (loaded.vision) {

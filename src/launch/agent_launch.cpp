@@ -151,8 +151,8 @@ LaunchPlan opencode(const ServerInfo& server) {
 // Hermes Agent: its custom provider through the environment.
 LaunchPlan hermes(const ServerInfo& server) {
   if (server.context < kHermesMinimumContext)
-    fail("Hermes Agent refuses a context window under {} tokens, and the server runs {} at {}: serve a model whose "
-         "window reaches it, with --max-context {}",
+    fail("Hermes Agent refuses a context window under {} tokens, and the server runs {} at {}: serve it with "
+         "--max-context {} (Qwen2.5 and Qwen3 models reach it with YaRN; others need a window that long)",
          kHermesMinimumContext, server.model, server.context, kHermesMinimumContext);
   LaunchPlan plan;
   plan.program = "hermes";

@@ -26,6 +26,8 @@ struct ModelInfo {
   int n_experts = 0, n_experts_used = 0;  // a mixture-of-experts FFN (ffn: each expert's width); 0: dense
   int native_context = 0;    // the model's trained window
   int context = 0;           // what this instance's KV cache holds
+  int rope_window = 0;       // how far its rotary embeddings reach (past native_context when stretched)
+  std::string rope_scaling;  // how they are stretched ("YaRN x2 over ..."), "" when not
   size_t packed_weight_bytes = 0;
   size_t kv_cache_bytes = 0;  // the block pool
   int kv_blocks = 0;

@@ -263,3 +263,53 @@ def test_broken_mixture_of_experts_is_refused_clearly(splash_binary, models, tmp
                           text=True, timeout=120)
     assert proc.returncode != 0 and says in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+# --- RoPE stretched past the trained window (model/rope_scaling.h) ---------------------
+# The float qwen2 model with a 512-token trained window, served at 1024, its logits after the
+# 600-token sequence against the reference's frequencies (transformers' formulas, in
+# llama_ref.rope_frequencies) at the float tolerance:
+#   stated  the file states YaRN x4 over an original 256 tokens (rope base 1e6, head_dim 64:
+#           pairs 0..9 on the ramp, the rest interpolated);
+#   fitted  the file states nothing; asked for 1024 tokens the engine stretches the Qwen model
+#           with YaRN x2 over its 512 (the model cards' advice: the factor the window needs);
+#   linear  the file states linear x2 (position interpolation).
+# Each case also checks the test can fail: the reference without the stretch is far off.
+# Measured (avx512, 2026-12-05): 6.2e-6 / 6.7e-6 / 7.2e-6 max |diff| (KL ~1e-12) against the
+# stretched reference; 1.17 / 0.87 / 0.73 against the unstretched one.
+ROPE_CASES = {
+    "stated": ({"rope_scaling": "yarn", "rope_scale": 4.0, "rope_original_context": 256}, None,
+               "YaRN x4 over an original 256-token window (reaches 1024 tokens)"),
+    "fitted": ({}, {"type": "yarn", "factor": 2.0, "original_context": 512},
+               "YaRN x2 over an original 512-token window (reaches 1024 tokens)"),
+    "linear": ({"rope_scaling": "linear", "rope_scale": 2.0}, None, "linear x2 (reaches 512 tokens)"),
+}
+
+
+@pytest.mark.parametrize("case", list(ROPE_CASES))
+def test_stretched_rope_matches_reference(splash_binary, models, case, tmp_path):
+    fields, ref_scaling, summary = ROPE_CASES[case]
+    cpu = "avx512" if "avx512_vnni" in Path("/proc/cpuinfo").read_text() else "avx2"
+    shape = mrl.Shape(**{**mrl.QWEN_SHAPES["qwen2"].__dict__, "context": 512, **fields})
+    path, twin = tmp_path / "stretched.gguf", tmp_path / "stretched.ref.gguf"
+    mrl.make_model(str(path), models.tokenizer, mrl.tensor_types("float", layers=shape.layers), shape, seed=SEED,
+                   name=f"random-qwen2-{case}", reference_twin=str(twin))
+    proc = run_engine(splash_binary, ["run", "--model", str(path), "--max-context", "1024", "-n", "1",
+                                      "--temperature", "0", "hi"], cpu)
+    assert f"rope         {summary}" in proc.stderr, proc.stderr
+    assert ("exceeds the model's trained window" in proc.stderr) == (case == "linear"), proc.stderr
+
+    out = tmp_path / "logits.f32"
+    ids = SEQUENCES["long"]
+    run_engine(splash_binary, ["eval", "--model", str(path), "--max-context", "1024", *EXACT_KV, "--tokens",
+                               ",".join(map(str, ids)), "--logits-out", str(out)], cpu)
+    eng = np.fromfile(out, dtype="<f4")
+    ref = llama_ref.load(str(twin), act_quant=True, rope_scaling=ref_scaling)
+    c = compare(ref.logits(ids), eng)
+    print(f"[{cpu}] qwen2 float, RoPE {case}: " + ", ".join(f"{k}={v:.4g}" for k, v in c.items()))
+    max_abs, kl, _ = TOL["float"]
+    assert c["max_abs"] <= max_abs and c["kl"] <= kl, c
+    ref.cfg.rope_scaling = None
+    unstretched = compare(ref.logits(ids), eng)
+    print(f"  without the stretch: max_abs={unstretched['max_abs']:.4g}")
+    assert unstretched["max_abs"] > 20 * max_abs, f"the stretch changes too little to be tested: {unstretched}"

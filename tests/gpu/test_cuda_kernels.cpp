@@ -578,7 +578,11 @@ TEST_P(CudaAttentionTest, PrefillAndDecodeAgainstFloat64) {
   post.ld = qkv_w;
   post.n_heads = n_heads, post.n_kv_heads = n_kv, post.head_dim = hd;
   post.neox_rope = param.neox;
-  post.rope_base = 10000.0f;
+  std::vector<double> inv_freq(hd / 2);
+  for (int i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(10000.0, -2.0 * i / hd);
+  cu::DeviceBuffer d_inv_freq(inv_freq.size() * sizeof(double));
+  stream.copy_to_device(d_inv_freq.data(), inv_freq.data(), inv_freq.size() * sizeof(double));
+  post.rope_inv_freq = d_inv_freq.as<double>();
   post.layer = layer;
   cu::qkv_post(post, all, pool, stream);
 

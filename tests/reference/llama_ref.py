@@ -51,6 +51,9 @@ class Config:
     vocab: int
     rope_base: float
     eps: float
+    # RoPE stretching (transformers' rope_parameters): None, or {"type": "yarn" | "linear",
+    # "factor": f, "original_context": n, "beta_fast": 32, "beta_slow": 1}.
+    rope_scaling: dict | None = None
 
 
 class Linear:
@@ -86,14 +89,44 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return (x64 * scale).astype(np.float32) * w
 
 
+def rope_frequencies(cfg: Config) -> tuple[np.ndarray, float]:
+    """RoPE's inverse frequencies and the factor on cos/sin, as transformers computes them
+    (modeling_rope_utils: default, linear, and yarn with its correction range truncated to
+    whole dims), in float64."""
+    dim = cfg.n_rot
+    pos_freqs = cfg.rope_base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    scaling = cfg.rope_scaling
+    if not scaling:
+        return 1.0 / pos_freqs, 1.0
+    factor = float(scaling["factor"])
+    if scaling["type"] == "linear":
+        return 1.0 / (factor * pos_freqs), 1.0
+    assert scaling["type"] == "yarn", scaling
+    beta_fast, beta_slow = scaling.get("beta_fast", 32.0), scaling.get("beta_slow", 1.0)
+    original = scaling["original_context"]
+
+    def correction_dim(rotations: float) -> float:
+        return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(cfg.rope_base))
+
+    low = max(math.floor(correction_dim(beta_fast)), 0)
+    high = min(math.ceil(correction_dim(beta_slow)), dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    extrapolation = 1.0 - ramp  # the share of each pair's own (unstretched) frequency
+    inv_freq = 1.0 / (factor * pos_freqs) * (1.0 - extrapolation) + 1.0 / pos_freqs * extrapolation
+    attention_factor = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+    return inv_freq, attention_factor
+
+
 def rope(x: np.ndarray, positions: np.ndarray, cfg: Config) -> np.ndarray:
     """Rotate x [tokens, heads, head_dim] by position. Pair i is rotated by the angle
     pos * base^(-2i/n_rot); which two elements form pair i depends on the layout."""
     half = cfg.n_rot // 2
-    inv_freq = cfg.rope_base ** (-np.arange(half, dtype=np.float64) * 2.0 / cfg.n_rot)
+    inv_freq, attention_factor = rope_frequencies(cfg)
     angle = positions.astype(np.float64)[:, None] * inv_freq[None, :]  # [tokens, half]
-    cos = np.cos(angle)[:, None, :].astype(np.float32)
-    sin = np.sin(angle)[:, None, :].astype(np.float32)
+    cos = (np.cos(angle) * attention_factor)[:, None, :].astype(np.float32)
+    sin = (np.sin(angle) * attention_factor)[:, None, :].astype(np.float32)
     out = x.copy()
     if cfg.arch in NEOX_ROPE_ARCHS:
         a, b = x[..., :half], x[..., half:cfg.n_rot]
@@ -258,7 +291,19 @@ def _field(reader: GGUFReader, key: str, default=None):
     return default if f is None else f.contents()
 
 
-def load(path: str, act_quant: bool = False, kv_f16: bool = False) -> Model:
+def _rope_scaling(reader: GGUFReader, arch: str) -> dict | None:
+    kind = _field(reader, f"{arch}.rope.scaling.type")
+    if kind in (None, "none"):
+        return None
+    return {"type": kind, "factor": float(_field(reader, f"{arch}.rope.scaling.factor")),
+            "original_context": int(_field(reader, f"{arch}.rope.scaling.original_context_length",
+                                           _field(reader, f"{arch}.context_length"))),
+            "beta_fast": float(_field(reader, f"{arch}.rope.scaling.yarn_beta_fast", 32.0)),
+            "beta_slow": float(_field(reader, f"{arch}.rope.scaling.yarn_beta_slow", 1.0))}
+
+
+def load(path: str, act_quant: bool = False, kv_f16: bool = False, rope_scaling: dict | None = None) -> Model:
+    """rope_scaling: RoPE stretching to apply (as in Config) when the file states none."""
     reader = GGUFReader(path)
     arch = _field(reader, "general.architecture")
     n_head = int(_field(reader, f"{arch}.attention.head_count"))
@@ -292,6 +337,7 @@ def load(path: str, act_quant: bool = False, kv_f16: bool = False) -> Model:
         vocab=tok_embd.shape[0],
         rope_base=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
         eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
+        rope_scaling=_rope_scaling(reader, arch) or rope_scaling,
     )
     layers = []
     for i in range(cfg.n_layer):

@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kQkvWarps * 32)
   // The rotation's cosines and sines, before the wait: positions come from the pass's
   // inputs, not from the kernel before, and the double-precision sincos would otherwise
   // sit between the QKV matmul's end and the attention. The angle of frequency i at
-  // position p is p * base^(-2i / head_dim), in double as the CPU path computes its table;
+  // position p is p * inv_freq[i] (model/rope_scaling.h), in double as the CPU path's table;
   // lane value j turns by frequency (first + j) % (HD / 2) (NEOX pairs i, i + HD/2) or
   // (first + j) / 2 (adjacent pairs, the even j of each).
   const int pos = batch.positions[t];
@@ -152,8 +152,8 @@ __global__ void __launch_bounds__(kQkvWarps * 32)
       if (!a.neox_rope && j % 2 == 1) continue;  // an adjacent pair's second value: its first's
       const int i = a.neox_rope ? (first + j) % (HD / 2) : (first + j) / 2;
       double s, c;
-      sincos(static_cast<double>(pos) * pow(static_cast<double>(a.rope_base), -2.0 * i / HD), &s, &c);
-      cosines[j] = static_cast<float>(c), sines[j] = static_cast<float>(s);
+      sincos(static_cast<double>(pos) * a.rope_inv_freq[i], &s, &c);
+      cosines[j] = static_cast<float>(c * a.rope_attention_factor), sines[j] = static_cast<float>(s * a.rope_attention_factor);
     }
   }
   wait_for_inputs();

@@ -228,7 +228,10 @@ struct QkvPostArgs {
   const float* k_norm = nullptr;
   float norm_eps = 1e-6f;
   bool neox_rope = false;
-  float rope_base = 10000.0f;
+  // Pair i at position p turns by p * rope_inv_freq[i] (head_dim / 2 doubles on the device;
+  // model/rope_scaling.h), its cosine and sine scaled by rope_attention_factor.
+  const double* rope_inv_freq = nullptr;
+  float rope_attention_factor = 1.0f;
   int layer = 0;
 };
 void qkv_post(const QkvPostArgs& args, const BatchLayout& batch, const KvPool& pool, Stream& stream);

@@ -3,11 +3,57 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/error.h"
 
 namespace splash::model::llama {
+
+namespace {
+
+// llama.cpp's keys: rope.scaling.type (none, linear, yarn), .factor, .original_context_length,
+// .yarn_beta_fast, .yarn_beta_slow; older files state a linear factor as rope.scale_linear.
+RopeScaling read_rope_scaling(const gguf::File& file, const std::string& arch, int native_context) {
+  auto key = [&](const char* suffix) { return arch + "." + suffix; };
+  RopeScaling scaling;
+  const std::string type = file.opt_string(key("rope.scaling.type")).value_or("");
+  const auto factor = file.opt_float(key("rope.scaling.factor"));
+  if (type.empty() || type == "none") {
+    const auto linear = file.opt_float(key("rope.scale_linear"));
+    if (!linear || *linear == 1.0f) return scaling;
+    scaling.kind = RopeScaling::Kind::Linear;
+    scaling.factor = *linear;
+  } else if (type == "linear") {
+    scaling.kind = RopeScaling::Kind::Linear;
+    scaling.factor = factor.value_or(1.0f);
+  } else if (type == "yarn") {
+    scaling.kind = RopeScaling::Kind::Yarn;
+    scaling.factor = factor.value_or(1.0f);
+    scaling.original_context =
+        static_cast<int>(file.opt_uint(key("rope.scaling.original_context_length")).value_or(native_context));
+    scaling.beta_fast = file.opt_float(key("rope.scaling.yarn_beta_fast")).value_or(32.0f);
+    scaling.beta_slow = file.opt_float(key("rope.scaling.yarn_beta_slow")).value_or(1.0f);
+  } else {
+    fail("{}: RoPE scaling '{}' is not supported (none, linear, yarn)", file.path(), type);
+  }
+  if (!(scaling.factor >= 1.0 && scaling.factor <= 1024.0))
+    fail("{}: RoPE scaling factor {} is out of range (1 to 1024)", file.path(), scaling.factor);
+  if (scaling.factor == 1.0) scaling = RopeScaling{};
+  return scaling;
+}
+
+}  // namespace
+
+void fit_rope_to_context(Hyperparameters& h, int context) {
+  constexpr double kQwenYarnLimit = 4.0;  // Qwen2.5's and Qwen3's model cards: factor 4 over the trained window
+  const bool qwen = h.architecture == "qwen2" || h.architecture == "qwen3" || h.architecture == "qwen3moe";
+  if (context <= h.rope_window || h.rope_scaling.kind != RopeScaling::Kind::None || !qwen) return;
+  h.rope_scaling.kind = RopeScaling::Kind::Yarn;
+  h.rope_scaling.factor = std::min(kQwenYarnLimit, static_cast<double>(context) / h.native_context);
+  h.rope_scaling.original_context = h.native_context;
+  h.rope_window = static_cast<int>(h.rope_scaling.factor * h.native_context);
+}
 
 Hyperparameters read_hyperparameters(const gguf::File& file) {
   const std::string arch = file.get_string("general.architecture");
@@ -33,6 +79,10 @@ Hyperparameters read_hyperparameters(const gguf::File& file) {
   h.shapes.n_kv_heads = static_cast<int>(file.opt_uint(key("attention.head_count_kv")).value_or(h.shapes.n_heads));
   h.native_context = static_cast<int>(file.get_uint(key("context_length")));
   h.rope_base = file.opt_float(key("rope.freq_base")).value_or(10000.0f);
+  h.rope_scaling = read_rope_scaling(file, arch, h.native_context);
+  h.rope_window = h.native_context;
+  if (h.rope_scaling.kind == RopeScaling::Kind::Yarn)
+    h.rope_window = std::max(h.native_context, static_cast<int>(h.rope_scaling.factor * h.rope_scaling.original_context));
   h.rms_eps = file.opt_float(key("attention.layer_norm_rms_epsilon")).value_or(1e-5f);
   const auto& embedding = file.tensor("token_embd.weight");
   if (embedding.dims.size() != 2) fail("{}: token_embd.weight must be 2-dimensional", file.path());
@@ -97,6 +147,8 @@ void fill_model_info(const gguf::File& file, const Hyperparameters& h, int max_c
   info.vocab = s.vocab;
   info.native_context = h.native_context;
   info.context = max_context > 0 ? max_context : h.native_context;
+  info.rope_window = h.rope_window;
+  info.rope_scaling = h.rope_scaling.describe();
 }
 
 std::string layer_prefix(int layer) { return fmt::format("blk.{}.", layer); }

@@ -7,6 +7,7 @@
 
 #include "formats/gguf.h"
 #include "model/model.h"
+#include "model/rope_scaling.h"
 #include "model/llama/smollm2_shapes.h"
 
 namespace splash::model::llama {
@@ -16,6 +17,10 @@ struct Hyperparameters {
   RuntimeShapes shapes;
   int native_context = 0;
   float rope_base = 10000.0f;
+  // RoPE's stretching: the file's own (`<arch>.rope.scaling.*`), or YaRN chosen at load for a
+  // window past the trained one (fit_rope_to_context). rope_window: how far it reaches.
+  RopeScaling rope_scaling;
+  int rope_window = 0;
   float rms_eps = 1e-5f;
   // The family's variants: Qwen2 adds q/k/v biases, Qwen3 normalises q and k per head; both
   // rotate the two halves of a head (NEOX RoPE) where llama GGUFs rotate adjacent pairs.
@@ -31,6 +36,12 @@ struct Hyperparameters {
 
 // Reads and checks them; throws splash::Error naming what is inconsistent or unsupported.
 Hyperparameters read_hyperparameters(const gguf::File& file);
+
+// A load's context past rope_window stretches RoPE with YaRN where the family's model card
+// allows it (Qwen2.5 and Qwen3: up to 4x the trained window, the factor the context over
+// that window, as the cards advise; no stretching beyond what the context needs). Files that
+// state their own scaling, other families and contexts within the window are left as read.
+void fit_rope_to_context(Hyperparameters& h, int context);
 
 // A matrix tensor of the file, checked against the shape [rows][cols] the architecture
 // expects (any type; each backend checks the types its kernels read).

@@ -270,13 +270,14 @@ class LlamaModel final : public Model {
     info_.kv_type = kernels::kv_type_name(options.kv_type);
     // cos/sin of every (position, frequency) pair, computed in double once.
     const int half = s.head_dim / 2;
+    const RopeFrequencies rope = rope_frequencies(h_.rope_base, s.head_dim, h_.rope_scaling);
     cos_.resize(static_cast<size_t>(info_.context) * half);
     sin_.resize(static_cast<size_t>(info_.context) * half);
     for (int p = 0; p < info_.context; ++p)
       for (int i = 0; i < half; ++i) {
-        const double angle = p * std::pow(static_cast<double>(h_.rope_base), -2.0 * i / s.head_dim);
-        cos_[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(angle));
-        sin_[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(angle));
+        const double angle = p * rope.inv_freq[i];
+        cos_[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(angle) * rope.attention_factor);
+        sin_[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(angle) * rope.attention_factor);
       }
   }
 
@@ -552,7 +553,8 @@ MemoryNeeds estimate_llama_memory(const gguf::File& file, KvType kv_type) {
 }
 
 std::unique_ptr<Model> load_llama(const gguf::File& file, const LoadOptions& options) {
-  const Hyperparameters h = read_hyperparameters(file);
+  Hyperparameters h = read_hyperparameters(file);
+  fit_rope_to_context(h, options.max_context);
   if (h.architecture == "llama" && matches(h.shapes, SmolLM2_135M{}))
     return std::make_unique<LlamaModel<SmolLM2_135M>>(file, h, options);
   if (h.architecture == "qwen2" && matches(h.shapes, Qwen25Coder_1_5B{}))

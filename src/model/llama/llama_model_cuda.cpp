@@ -386,6 +386,11 @@ class LlamaCudaModel final : public Model {
     matmul_scratch_.activations_q8.resize(sizes.activations_q8);
     cu::reserve_small_gemm(matmul_scratch_, std::max({qkv_width(), 2 * s.ffn, s.d_model, s.vocab}), stream_);
     cu::reserve_attention(attention_scratch_, s.head_dim, stream_);
+    // RoPE's frequencies (plain or stretched), computed once on the host as the CPU path does.
+    const RopeFrequencies rope = rope_frequencies(h_.rope_base, s.head_dim, h_.rope_scaling);
+    rope_inv_freq_.resize(rope.inv_freq.size() * sizeof(double));
+    stream_.copy_to_device(rope_inv_freq_.data(), rope.inv_freq.data(), rope.inv_freq.size() * sizeof(double));
+    rope_attention_factor_ = rope.attention_factor;
     fused_ = fused_decode_layers();
     if (fused_) {
       info_.kernel_shapes += "; batch-1 decode: fused layers (norms and SwiGLU inside the GEMVs)";
@@ -586,7 +591,8 @@ class LlamaCudaModel final : public Model {
     post.k_norm = layer.k_norm;
     post.norm_eps = h_.rms_eps;
     post.neox_rope = h_.neox_rope;
-    post.rope_base = h_.rope_base;
+    post.rope_inv_freq = rope_inv_freq_.as<double>();
+    post.rope_attention_factor = static_cast<float>(rope_attention_factor_);
     post.layer = l;
     return post;
   }
@@ -725,6 +731,8 @@ class LlamaCudaModel final : public Model {
   // Every wanted row's best tokens (cu::best_tokens), on the device and copied back; those
   // of best_only slices, in batch order; where those rows lie among the pass's logits rows.
   cu::DeviceBuffer best_scratch_, best_;
+  cu::DeviceBuffer rope_inv_freq_;  // doubles, head_dim / 2
+  double rope_attention_factor_ = 1.0;
   cu::PinnedBuffer best_pinned_, whole_row_host_;
   std::vector<TokenLogit> best_host_;
   std::vector<size_t> best_rows_;
@@ -787,7 +795,8 @@ MemoryNeeds estimate_llama_memory_cuda(const gguf::File& file, KvType kv_type) {
 
 std::unique_ptr<Model> load_llama_cuda(const gguf::File& file, const LoadOptions& options) {
   const DeviceChoice device = resolve_device(Device::Cuda);
-  const Hyperparameters h = read_hyperparameters(file);
+  Hyperparameters h = read_hyperparameters(file);
+  fit_rope_to_context(h, options.max_context);
   return std::make_unique<LlamaCudaModel>(file, h, options, device);
 }
 
