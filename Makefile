@@ -52,11 +52,15 @@ gpu-test: build
 	  SPLASH_TEST_MODEL=$$($(BUILD)/splash pull $(TEST_MODEL)) $(BUILD)/tests/gpu/splash_gpu_tests --gtest_brief=1; \
 	else echo "gpu-test: built without the CUDA backend (no nvcc)"; fi
 
+# Every unit test again under AddressSanitizer + UBSan, less the four longest model runs (7 of
+# the 11 instrumented minutes on 2 cores, measured 2026-12-05; they run in unit-test, and the
+# scheduler's eviction, preemption and batching tests still run here).
+ASAN_SKIPPED = SpeculativeOnModel.AdversarialDraftsChangeNoReply:SchedulerOnModel.ShortPromptIsNotQueuedBehindALongOne:SchedulerOnModel.ThirtyTwoConcurrentRequestsWithSharedPrefixes:PagedModel.EightBitCacheStaysCloseToSixteenBit
 asan-test: setup
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSPLASH_SANITIZE=ON > /dev/null
 	@ninja -C $(ASAN_BUILD) -j $(JOBS) splash_unit_tests
 	@SPLASH_TEST_MODEL=$$($(BUILD)/splash pull $(TEST_MODEL)) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  $(ASAN_BUILD)/tests/unit/splash_unit_tests --gtest_brief=1
+	  $(ASAN_BUILD)/tests/unit/splash_unit_tests --gtest_brief=1 --gtest_filter=-$(ASAN_SKIPPED)
 
 e2e-test: build
 	@scripts/setup.sh --python
