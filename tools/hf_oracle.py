@@ -96,6 +96,9 @@ def main() -> None:
         stretch = {"rope_type": "yarn", "factor": float(field(reader, f"{arch}.rope.scaling.factor")),
                    "original_max_position_embeddings": int(field(reader,
                                                                  f"{arch}.rope.scaling.original_context_length"))}
+        for key, name in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
+            if f"{arch}.rope.scaling.{key}" in reader.fields:
+                stretch[name] = float(field(reader, f"{arch}.rope.scaling.{key}"))
     elif scaling == "linear":
         stretch = {"rope_type": "linear", "factor": float(field(reader, f"{arch}.rope.scaling.factor"))}
     elif scaling not in (None, "none"):

@@ -55,6 +55,7 @@ RopeFrequencies rope_frequencies(double base, int head_dim, const RopeScaling& s
     }
     out.attention_factor = scaling.factor > 1.0 ? 0.1 * std::log(scaling.factor) + 1.0 : 1.0;
   }
+  out.attention_factor *= scaling.attention_multiplier;
   return out;
 }
 

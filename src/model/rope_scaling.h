@@ -23,6 +23,7 @@ struct RopeScaling {
   double factor = 1.0;       // the window stretched this many times
   int original_context = 0;  // YaRN: the window the frequencies were trained for
   double beta_fast = 32.0, beta_slow = 1.0;
+  double attention_multiplier = 1.0;  // the file's attn_factor: cos and sin times it (and YaRN's own)
   // "" for none, else e.g. "YaRN x2 over an original 32768-token window".
   std::string describe() const;
 };

@@ -99,8 +99,9 @@ def rope_frequencies(cfg: Config) -> tuple[np.ndarray, float]:
     if not scaling:
         return 1.0 / pos_freqs, 1.0
     factor = float(scaling["factor"])
+    multiplier = scaling.get("attention_multiplier", 1.0)
     if scaling["type"] == "linear":
-        return 1.0 / (factor * pos_freqs), 1.0
+        return 1.0 / (factor * pos_freqs), multiplier
     assert scaling["type"] == "yarn", scaling
     beta_fast, beta_slow = scaling.get("beta_fast", 32.0), scaling.get("beta_slow", 1.0)
     original = scaling["original_context"]
@@ -116,7 +117,7 @@ def rope_frequencies(cfg: Config) -> tuple[np.ndarray, float]:
     extrapolation = 1.0 - ramp  # the share of each pair's own (unstretched) frequency
     inv_freq = 1.0 / (factor * pos_freqs) * (1.0 - extrapolation) + 1.0 / pos_freqs * extrapolation
     attention_factor = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
-    return inv_freq, attention_factor
+    return inv_freq, attention_factor * multiplier
 
 
 def rope(x: np.ndarray, positions: np.ndarray, cfg: Config) -> np.ndarray:
@@ -292,14 +293,18 @@ def _field(reader: GGUFReader, key: str, default=None):
 
 
 def _rope_scaling(reader: GGUFReader, arch: str) -> dict | None:
-    kind = _field(reader, f"{arch}.rope.scaling.type")
-    if kind in (None, "none"):
+    """llama.cpp's reading of the rope.scaling keys: no type but a factor is linear; the factor
+    from rope.scaling.factor or the older rope.scale_linear; YaRN's betas 0 or absent as 32 / 1."""
+    kind = _field(reader, f"{arch}.rope.scaling.type", "linear")
+    factor = float(_field(reader, f"{arch}.rope.scaling.factor", _field(reader, f"{arch}.rope.scale_linear", 1.0)))
+    attn = float(_field(reader, f"{arch}.rope.scaling.attn_factor", 1.0))
+    if kind == "none" or (factor == 1.0 and attn == 1.0):
         return None
-    return {"type": kind, "factor": float(_field(reader, f"{arch}.rope.scaling.factor")),
+    return {"type": kind, "factor": factor, "attention_multiplier": attn,
             "original_context": int(_field(reader, f"{arch}.rope.scaling.original_context_length",
                                            _field(reader, f"{arch}.context_length"))),
-            "beta_fast": float(_field(reader, f"{arch}.rope.scaling.yarn_beta_fast", 32.0)),
-            "beta_slow": float(_field(reader, f"{arch}.rope.scaling.yarn_beta_slow", 1.0))}
+            "beta_fast": float(_field(reader, f"{arch}.rope.scaling.yarn_beta_fast", 0.0)) or 32.0,
+            "beta_slow": float(_field(reader, f"{arch}.rope.scaling.yarn_beta_slow", 0.0)) or 1.0}
 
 
 def load(path: str, act_quant: bool = False, kv_f16: bool = False, rope_scaling: dict | None = None) -> Model:

@@ -69,6 +69,30 @@ TEST(RopeFrequencies, YarnKeepsFastPairsStretchesSlowOnesAndRampsBetween) {
   EXPECT_EQ(ramped, 16);
 }
 
+// Golden values where the ramp's ends are not whole pairs (base 1e4, head size 64, YaRN x8
+// over 4096: the correction range 10.47 .. 22.55 truncated to 10 .. 23), from
+// tests/reference/llama_ref.py's rope_frequencies (transformers' yarn formulas, in float64).
+TEST(RopeFrequencies, YarnMatchesTransformersFormulasWithTruncatedRampEnds) {
+  RopeScaling yarn;
+  yarn.kind = RopeScaling::Kind::Yarn;
+  yarn.factor = 8.0;
+  yarn.original_context = 4096;
+  const double want[32] = {
+      1.0, 0.7498942093324559, 0.5623413251903491, 0.4216965034285823, 0.31622776601683794, 0.23713737056616555,
+      0.1778279410038923, 0.1333521432163324, 0.1, 0.07498942093324558, 0.056234132519034905, 0.03933130849285815,
+      0.02736586436684174, 0.018925386304799747, 0.01299511876566905, 0.008847401809545132, 0.005961538461538462,
+      0.003965786683969718, 0.002595421500878534, 0.0016624573692857571, 0.0010338215427473547,
+      0.0006156450966621605, 0.00034197680962286974, 0.0001666901790204155, 0.000125, 9.373677616655697e-05,
+      7.029266564879364e-05, 5.2712062928572786e-05, 3.952847075210474e-05, 2.9642171320770692e-05,
+      2.2228492625486534e-05, 1.666901790204155e-05};
+  const auto f = rope_frequencies(1e4, 64, yarn);
+  ASSERT_EQ(f.inv_freq.size(), 32u);
+  for (int i = 0; i < 32; ++i) EXPECT_NEAR(f.inv_freq[i] / want[i], 1.0, 1e-13) << i;
+  EXPECT_NEAR(f.attention_factor, 1.2079441541679836, 1e-15);
+  yarn.attention_multiplier = 0.5;  // a file's attn_factor multiplies YaRN's own
+  EXPECT_NEAR(rope_frequencies(1e4, 64, yarn).attention_factor, 0.5 * 1.2079441541679836, 1e-15);
+}
+
 TEST(RopeFrequencies, BadScalingsAreRefused) {
   RopeScaling bad;
   bad.kind = RopeScaling::Kind::Yarn;
@@ -97,10 +121,22 @@ TEST(FitRopeToContext, QwenPastItsWindowGetsTheYarnItNeeds) {
   EXPECT_EQ(h.rope_window, 65536);
   EXPECT_EQ(h.rope_scaling.describe(), "YaRN x2 over an original 32768-token window");
 
+  // Qwen3 files say 40960; the cards stretch the 32K pre-training window, at most 4x.
   auto qwen3 = hyperparameters("qwen3", 40960);
-  llama::fit_rope_to_context(qwen3, 1'000'000);  // past the cards' 4x: stretched 4x, no further
-  EXPECT_EQ(qwen3.rope_scaling.factor, 4.0);
-  EXPECT_EQ(qwen3.rope_window, 163840);
+  llama::fit_rope_to_context(qwen3, 40960);
+  EXPECT_EQ(qwen3.rope_scaling.kind, RopeScaling::Kind::None);
+  llama::fit_rope_to_context(qwen3, 65536);
+  EXPECT_EQ(qwen3.rope_scaling.factor, 2.0);
+  EXPECT_EQ(qwen3.rope_scaling.original_context, 32768);
+  auto far = hyperparameters("qwen3moe", 40960);
+  llama::fit_rope_to_context(far, 1'000'000);  // past 4x: stretched 4x, no further
+  EXPECT_EQ(far.rope_scaling.factor, 4.0);
+  EXPECT_EQ(far.rope_window, 131072);
+  // A window that is no whole multiple reaches exactly the context asked for.
+  auto odd = hyperparameters("qwen2", 1000);
+  llama::fit_rope_to_context(odd, 1001);
+  EXPECT_EQ(odd.rope_window, 1001);
+  EXPECT_EQ(odd.rope_scaling.factor, 1.001);
 }
 
 TEST(FitRopeToContext, WithinTheWindowOtherFamiliesAndStatedScalingsStayAsRead) {

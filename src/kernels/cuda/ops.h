@@ -231,7 +231,7 @@ struct QkvPostArgs {
   // Pair i at position p turns by p * rope_inv_freq[i] (head_dim / 2 doubles on the device;
   // model/rope_scaling.h), its cosine and sine scaled by rope_attention_factor.
   const double* rope_inv_freq = nullptr;
-  float rope_attention_factor = 1.0f;
+  double rope_attention_factor = 1.0;
   int layer = 0;
 };
 void qkv_post(const QkvPostArgs& args, const BatchLayout& batch, const KvPool& pool, Stream& stream);

@@ -12,47 +12,58 @@ namespace splash::model::llama {
 
 namespace {
 
-// llama.cpp's keys: rope.scaling.type (none, linear, yarn), .factor, .original_context_length,
-// .yarn_beta_fast, .yarn_beta_slow; older files state a linear factor as rope.scale_linear.
+// llama.cpp's keys and their reading: rope.scaling.type (none, linear, yarn; a file without
+// it but with a factor is linear), the factor as rope.scaling.factor or the older
+// rope.scale_linear, .attn_factor (a multiplier on cos and sin), .original_context_length,
+// .yarn_beta_fast and .yarn_beta_slow (0 or absent: 32 and 1, as transformers defaults them).
 RopeScaling read_rope_scaling(const gguf::File& file, const std::string& arch, int native_context) {
   auto key = [&](const char* suffix) { return arch + "." + suffix; };
+  const std::string type = file.opt_string(key("rope.scaling.type")).value_or("linear");
+  const double factor = file.opt_float(key("rope.scaling.factor")).value_or(
+      file.opt_float(key("rope.scale_linear")).value_or(1.0f));
   RopeScaling scaling;
-  const std::string type = file.opt_string(key("rope.scaling.type")).value_or("");
-  const auto factor = file.opt_float(key("rope.scaling.factor"));
-  if (type.empty() || type == "none") {
-    const auto linear = file.opt_float(key("rope.scale_linear"));
-    if (!linear || *linear == 1.0f) return scaling;
+  if (type == "none") return scaling;
+  if (type == "linear") {
     scaling.kind = RopeScaling::Kind::Linear;
-    scaling.factor = *linear;
-  } else if (type == "linear") {
-    scaling.kind = RopeScaling::Kind::Linear;
-    scaling.factor = factor.value_or(1.0f);
   } else if (type == "yarn") {
     scaling.kind = RopeScaling::Kind::Yarn;
-    scaling.factor = factor.value_or(1.0f);
-    scaling.original_context =
-        static_cast<int>(file.opt_uint(key("rope.scaling.original_context_length")).value_or(native_context));
-    scaling.beta_fast = file.opt_float(key("rope.scaling.yarn_beta_fast")).value_or(32.0f);
-    scaling.beta_slow = file.opt_float(key("rope.scaling.yarn_beta_slow")).value_or(1.0f);
+    const uint64_t original = file.opt_uint(key("rope.scaling.original_context_length")).value_or(native_context);
+    if (original == 0 || original > (1u << 24))
+      fail("{}: RoPE scaling's original context length {} is out of range", file.path(), original);
+    scaling.original_context = static_cast<int>(original);
+    const float fast = file.opt_float(key("rope.scaling.yarn_beta_fast")).value_or(0.0f);
+    const float slow = file.opt_float(key("rope.scaling.yarn_beta_slow")).value_or(0.0f);
+    scaling.beta_fast = fast != 0.0f ? fast : 32.0;
+    scaling.beta_slow = slow != 0.0f ? slow : 1.0;
   } else {
     fail("{}: RoPE scaling '{}' is not supported (none, linear, yarn)", file.path(), type);
   }
-  if (!(scaling.factor >= 1.0 && scaling.factor <= 1024.0))
-    fail("{}: RoPE scaling factor {} is out of range (1 to 1024)", file.path(), scaling.factor);
-  if (scaling.factor == 1.0) scaling = RopeScaling{};
+  if (!(factor >= 1.0 && factor <= 1024.0))
+    fail("{}: RoPE scaling factor {} is out of range (1 to 1024)", file.path(), factor);
+  scaling.factor = factor;
+  scaling.attention_multiplier = file.opt_float(key("rope.scaling.attn_factor")).value_or(1.0f);
+  if (!(scaling.attention_multiplier > 0.0 && scaling.attention_multiplier <= 16.0))
+    fail("{}: RoPE scaling's attention factor {} is out of range", file.path(), scaling.attention_multiplier);
+  if (factor == 1.0 && scaling.attention_multiplier == 1.0) return RopeScaling{};
   return scaling;
 }
 
 }  // namespace
 
 void fit_rope_to_context(Hyperparameters& h, int context) {
-  constexpr double kQwenYarnLimit = 4.0;  // Qwen2.5's and Qwen3's model cards: factor 4 over the trained window
+  // Qwen's recipe (the Qwen2.5 7B-72B and Qwen3 model cards): YaRN over the 32K pre-training
+  // window (Qwen3 files say 40960, its post-training window), at most factor 4. The small
+  // Qwen2.5 cards state 32K without it; asked explicitly for more, they get the family's
+  // recipe too, and the summary says so.
+  constexpr int kQwenOriginal = 32768, kQwenMaxFactor = 4;
   const bool qwen = h.architecture == "qwen2" || h.architecture == "qwen3" || h.architecture == "qwen3moe";
   if (context <= h.rope_window || h.rope_scaling.kind != RopeScaling::Kind::None || !qwen) return;
+  const int original = std::min(h.native_context, kQwenOriginal);
+  const int64_t reach = std::min<int64_t>(context, static_cast<int64_t>(kQwenMaxFactor) * original);
   h.rope_scaling.kind = RopeScaling::Kind::Yarn;
-  h.rope_scaling.factor = std::min(kQwenYarnLimit, static_cast<double>(context) / h.native_context);
-  h.rope_scaling.original_context = h.native_context;
-  h.rope_window = static_cast<int>(h.rope_scaling.factor * h.native_context);
+  h.rope_scaling.original_context = original;
+  h.rope_scaling.factor = static_cast<double>(reach) / original;
+  h.rope_window = static_cast<int>(reach);
 }
 
 Hyperparameters read_hyperparameters(const gguf::File& file) {
@@ -81,8 +92,12 @@ Hyperparameters read_hyperparameters(const gguf::File& file) {
   h.rope_base = file.opt_float(key("rope.freq_base")).value_or(10000.0f);
   h.rope_scaling = read_rope_scaling(file, arch, h.native_context);
   h.rope_window = h.native_context;
+  // A file that states YaRN may give its pre-training window as context_length or the
+  // stretched one; it reaches whichever is larger. A linear factor is taken as already in
+  // context_length (position interpolation is fine-tuned at the stretched window).
   if (h.rope_scaling.kind == RopeScaling::Kind::Yarn)
-    h.rope_window = std::max(h.native_context, static_cast<int>(h.rope_scaling.factor * h.rope_scaling.original_context));
+    h.rope_window = static_cast<int>(std::clamp<double>(h.rope_scaling.factor * h.rope_scaling.original_context,
+                                                        h.native_context, 1 << 30));
   h.rms_eps = file.opt_float(key("attention.layer_norm_rms_epsilon")).value_or(1e-5f);
   const auto& embedding = file.tensor("token_embd.weight");
   if (embedding.dims.size() != 2) fail("{}: token_embd.weight must be 2-dimensional", file.path());

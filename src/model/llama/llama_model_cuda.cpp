@@ -592,7 +592,7 @@ class LlamaCudaModel final : public Model {
     post.norm_eps = h_.rms_eps;
     post.neox_rope = h_.neox_rope;
     post.rope_inv_freq = rope_inv_freq_.as<double>();
-    post.rope_attention_factor = static_cast<float>(rope_attention_factor_);
+    post.rope_attention_factor = rope_attention_factor_;
     post.layer = l;
     return post;
   }
