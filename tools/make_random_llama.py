@@ -221,6 +221,9 @@ class Shape:
     rope_scaling: str | None = None
     rope_scale: float = 1.0
     rope_original_context: int = 0
+    # More metadata, as (key, value) pairs: str written as a string, float as float32, int as
+    # uint32 (tests of how files with unusual keys are read).
+    extra_keys: tuple = ()
 
     @property
     def dim(self) -> int:
@@ -336,6 +339,13 @@ def write_gguf(path: str, tensors, shape: Shape, tokenizer, name: str, vocab: in
         writer.add_float32(f"{shape.arch}.rope.scaling.factor", shape.rope_scale)
         if shape.rope_original_context:
             writer.add_uint32(f"{shape.arch}.rope.scaling.original_context_length", shape.rope_original_context)
+    for key, value in shape.extra_keys:
+        if isinstance(value, str):
+            writer.add_string(key, value)
+        elif isinstance(value, float):
+            writer.add_float32(key, value)
+        else:
+            writer.add_uint32(key, value)
     if shape.head_dim is not None:
         writer.add_key_length(shape.head_dim)
         writer.add_value_length(shape.head_dim)

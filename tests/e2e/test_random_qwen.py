@@ -313,3 +313,51 @@ def test_stretched_rope_matches_reference(splash_binary, models, case, tmp_path)
     unstretched = compare(ref.logits(ids), eng)
     print(f"  without the stretch: max_abs={unstretched['max_abs']:.4g}")
     assert unstretched["max_abs"] > 20 * max_abs, f"the stretch changes too little to be tested: {unstretched}"
+
+
+# How the rope.scaling keys are read (llama.cpp's way) and refused: one line each.
+@pytest.mark.parametrize("keys, says", [
+    ((("qwen2.rope.scaling.factor", 2.0),), "rope         linear x2 (reaches 512 tokens)"),  # no type: linear
+    ((("qwen2.rope.scale_linear", 2.0),), "rope         linear x2 (reaches 512 tokens)"),   # the older key
+    ((("qwen2.rope.scaling.type", "none"), ("qwen2.rope.scaling.factor", 4.0)), None),      # none: nothing
+    ((("qwen2.rope.scaling.type", "yarn"), ("qwen2.rope.scaling.factor", 4.0),
+      ("qwen2.rope.scaling.original_context_length", 256), ("qwen2.rope.scaling.yarn_beta_fast", 0.0),
+      ("qwen2.rope.scaling.yarn_beta_slow", 0.0)),
+     "rope         YaRN x4 over an original 256-token window (reaches 1024 tokens)"),        # betas 0: defaults
+])
+def test_rope_scaling_keys_are_read_as_llama_cpp_reads_them(splash_binary, models, tmp_path, keys, says):
+    shape = mrl.Shape(**{**mrl.QWEN_SHAPES["qwen2"].__dict__, "context": 512, "extra_keys": keys})
+    path = tmp_path / "keys.gguf"
+    mrl.make_model(str(path), models.tokenizer, mrl.tensor_types("float", layers=shape.layers), shape, seed=SEED,
+                   name="random-qwen2-keys")
+    proc = run_engine(splash_binary, ["run", "--model", str(path), "--max-context", "256", "-n", "1",
+                                      "--temperature", "0", "hi"])
+    if says:
+        assert says in proc.stderr, proc.stderr
+    else:
+        assert "rope " not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("keys, says", [
+    ((("qwen2.rope.scaling.type", "dynamic"), ("qwen2.rope.scaling.factor", 2.0)),
+     "RoPE scaling 'dynamic' is not supported (none, linear, yarn)"),
+    ((("qwen2.rope.scaling.type", "yarn"), ("qwen2.rope.scaling.factor", 0.5)),
+     "RoPE scaling factor 0.5 is out of range (1 to 1024)"),
+    ((("qwen2.rope.scaling.type", "linear"), ("qwen2.rope.scaling.factor", float("nan"))),
+     "RoPE scaling factor nan is out of range (1 to 1024)"),
+    ((("qwen2.rope.scaling.type", "yarn"), ("qwen2.rope.scaling.factor", 2.0),
+      ("qwen2.rope.scaling.original_context_length", 0)),
+     "RoPE scaling's original context length 0 is out of range"),
+    ((("qwen2.rope.scaling.type", "linear"), ("qwen2.rope.scaling.factor", 2.0),
+      ("qwen2.rope.scaling.attn_factor", -1.0)),
+     "RoPE scaling's attention factor -1 is out of range"),
+])
+def test_bad_rope_scaling_is_refused_clearly(splash_binary, models, tmp_path, keys, says):
+    shape = mrl.Shape(**{**mrl.QWEN_SHAPES["qwen2"].__dict__, "context": 512, "extra_keys": keys})
+    path = tmp_path / "bad.gguf"
+    mrl.make_model(str(path), models.tokenizer, mrl.tensor_types("float", layers=shape.layers), shape, seed=SEED,
+                   name="random-qwen2-bad-rope")
+    proc = subprocess.run([splash_binary, "run", "--model", str(path), "-n", "1", "hi"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0 and says in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
