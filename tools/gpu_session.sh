@@ -277,6 +277,28 @@ phase_ncu() {
 # Each kernel of a batch-1 decode step alone (ncu serializes them and flushes the caches
 # between): its duration and the bytes it reads from DRAM, so its share of the bandwidth
 # says which kernels are latency-bound and which stream. Skips prefill and the first steps.
+# The decode attention kernels alone under ncu at one depth (default 32768): time and DRAM
+# bytes of each layer's launch for one decode token, against the K/V bytes it must read.
+phase_ncu_depth() {
+  local model=$KEEP/qwen3-8b-q4km.gguf depth=${1:-32768}
+  make_8b "$model" || { row ncu-depth "failed to make the model"; return; }
+  LD_LIBRARY_PATH="$SPLASH_LIBS" timeout 240 ncu --csv --page raw --print-units base -k regex:attention_decode \
+    --launch-skip 36 --launch-count 36 --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size \
+    .gpu/bin/splash bench --device cuda -m "$model" --prompt-sizes "$depth" --decode-tokens 3 --repetitions 1 \
+    > "$OUT/ncu_depth.csv" 2> "$OUT/ncu_depth.err"
+  row ncu-depth "rc=$? $(python3 - "$OUT/ncu_depth.csv" <<'PY'
+import csv, sys
+lines = open(sys.argv[1]).read().splitlines()
+lines = lines[next(i for i, l in enumerate(lines) if l.startswith('"ID"')):]
+rows = [r for r in csv.DictReader(lines) if r.get("gpu__time_duration.sum", "").replace(",", "").replace(".", "").isdigit()]
+t = [float(r["gpu__time_duration.sum"].replace(",", "")) / 1e3 for r in rows]
+b = [float(r["dram__bytes_read.sum"].replace(",", "")) / 1e6 for r in rows]
+print(f"{len(rows)} launches, grid {rows[0]['launch__grid_size'] if rows else '?'}: {sum(t)/max(len(t),1):.2f} us and "
+      f"{sum(b)/max(len(b),1):.1f} MB read a launch, {sum(b)/max(sum(t),1e-9)*1e3:.0f} GB/s")
+PY
+)"
+}
+
 phase_ncu_decode() {
   local model=$KEEP/qwen3-8b-q4km.gguf
   make_8b "$model" || { row ncu-decode "failed to make the model"; return; }
@@ -516,6 +538,7 @@ case "${1:-tests}" in
   sanitize) phase_fixtures > /dev/null; phase_sanitize "${2:-*}" ;;
   ncu) phase_ncu ;;
   ncu-decode) phase_ncu_decode ;;
+  ncu-depth) phase_ncu_depth "${2:-32768}" ;;
   env-sweep) phase_env_sweep ;;
   depth-sweep) phase_depth_sweep ;;
   sweep-tests) phase_fixtures > /dev/null
