@@ -5,7 +5,7 @@
 // frequencies come from, so that the CPU tables and the GPU kernels turn by the same angles.
 //
 // Stretching (the GGUF's `<arch>.rope.scaling.*`, or chosen at load for a window past the
-// trained one where the family's model card allows it):
+// trained one where the family's recipe has it: llama_hparams.h fit_rope_to_context):
 //   linear  every frequency divided by the factor (position interpolation);
 //   YaRN    (Peng et al. 2023, as transformers' "yarn" rope type and llama.cpp compute it)
 //           pairs that turn fewer than beta_slow times over the original window are divided

@@ -37,10 +37,10 @@ struct Hyperparameters {
 // Reads and checks them; throws splash::Error naming what is inconsistent or unsupported.
 Hyperparameters read_hyperparameters(const gguf::File& file);
 
-// A load's context past rope_window stretches RoPE with YaRN where the family's model card
-// allows it (Qwen2.5 and Qwen3: up to 4x the trained window, the factor the context over
-// that window, as the cards advise; no stretching beyond what the context needs). Files that
-// state their own scaling, other families and contexts within the window are left as read.
+// A load's context past rope_window stretches RoPE with YaRN for the Qwen families (Qwen's
+// recipe: over the 32K pre-training window, by the factor the context needs, at most 4x).
+// Files that state their own scaling, other families and contexts within the window are
+// left as read.
 void fit_rope_to_context(Hyperparameters& h, int context);
 
 // A matrix tensor of the file, checked against the shape [rows][cols] the architecture
