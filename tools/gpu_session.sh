@@ -282,19 +282,27 @@ phase_ncu() {
 phase_ncu_depth() {
   local model=$KEEP/qwen3-8b-q4km.gguf depth=${1:-32768}
   make_8b "$model" || { row ncu-depth "failed to make the model"; return; }
-  LD_LIBRARY_PATH="$SPLASH_LIBS" timeout 240 ncu --csv --page raw --print-units base -k regex:attention_decode \
-    --launch-skip 36 --launch-count 36 --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size \
-    .gpu/bin/splash bench --device cuda -m "$model" --prompt-sizes "$depth" --decode-tokens 3 --repetitions 1 \
-    > "$OUT/ncu_depth.csv" 2> "$OUT/ncu_depth.err"
-  row ncu-depth "rc=$? $(python3 - "$OUT/ncu_depth.csv" <<'PY'
-import csv, sys
+  # Every attention launch of the run (the bench's short warm-up passes too), grouped by grid:
+  # the depth-D decode launches are the ones with the most blocks.
+  LD_LIBRARY_PATH="$SPLASH_LIBS" timeout 300 ncu --csv --page raw --print-units base -k regex:"attention_decode|merge_splits" \
+    --launch-count 400 --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size \
+    .gpu/bin/splash bench --device cuda -m "$model" --prompt-sizes 16 --decode-depths "$depth" --decode-tokens 3 --repetitions 1 \
+    > "$OUT/ncu_depth_$depth.csv" 2> "$OUT/ncu_depth_$depth.err"
+  row "ncu-depth $depth" "rc=$? $(python3 - "$OUT/ncu_depth_$depth.csv" <<'PY'
+import collections, csv, sys
 lines = open(sys.argv[1]).read().splitlines()
 lines = lines[next(i for i, l in enumerate(lines) if l.startswith('"ID"')):]
+number = lambda r, k: float(r[k].replace(",", ""))
 rows = [r for r in csv.DictReader(lines) if r.get("gpu__time_duration.sum", "").replace(",", "").replace(".", "").isdigit()]
-t = [float(r["gpu__time_duration.sum"].replace(",", "")) / 1e3 for r in rows]
-b = [float(r["dram__bytes_read.sum"].replace(",", "")) / 1e6 for r in rows]
-print(f"{len(rows)} launches, grid {rows[0]['launch__grid_size'] if rows else '?'}: {sum(t)/max(len(t),1):.2f} us and "
-      f"{sum(b)/max(len(b),1):.1f} MB read a launch, {sum(b)/max(sum(t),1e-9)*1e3:.0f} GB/s")
+groups = collections.defaultdict(list)
+for r in rows:
+    groups[(r["Kernel Name"].split("(")[0].split("<")[0].split()[-1], r["launch__grid_size"])].append(r)
+out = []
+for (kernel, grid), rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+    t = sum(number(r, "gpu__time_duration.sum") for r in rs) / 1e3
+    b = sum(number(r, "dram__bytes_read.sum") for r in rs) / 1e6
+    out.append(f"{kernel} grid {grid} x{len(rs)}: {t/len(rs):.2f} us, {b/len(rs):.1f} MB a launch, {b/max(t,1e-9)*1e3:.0f} GB/s")
+print("; ".join(out))
 PY
 )"
 }
@@ -348,13 +356,12 @@ sweep() {
 # tools/gpu_session.sh env-sweep.
 phase_env_sweep() { sweep sweep --prompt-sizes 512 --decode-tokens 256 --repetitions 3; }
 
-# Decode after 512 tokens and at depth 8K and 32K, then the default's decode step by step at
-# 32K (SPLASH_CUDA_PROFILE): for the attention's launch shape.
+# Decode after 512 tokens and at depth 8K and 32K, then the decode attention alone under ncu
+# at 32K (phase_ncu_depth). (`splash bench --prompt-sizes N` decodes after a short prompt,
+# not at N: a step-by-step profile at depth needs --decode-depths.)
 phase_depth_sweep() {
   sweep depth --prompt-sizes 512 --decode-tokens 128 --repetitions 2 --decode-depths 8192,32768 || return
-  SPLASH_CUDA_PROFILE=1 splash bench --device cuda -m "$KEEP/qwen3-8b-q4km.gguf" --prompt-sizes 32768 \
-    --decode-tokens 64 --repetitions 1 > "$OUT/profile_depth32k.txt" 2>&1
-  grep -A14 "passes of 1 tokens" "$OUT/profile_depth32k.txt"
+  phase_ncu_depth 32768
 }
 
 # A change against the build before it, in one lease: .gpu/old/splash.xz (a stripped splash
