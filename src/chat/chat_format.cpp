@@ -189,6 +189,10 @@ constexpr KnownQwen25Template kQwen25Templates[] = {
 // (tests/golden/chat_qwen3.json holds it and its renderings).
 constexpr uint64_t kQwen3TemplateFnv = 0x5dd4244f5f466bc0ull;
 constexpr size_t kQwen3TemplateBytes = 4116;
+// Qwen3-Coder's template (as llama.cpp's models/templates/Qwen3-Coder.jinja has it; tests/
+// golden/chat_qwen3_coder.json holds it and its renderings).
+constexpr uint64_t kQwen3CoderTemplateFnv = 0x4fe0f3088a405011ull;
+constexpr size_t kQwen3CoderTemplateBytes = 6147;
 constexpr std::string_view kQwen25SystemPrompt = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
 // SmolVLM-256M/500M-Instruct's template (Idefics3 on SmolLM2): content is a list of parts,
@@ -246,6 +250,8 @@ std::unique_ptr<ChatFormat> chat_format_for_template(const std::string& architec
         /*known_roles_only=*/true, known.call_example);
   }
   if (text.size() == kQwen3TemplateBytes && fnv1a(text) == kQwen3TemplateFnv) return std::make_unique<Qwen3Format>();
+  if (text.size() == kQwen3CoderTemplateBytes && fnv1a(text) == kQwen3CoderTemplateFnv)
+    return std::make_unique<Qwen3CoderFormat>();
   if (text == kSmolVlmTemplate) return std::make_unique<SmolVlmFormat>();
   if (text == kPlainChatMlTemplate) {
     return std::make_unique<ChatMlFormat>("chatml", "", true,

@@ -15,6 +15,7 @@
 
 #include "chat/tool_prompt.h"
 #include "chat/tool_spec.h"
+#include "chat/xml_tool_format.h"
 #include "tokenizer/tokenizer.h"
 
 namespace splash::gguf {
@@ -80,6 +81,8 @@ class ChatFormat {
   virtual bool thinks() const;
   // Texts that end the assistant's reply when they appear in generated text.
   virtual std::vector<std::string> stop_texts() const;
+  // How the family's model writes tool calls (and so how replies are parsed and constrained).
+  virtual ToolCallSyntax tool_call_syntax() const { return ToolCallSyntax::Json; }
   // The text this format writes where an image goes (a control token of the vocabulary, e.g.
   // "<image>"); empty when the family has no place for images.
   virtual std::string image_marker() const;
@@ -142,6 +145,23 @@ class Qwen3Format : public ChatFormat {
  private:
   RenderedPrompt render(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools, bool add_generation_prompt,
                         bool thinking) const;
+};
+
+// Qwen3-Coder (Qwen3-Coder-30B-A3B and 480B-A35B): ChatML whose system turn is the client's,
+// or, only when there are tools, Qwen3-Coder's default one; the tools listed as XML and calls
+// written in the qwen3_coder format (chat/xml_tool_format.h); no reasoning.
+// tests/golden/chat_qwen3_coder.json holds the template and its renderings.
+class Qwen3CoderFormat : public ChatFormat {
+ public:
+  RenderedPrompt render_conversation(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
+                                     bool add_generation_prompt) const override;
+  std::vector<std::string> stop_texts() const override;
+  ToolCallSyntax tool_call_syntax() const override { return ToolCallSyntax::Xml; }
+  std::string name() const override { return "qwen3-coder"; }
+  bool recognized() const override { return true; }
+  std::string description() const override {
+    return "qwen3-coder: ChatML with the qwen3_coder XML tool-call format (recognised chat template)";
+  }
 };
 
 // SmolVLM (Idefics3 fine-tunes of SmolLM2): one "<|im_start|>" opens the conversation, then

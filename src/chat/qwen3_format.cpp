@@ -3,6 +3,7 @@
 #include <string_view>
 
 #include "chat/chat_format.h"
+#include "chat/prompt_writer.h"
 #include "chat/tool_prompt.h"
 
 namespace splash::chat {
@@ -46,18 +47,6 @@ size_t last_query_index(std::span<const ChatMessage> messages) {
   return messages.empty() ? 0 : messages.size() - 1;
 }
 
-class Writer {
- public:
-  void markup(std::string_view text) { out_.text += text; }
-  void content(std::string_view text) {  // message text: kept from acting as control tokens
-    out_.content.push_back({out_.text.size(), out_.text.size() + text.size()});
-    out_.text += text;
-  }
-  RenderedPrompt take() { return std::move(out_); }
-
- private:
-  RenderedPrompt out_;
-};
 
 }  // namespace
 
@@ -75,7 +64,7 @@ std::vector<std::string> Qwen3Format::stop_texts() const { return {"<|im_end|>",
 
 RenderedPrompt Qwen3Format::render(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
                                    bool add_generation_prompt, bool thinking) const {
-  Writer w;
+  PromptWriter w;
   const bool system_first = !messages.empty() && messages.front().role == "system";
   if (!tools.empty()) {
     w.markup("<|im_start|>system\n");

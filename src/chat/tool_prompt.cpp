@@ -50,6 +50,8 @@ ordered_json tool_line(const ToolSpec& tool) {
 
 }  // namespace
 
+std::string python_json(const ordered_json& value) { return spaced_json(value); }
+
 bool is_valid_tool_name(std::string_view name) {
   if (name.empty() || name.size() > 128) return false;
   for (unsigned char c : name) {

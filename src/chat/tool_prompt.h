@@ -59,6 +59,10 @@ std::vector<ChatMessage> lower_tool_turns(std::span<const ChatMessage> messages,
                                           std::string_view system_prompt_when_missing,
                                           CallExampleBraces braces = CallExampleBraces::Single);
 
+// JSON as Python's json.dumps writes it (", " and ": " separators, non-ASCII kept), which is
+// what Qwen's templates' `tojson` wrote in the prompts the models were trained on.
+std::string python_json(const nlohmann::ordered_json& value);
+
 // Whether `name` can be written into the format unambiguously (letters, digits, _ - . :).
 bool is_valid_tool_name(std::string_view name);
 

@@ -56,6 +56,9 @@ struct ChatRequest {
   bool parallel_tool_calls = true;
   OutputFormat output_format;
   ReasoningSettings reasoning;
+  // How the model writes tool calls (its chat format's, ChatFormat::tool_call_syntax): the
+  // calls' grammar and parser follow it. Set by whoever holds the chat format.
+  chat::ToolCallSyntax tool_syntax = chat::ToolCallSyntax::Json;
   // Compiled from tools / tool_choice / output_format by compile_output_constraints() before
   // submission (so schema errors are the caller's 400s); null when nothing is constrained.
   std::shared_ptr<const OutputConstraints> constraints;

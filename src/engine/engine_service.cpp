@@ -155,6 +155,10 @@ std::shared_ptr<ChatTicket> EngineService::submit(ChatRequest request, ChatEvent
 }
 
 void EngineService::submit(const std::shared_ptr<ChatTicket>& ticket, ChatRequest request, ChatEventSink sink) {
+  // Tool calls are written, parsed and constrained in the model's own syntax; constraints
+  // compiled for another are compiled again (prepare).
+  request.tool_syntax = chat_.tool_call_syntax();
+  if (request.constraints && request.constraints->syntax != request.tool_syntax) request.constraints = nullptr;
   ticket->request_ = std::move(request);
   ticket->sink_ = std::move(sink);
   if (const std::string problem = encode_images(*ticket); !problem.empty()) {

@@ -131,6 +131,10 @@ class EngineService {
   std::vector<int32_t> encode_chat(std::span<const chat::ChatMessage> messages,
                                    std::span<const chat::ToolSpec> tools = {}) const;
 
+  // How the model writes tool calls (its chat format's): requests compiled ahead of submit()
+  // (a server's HTTP thread) set ChatRequest::tool_syntax to it.
+  chat::ToolCallSyntax tool_call_syntax() const { return chat_.tool_call_syntax(); }
+
   EngineCounters counters() const;
   LatencySnapshots latencies() const { return {time_to_first_token_.snapshot(), inter_token_.snapshot()}; }
   ImageFeatureCacheCounters image_cache_counters() const { return image_features_.counters(); }

@@ -54,10 +54,90 @@ GrammarBuilder::Id call_body(GrammarBuilder& b, const ChatRequest& request) {
   return b.sequence({b.literal(chat::kToolCallBodyStart), b.choice(std::move(alternatives)), b.literal(chat::kToolCallEnd)});
 }
 
+// The XML syntax's text value: any bytes after which kXmlParameterClose comes first where
+// the value ends. States k = 0..13 of matching "\n</parameter>\n" (D): from k, D[k] leads to
+// k + 1 (k + 1 = 14 would be D inside the value), "\n" back to 1, any other byte to 0; the
+// value may end in any state but 13 (then D's own first "\n" would complete D early).
+GrammarBuilder::Id xml_text_value(GrammarBuilder& b) {
+  constexpr std::string_view kClose = chat::kXmlParameterClose;
+  const int n = static_cast<int>(kClose.size());
+  std::vector<GrammarBuilder::Id> states;
+  for (int k = 0; k < n; ++k) states.push_back(b.rule(fmt::format("xml_text_{}", k)));
+  for (int k = 0; k < n; ++k) {
+    std::vector<GrammarBuilder::Id> next;
+    if (k != n - 1) next.push_back(b.literal(""));
+    if (k + 1 < n) next.push_back(b.sequence({b.literal(kClose.substr(static_cast<size_t>(k), 1)), states[static_cast<size_t>(k) + 1]}));
+    if (kClose[static_cast<size_t>(k)] != '\n') next.push_back(b.sequence({b.literal("\n"), states[1]}));
+    grammar::ByteSet others;
+    for (int byte = 0; byte < 256; ++byte)
+      if (byte != static_cast<unsigned char>(kClose[static_cast<size_t>(k)]) && byte != '\n') others.add(static_cast<uint8_t>(byte));
+    next.push_back(b.sequence({b.char_class(others), states[0]}));
+    b.define(states[static_cast<size_t>(k)], b.choice(std::move(next)));
+  }
+  return states[0];
+}
+
+// One call's body in the XML syntax: "\n<function=NAME>\n", the parameters, "</function>\n</tool_call>".
+GrammarBuilder::Id xml_call_body(GrammarBuilder& b, const ChatRequest& request) {
+  const GrammarBuilder::Id text = xml_text_value(b);
+  auto parameter = [&](const std::string& name, GrammarBuilder::Id value) {
+    return b.sequence({b.literal(std::string(chat::kXmlParameterOpen) + name + ">\n"), value,
+                       b.literal(chat::kXmlParameterClose)});
+  };
+  std::vector<GrammarBuilder::Id> alternatives;
+  for (const chat::ToolSpec& tool : request.tools) {
+    if (request.tool_choice == ToolChoice::Named && tool.name != request.tool_choice_name) continue;
+    std::vector<GrammarBuilder::Id> parts{b.literal(std::string(chat::kXmlFunctionOpen) + tool.name + ">\n")};
+    if (tool.kind == chat::ToolSpec::Kind::Custom) {
+      GrammarBuilder::Id input = text;
+      if (!tool.lark_grammar.empty()) {
+        try {
+          input = b.lark(tool.lark_grammar);
+        } catch (const Error& e) {
+          fail("tool '{}': its Lark grammar: {}", tool.name, e.what());
+        }
+      }
+      parts.push_back(parameter(std::string(chat::kCustomToolInput), input));
+    } else {
+      const auto properties = tool.parameters.find("properties");
+      const auto required = tool.parameters.find("required");
+      if (properties != tool.parameters.end() && properties->is_object()) {
+        for (const auto& [name, schema] : properties->items()) {
+          // Text: the enum's or const's strings as they are, else any text (a string's length
+          // or pattern is not held to in this syntax); JSON: the property's schema.
+          GrammarBuilder::Id value = text;
+          if (chat::xml_value_kind(tool, name) == chat::XmlValueKind::Text && schema.is_object()) {
+            std::vector<GrammarBuilder::Id> literals;
+            if (const auto only = schema.find("const"); only != schema.end() && only->is_string()) literals.push_back(b.literal(only->get<std::string>()));
+            if (const auto choices = schema.find("enum"); choices != schema.end() && choices->is_array())
+              for (const auto& c : *choices)
+                if (c.is_string()) literals.push_back(b.literal(c.get<std::string>()));
+            if (!literals.empty()) value = b.choice(std::move(literals));
+          } else if (chat::xml_value_kind(tool, name) != chat::XmlValueKind::Text) {
+            try {
+              value = b.json_schema(schema);
+            } catch (const Error& e) {
+              if (tool.strict) fail("tool '{}': parameter '{}': {}", tool.name, name, e.what());
+              value = b.json_value();
+            }
+          }
+          const bool must = required != tool.parameters.end() && required->is_array() &&
+                            std::find(required->begin(), required->end(), name) != required->end();
+          parts.push_back(must ? parameter(name, value) : b.optional(parameter(name, value)));
+        }
+      }
+    }
+    parts.push_back(b.literal(chat::kXmlFunctionClose));
+    alternatives.push_back(b.sequence(std::move(parts)));
+  }
+  if (alternatives.empty()) fail("tool_choice names '{}', which is not one of the tools", request.tool_choice_name);
+  return b.sequence({b.literal(chat::kToolCallBodyStart), b.choice(std::move(alternatives)), b.literal(chat::kToolCallEnd)});
+}
+
 std::shared_ptr<const grammar::Grammar> build_calls(const ChatRequest& request, std::string_view prefix) {
   GrammarBuilder b;
   b.single_line_json();  // the format puts a call's JSON on one line
-  const auto body = call_body(b, request);
+  const auto body = request.tool_syntax == chat::ToolCallSyntax::Xml ? xml_call_body(b, request) : call_body(b, request);
   return b.build(prefix.empty() ? body : b.sequence({b.literal(prefix), body}));
 }
 
@@ -119,6 +199,8 @@ void check_within_bounds(const std::shared_ptr<const grammar::Grammar>& g, std::
 std::shared_ptr<const OutputConstraints> compile_uncached(const ChatRequest& request) {
   auto out = std::make_shared<OutputConstraints>();
   out->tool_choice = request.tool_choice;
+  out->syntax = request.tool_syntax;
+  if (out->syntax == chat::ToolCallSyntax::Xml) out->tools = request.tools;
   out->parallel_tool_calls = request.parallel_tool_calls && request.tool_choice != ToolChoice::Named;
   out->has_tools = !request.tools.empty();
   if (out->has_tools && request.tool_choice != ToolChoice::None) {
@@ -128,7 +210,10 @@ std::shared_ptr<const OutputConstraints> compile_uncached(const ChatRequest& req
     if (out->parallel_tool_calls) out->next_call = build_calls(request, std::string("\n") + std::string(chat::kToolCallOpen));
   }
   out->text = build_text(request.output_format);
-  if (out->call_body && request.tool_choice == ToolChoice::Auto && !out->text) out->bare_call = build_bare_call(request);
+  // (A bare JSON call is how small models of the JSON syntax slip; not this syntax's.)
+  if (out->call_body && request.tool_choice == ToolChoice::Auto && !out->text &&
+      request.tool_syntax == chat::ToolCallSyntax::Json)
+    out->bare_call = build_bare_call(request);
   check_within_bounds(out->text, "response format");
   if (out->call_body) {
     // Each function's arguments where they start too: in the calls' grammars the name and
@@ -206,6 +291,7 @@ std::shared_ptr<const OutputConstraints> compile_output_constraints(const ChatRe
 
 size_t OutputConstraints::memory_bytes() const {
   size_t bytes = sizeof(*this);
+  for (const auto& tool : tools) bytes += tool.parameters.dump().size() + tool.lark_grammar.size() + tool.name.size();
   for (const auto* g : {&call_body, &first_call, &next_call, &text, &bare_call})
     if (*g) bytes += (*g)->memory_bytes();
   return bytes;
@@ -229,6 +315,7 @@ ReplyShaper::ReplyShaper(std::shared_ptr<const OutputConstraints> constraints, c
                          std::shared_ptr<const grammar::TokenTrie> trie)
     : constraints_(std::move(constraints)), tokenizer_(tokenizer), trie_(std::move(trie)) {
   if (!constraints_) return;
+  stream_ = ToolCallStream(constraints_->syntax, constraints_->tools);
   if (constraints_->first_call) {
     calls_started_ = true;
     call_open_ = true;

@@ -32,9 +32,14 @@ namespace splash::engine {
 
 struct OutputConstraints {
   ToolChoice tool_choice = ToolChoice::Auto;
+  chat::ToolCallSyntax syntax = chat::ToolCallSyntax::Json;
+  // The XML syntax: the tools, for which of a call's parameters are text (ToolCallStream).
+  std::vector<chat::ToolSpec> tools;
   bool parallel_tool_calls = true;
   bool has_tools = false;
-  // After "<tool_call>": "\n" + one call of any allowed tool + "\n</tool_call>".
+  // After "<tool_call>": "\n" + one call of any allowed tool + "\n</tool_call>" (the call in
+  // the request's syntax: JSON, or XML with the parameters in the schema's order, required
+  // ones present, string values as raw text and others as JSON).
   std::shared_ptr<const grammar::Grammar> call_body;
   // "<tool_call>" + call_body: the first call when calls are required.
   std::shared_ptr<const grammar::Grammar> first_call;

@@ -4,9 +4,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
 #include "chat/tool_prompt.h"
+#include "common/json_depth.h"
 
 namespace splash::engine {
 
@@ -31,6 +35,19 @@ size_t partial_marker_tail(std::string_view text, std::string_view marker) {
   for (size_t length = std::min(text.size(), marker.size() - 1); length > 0; --length)
     if (text.substr(text.size() - length) == marker.substr(0, length)) return length;
   return 0;
+}
+
+// Text as the inside of a JSON string (complete UTF-8 characters).
+std::string json_string_body(std::string_view text) {
+  const std::string quoted = nlohmann::json(std::string(text)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return quoted.substr(1, quoted.size() - 2);
+}
+
+std::string_view trimmed(std::string_view s) {
+  constexpr std::string_view kSpace = " \t\n\r\f\v";
+  const size_t first = s.find_first_not_of(kSpace);
+  if (first == std::string_view::npos) return {};
+  return s.substr(first, s.find_last_not_of(kSpace) - first + 1);
 }
 
 }  // namespace
@@ -108,6 +125,10 @@ void ToolCallStream::step(std::vector<ToolCallUpdate>& out) {
       }
       case State::Head: {
         if (buffer_.empty()) return;
+        if (syntax_ == chat::ToolCallSyntax::Xml && buffer_[0] == '<') {
+          if (!step_xml(out)) return;
+          continue;
+        }
         if (buffer_[0] == '{') {
           const std::string_view name_prefix = chat::kFunctionCallNamePrefix;
           const std::string_view args_prefix = chat::kFunctionCallArgumentsPrefix;
@@ -161,6 +182,11 @@ void ToolCallStream::step(std::vector<ToolCallUpdate>& out) {
         stream_arguments(args.size() - partial_marker_tail(args, terminator), out);
         return;
       }
+      case State::XmlParameters:
+      case State::XmlValue: {
+        if (!step_xml(out)) return;
+        continue;
+      }
       case State::BareName: {
         const size_t quote = buffer_.find('"');
         if (quote == std::string::npos) {
@@ -199,6 +225,120 @@ void ToolCallStream::step(std::vector<ToolCallUpdate>& out) {
       }
     }
   }
+}
+
+bool ToolCallStream::step_xml(std::vector<ToolCallUpdate>& out) {
+  const std::string_view buffer = buffer_;
+  // A head, "<function=NAME>\n" or "<parameter=NAME>\n": its name, or nullopt while it may
+  // still be one; malformed (not this head, or a name too long to be one): set.
+  bool malformed = false;
+  auto head = [&](std::string_view open) -> std::optional<std::string> {
+    if (!buffer.starts_with(open)) {
+      malformed = !open.starts_with(buffer);
+      return std::nullopt;
+    }
+    const size_t close = buffer.find(">\n", open.size());
+    if (close == std::string_view::npos) {
+      malformed = buffer.size() >= open.size() + kMaxHead;
+      return std::nullopt;
+    }
+    std::string name(buffer.substr(open.size(), close - open.size()));
+    buffer_.erase(0, close + 2);
+    return name;
+  };
+  auto close_arguments = [&] {
+    if (!current_.custom) current_.arguments += parameters_ == 0 ? "{}" : "}";
+  };
+  switch (state_) {
+    case State::Head: {
+      std::optional<std::string> name = head(chat::kXmlFunctionOpen);
+      if (!name) {
+        if (!malformed) return false;
+        start_call({}, true, out);  // not the layout asked for: the text is a nameless call's input
+        return true;
+      }
+      tool_ = nullptr;
+      for (const chat::ToolSpec& tool : tools_)
+        if (tool.name == *name) tool_ = &tool;
+      start_call(std::move(*name), tool_ && tool_->kind == chat::ToolSpec::Kind::Custom, out);
+      parameters_ = 0;
+      state_ = State::XmlParameters;
+      return true;
+    }
+    case State::XmlParameters: {
+      const std::string end = std::string(chat::kXmlFunctionClose) + std::string(chat::kToolCallEnd);
+      if (buffer.starts_with(end)) {
+        buffer_.erase(0, end.size());
+        close_arguments();
+        end_call(out);
+        return true;
+      }
+      std::optional<std::string> name = head(chat::kXmlParameterOpen);
+      if (!name) {
+        if (!malformed || std::string_view(end).starts_with(buffer)) return false;
+        close_arguments();  // not a parameter nor the end: the call ends with what arrived
+        end_call(out);
+        return true;
+      }
+      value_kind_ = current_.custom ? chat::XmlValueKind::Text
+                    : tool_         ? chat::xml_value_kind(*tool_, *name)
+                                    : chat::XmlValueKind::Either;
+      if (!current_.custom) {
+        current_.arguments += parameters_ == 0 ? "{" : ", ";
+        current_.arguments += nlohmann::json(*name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        current_.arguments += value_kind_ == chat::XmlValueKind::Text ? ": \"" : ": ";
+      }
+      ++parameters_;
+      value_.clear();
+      state_ = State::XmlValue;
+      return true;
+    }
+    case State::XmlValue: {
+      constexpr std::string_view kClose = chat::kXmlParameterClose;
+      value_ += buffer_;
+      buffer_.clear();
+      if (const size_t end = value_.find(kClose); end != std::string::npos) {
+        buffer_ = value_.substr(end + kClose.size());
+        value_.resize(end);
+        end_xml_value();
+        stream_arguments(current_.arguments.size(), out);
+        state_ = State::XmlParameters;
+        return true;
+      }
+      if (value_kind_ == chat::XmlValueKind::Text) {  // streamed as it comes, less what may be the close
+        size_t safe = value_.size() - partial_marker_tail(value_, kClose);
+        safe -= incomplete_utf8_tail(std::string_view(value_).substr(0, safe));
+        if (current_.custom) current_.arguments.append(value_, 0, safe);
+        else current_.arguments += json_string_body(std::string_view(value_).substr(0, safe));
+        value_.erase(0, safe);
+        stream_arguments(current_.arguments.size(), out);
+      }
+      return false;
+    }
+    default: return false;
+  }
+}
+
+void ToolCallStream::end_xml_value() {
+  if (current_.custom) {
+    current_.arguments += value_;
+  } else if (value_kind_ == chat::XmlValueKind::Text) {
+    current_.arguments += json_string_body(value_);
+    current_.arguments += '"';
+  } else {
+    // A JSON value as written; text that is not JSON (no grammar held the model to it) as a string.
+    const std::string_view text = trimmed(value_);
+    const bool is_json = !text.empty() && json_nesting_depth(text) <= kMaxJsonDepth &&
+                         nlohmann::json::accept(text.begin(), text.end());
+    if (is_json) {
+      current_.arguments.append(text);
+    } else {
+      current_.arguments += '"';
+      current_.arguments += json_string_body(value_);
+      current_.arguments += '"';
+    }
+  }
+  value_.clear();
 }
 
 void ToolCallStream::begin_bare_call() {

@@ -39,6 +39,7 @@ void serve_reply(http::Response& res, engine::EngineService& engine, engine::Cha
   // Grammars are compiled here, on the HTTP thread: a schema this engine cannot honour is the
   // caller's 400, and compiling never holds up the engine (results are cached by shape).
   try {
+    request.tool_syntax = engine.tool_call_syntax();
     if (!request.constraints) request.constraints = engine::compile_output_constraints(request);
   } catch (const Error& e) {
     return write_error(res, api::ApiError::bad_request(e.what()));

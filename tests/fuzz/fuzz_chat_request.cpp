@@ -14,8 +14,11 @@
 
 #include "api/api_error.h"
 #include "api/openai_chat.h"
+#include "chat/chat_format.h"
+#include "chat/xml_tool_format.h"
 #include "engine/chat_request.h"
 #include "engine/sampler.h"
+#include "engine/tool_call_stream.h"
 
 namespace {
 
@@ -87,6 +90,19 @@ void check_request(const splash::api::ChatCompletionRequest& request, std::strin
     const std::string out = splash::api::dump_json(renderer.completion());
     if (out.empty()) fail("empty completion");
   }
+  // The XML tool syntax (Qwen3-Coder): the client's calls and tools rendered into a prompt,
+  // and the raw input read back as a reply in that syntax, in two chunks, against the
+  // request's tools. Any JSON a call's finished arguments hold must parse.
+  static const splash::chat::Qwen3CoderFormat coder;
+  (void)coder.render_conversation(chat.messages, chat.tools, true);
+  splash::engine::ToolCallStream stream(splash::chat::ToolCallSyntax::Xml, chat.tools);
+  std::vector<splash::engine::ToolCallUpdate> updates;
+  stream.push(raw.substr(0, raw.size() / 3), updates);
+  stream.push(raw.substr(raw.size() / 3), updates);
+  stream.finish(false, updates);
+  for (const auto& call : stream.calls())
+    if (!call.custom && !call.name.empty() && !nlohmann::json::accept(call.arguments))
+      fail("an XML call's finished arguments are not JSON");
 }
 
 }  // namespace

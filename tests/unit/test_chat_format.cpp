@@ -213,6 +213,48 @@ TEST(ChatFormat, Qwen3MatchesEveryGoldenCaseIncludingReasoningAndTools) {
   EXPECT_EQ(thinking_off, 1u);
 }
 
+// Qwen3-Coder's template (tests/golden/chat_qwen3_coder.json, made with --template from
+// llama.cpp's copy of it): the tools as XML, calls in the qwen3_coder format, results in one
+// user turn.
+TEST(ChatFormat, Qwen3CoderMatchesEveryGoldenCaseIncludingTools) {
+  std::ifstream in(splash::testing::golden_path("chat_qwen3_coder.json"));
+  ASSERT_TRUE(in.good());
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  const auto format = chat_format_for_template("qwen3moe", golden.at("template").get<std::string>());
+  EXPECT_EQ(format->name(), "qwen3-coder");
+  EXPECT_TRUE(format->recognized()) << format->description();
+  EXPECT_FALSE(format->thinks());
+  EXPECT_EQ(format->tool_call_syntax(), splash::chat::ToolCallSyntax::Xml);
+  size_t with_tools = 0, with_calls = 0;
+  for (const auto& c : golden.at("cases")) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    const GoldenConversation conversation = conversation_of(c);
+    with_tools += !conversation.tools.empty();
+    with_calls += std::any_of(conversation.messages.begin(), conversation.messages.end(),
+                              [](const ChatMessage& m) { return !m.tool_calls.empty(); });
+    EXPECT_EQ(format->render_conversation(conversation.messages, conversation.tools, c.at("add_generation_prompt").get<bool>()).text,
+              c.at("expected").get<std::string>());
+  }
+  EXPECT_GE(with_tools, 5u);
+  EXPECT_GE(with_calls, 4u);
+}
+
+TEST(ChatFormat, XmlToolCallsWriteValuesAsTheTemplateDoes) {
+  // Strings raw, objects and arrays as Python's json.dumps, other scalars as Python's str;
+  // the client's argument order kept; a custom tool's raw input as its one parameter.
+  const splash::chat::ToolCall call{"call_1", "edit", R"({"path": "a.py", "line": 3, "dry": true, "tags": ["x", "é"], "opts": {"k": null}, "none": null})", false};
+  EXPECT_EQ(splash::chat::render_xml_tool_call(call),
+            "<tool_call>\n<function=edit>\n<parameter=path>\na.py\n</parameter>\n<parameter=line>\n3\n</parameter>\n"
+            "<parameter=dry>\nTrue\n</parameter>\n<parameter=tags>\n[\"x\", \"é\"]\n</parameter>\n"
+            "<parameter=opts>\n{\"k\": null}\n</parameter>\n<parameter=none>\nNone\n</parameter>\n</function>\n</tool_call>");
+  EXPECT_EQ(splash::chat::render_xml_tool_call({"c", "apply_patch", "*** Begin Patch\n*** End Patch", true}),
+            "<tool_call>\n<function=apply_patch>\n<parameter=input>\n*** Begin Patch\n*** End Patch\n</parameter>\n"
+            "</function>\n</tool_call>");
+  // Arguments that are not a JSON object: no parameters.
+  EXPECT_EQ(splash::chat::render_xml_tool_call({"c", "f", "not json", false}),
+            "<tool_call>\n<function=f>\n</function>\n</tool_call>");
+}
+
 TEST(ChatFormat, Qwen3KeepsReasoningTextInert) {
   // Reasoning a client sends back is message text: control tokens in it stay text.
   std::ifstream in(splash::testing::golden_path("chat_qwen3.json"));

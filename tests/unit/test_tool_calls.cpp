@@ -102,6 +102,68 @@ TEST(ToolCallStream, ACallCutShortIsNeverReportedFinished) {
   EXPECT_TRUE(early.calls().empty());
 }
 
+// The same in the XML syntax (chat/xml_tool_format.h): a text value with newlines, a
+// near-miss of the closing markup and non-ASCII text; a JSON value; a parameter the schema
+// does not know (JSON when it parses, else text); a call without parameters; a custom tool.
+const std::vector<chat::ToolSpec> kXmlTools = {
+    {chat::ToolSpec::Kind::Function, "write_file", "", json::parse(R"({"type": "object", "properties": {
+        "path": {"type": "string"}, "lines": {"type": "integer"}, "mode": {"enum": ["w", "a"]}}})"), "", false},
+    {chat::ToolSpec::Kind::Function, "now", "", json{{"type", "object"}}, "", false},
+    {chat::ToolSpec::Kind::Custom, "apply_patch", "", json::object(), "", false}};
+const std::string kXmlCalls =
+    "\n<function=write_file>\n<parameter=path>\nsrc/ü.py\n</paramete\nx\n</parameter>\n<parameter=lines>\n 12 \n</parameter>\n"
+    "<parameter=mode>\na\n</parameter>\n<parameter=extra>\n{\"k\": [1, 2]}\n</parameter>\n"
+    "<parameter=note>\nnot json\n</parameter>\n</function>\n</tool_call>"
+    "\n<tool_call>\n<function=now>\n</function>\n</tool_call>"
+    "\n<tool_call>\n<function=apply_patch>\n<parameter=input>\n*** Begin Patch\n+\"héllo\"\n*** End Patch\n</parameter>\n"
+    "</function>\n</tool_call>";
+
+TEST(ToolCallStream, ParsesXmlCallsWhateverTheChunking) {
+  for (size_t step : {1, 2, 3, 5, 7, 13, 64, 1000}) {
+    ToolCallStream stream(chat::ToolCallSyntax::Xml, kXmlTools);
+    std::vector<ToolCallUpdate> updates;
+    for (size_t i = 0; i < kXmlCalls.size(); i += step) stream.push(kXmlCalls.substr(i, step), updates);
+    stream.finish(false, updates);
+    std::vector<std::string> names, arguments(3);
+    std::vector<bool> custom;
+    for (const auto& u : updates) {
+      ASSERT_LT(u.index, 3);
+      if (u.kind == ToolCallUpdate::Kind::Started) names.push_back(u.call.name), custom.push_back(u.call.custom);
+      if (u.kind == ToolCallUpdate::Kind::Arguments) {
+        EXPECT_TRUE(valid_utf8(u.arguments)) << "step " << step << ": a delta splits a character";
+        arguments[u.index] += u.arguments;
+      }
+    }
+    ASSERT_EQ(names, (std::vector<std::string>{"write_file", "now", "apply_patch"})) << "step " << step;
+    EXPECT_EQ(custom, (std::vector<bool>{false, false, true}));
+    ASSERT_EQ(stream.calls().size(), 3u);
+    EXPECT_EQ(json::parse(stream.calls()[0].arguments),
+              json::parse(R"({"path": "src/ü.py\n</paramete\nx", "lines": 12, "mode": "a", "extra": {"k": [1, 2]}, "note": "not json"})"))
+        << stream.calls()[0].arguments;
+    EXPECT_EQ(stream.calls()[1].arguments, "{}");
+    EXPECT_EQ(stream.calls()[2].arguments, "*** Begin Patch\n+\"héllo\"\n*** End Patch");
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(arguments[i], stream.calls()[i].arguments) << "deltas of call " << i;
+  }
+}
+
+TEST(ToolCallStream, AnXmlCallCutShortOrMalformedIsHandled) {
+  ToolCallStream cut(chat::ToolCallSyntax::Xml, kXmlTools);
+  std::vector<ToolCallUpdate> updates;
+  cut.push("\n<function=write_file>\n<parameter=path>\nsrc/a", updates);
+  cut.finish(false, updates);
+  EXPECT_TRUE(cut.calls().empty()) << "a call cut short is never finished";
+  // Neither a parameter nor the end: the call ends with what arrived (no grammar held it).
+  ToolCallStream broken(chat::ToolCallSyntax::Xml, kXmlTools);
+  broken.push("\n<function=write_file>\n<parameter=path>\nx\n</parameter>\nhello there", updates);
+  ASSERT_EQ(broken.calls().size(), 1u);
+  EXPECT_EQ(broken.calls()[0].arguments, R"({"path": "x"})");
+  // A JSON call in an XML-syntax stream still parses (a model may slip).
+  ToolCallStream json_call(chat::ToolCallSyntax::Xml, kXmlTools);
+  json_call.push("\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>", updates);
+  ASSERT_EQ(json_call.calls().size(), 1u);
+  EXPECT_EQ(json_call.calls()[0].name, "now");
+}
+
 TEST(ToolPrompt, ToolsJoinTheSystemPromptAndCallsRoundTrip) {
   chat::ToolSpec weather{chat::ToolSpec::Kind::Function, "get_weather", "Weather for a city",
                          json{{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}, "", false};
@@ -336,6 +398,72 @@ TEST_F(ConstrainedOnModel, AReplyOpeningAsABareJsonCallBecomesACall) {
   for (int32_t t : tokenizer_->encode("Sure, here", false)) prose.accept(t, updates);
   EXPECT_TRUE(prose.in_text());
   EXPECT_FALSE(prose.undecided());
+}
+
+// The XML syntax: random walks through the mask give calls whose parameters come in the
+// schema's order, required ones present, each a text value or JSON as its schema says.
+TEST_F(ConstrainedOnModel, EveryWalkThroughTheXmlMaskGivesValidCalls) {
+  ChatRequest request;
+  request.messages = {{"user", "Weather?"}};
+  request.tools = {{chat::ToolSpec::Kind::Function, "get_weather", "Weather forecast",
+                    json{{"type", "object"},
+                         {"properties",
+                          {{"city", {{"enum", {"Paris", "Zürich", "New\nYork"}}}},
+                           {"days", {{"type", "integer"}, {"minimum", 1}, {"maximum", 7}}},
+                           {"unit", {{"type", "string"}, {"enum", {"celsius", "fahrenheit"}}}}}},
+                         {"required", {"city", "days"}}},
+                    "", true}};
+  request.tool_choice = ToolChoice::Required;
+  request.parallel_tool_calls = false;
+  request.tool_syntax = chat::ToolCallSyntax::Xml;
+  const auto constraints = compile_output_constraints(request);
+  ASSERT_TRUE(constraints && !constraints->bare_call);
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    std::mt19937_64 rng(seed);
+    ReplyShaper shaper(constraints, *tokenizer_, trie_);
+    std::vector<ToolCallUpdate> updates;
+    std::vector<uint8_t> allowed;
+    int steps = 0;
+    while (!shaper.finished() && steps++ < 400) {
+      shaper.fill_mask(allowed);
+      std::vector<int32_t> choices;
+      for (size_t id = 0; id < allowed.size(); ++id)
+        if (allowed[id]) choices.push_back(static_cast<int32_t>(id));
+      ASSERT_FALSE(choices.empty()) << "the grammar left nothing to choose at step " << steps;
+      const int32_t token = choices[rng() % choices.size()];
+      if (tokenizer_->is_end_of_generation(token)) break;
+      shaper.accept(token, updates);
+    }
+    shaper.finish(updates);
+    ASSERT_TRUE(shaper.finished()) << "seed " << seed;
+    ASSERT_EQ(shaper.calls().size(), 1u) << "seed " << seed;
+    const json args = json::parse(shaper.calls()[0].arguments, nullptr, false);
+    ASSERT_TRUE(args.is_object()) << shaper.calls()[0].arguments;
+    EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Zürich" || args["city"] == "New\nYork") << args;
+    ASSERT_TRUE(args["days"].is_number_integer()) << args;
+    EXPECT_GE(args["days"].get<int>(), 1);
+    EXPECT_LE(args["days"].get<int>(), 7);
+    if (args.contains("unit")) {
+      EXPECT_TRUE(args["unit"] == "celsius" || args["unit"] == "fahrenheit") << args;
+    }
+    EXPECT_LE(args.size(), 3u);
+  }
+  // The text of a free string value can be anything but the closing markup.
+  request.tools[0].parameters["properties"]["city"] = {{"type", "string"}};
+  const auto free_text = compile_output_constraints(request);
+  ReplyShaper shaper(free_text, *tokenizer_, trie_);
+  std::vector<ToolCallUpdate> updates;
+  for (int32_t t : tokenizer_->encode("<tool_call>\n<function=get_weather>\n<parameter=city>\nLos </parameter Angeles\n", false)) {
+    ASSERT_TRUE(shaper.allows(t)) << tokenizer_->token_bytes(t);
+    shaper.accept(t, updates);
+  }
+  for (int32_t t : tokenizer_->encode("</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>", false)) {
+    ASSERT_TRUE(shaper.allows(t)) << tokenizer_->token_bytes(t);
+    shaper.accept(t, updates);
+  }
+  shaper.finish(updates);
+  ASSERT_EQ(shaper.calls().size(), 1u);
+  EXPECT_EQ(json::parse(shaper.calls()[0].arguments), json::parse(R"({"city": "Los </parameter Angeles", "days": 3})"));
 }
 
 TEST_F(ConstrainedOnModel, UnsupportedSchemasAreErrorsOnlyWhenStrict) {
