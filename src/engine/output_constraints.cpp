@@ -120,6 +120,9 @@ GrammarBuilder::Id xml_call_body(GrammarBuilder& b, const ChatRequest& request) 
               if (tool.strict) fail("tool '{}': parameter '{}': {}", tool.name, name, e.what());
               value = b.json_value();
             }
+            // No type: JSON, or text as the model may write a string (ToolCallStream reads it
+            // as JSON when it parses).
+            if (chat::xml_value_kind(tool, name) == chat::XmlValueKind::Either) value = b.choice({value, text});
           }
           const bool must = required != tool.parameters.end() && required->is_array() &&
                             std::find(required->begin(), required->end(), name) != required->end();

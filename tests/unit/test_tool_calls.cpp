@@ -466,6 +466,35 @@ TEST_F(ConstrainedOnModel, EveryWalkThroughTheXmlMaskGivesValidCalls) {
   EXPECT_EQ(json::parse(shaper.calls()[0].arguments), json::parse(R"({"city": "Los </parameter Angeles", "days": 3})"));
 }
 
+// tool_choice auto in the XML syntax: free text, then "<tool_call>" opens a call whose bytes
+// only the XML layout allows; a parameter without a type takes text or JSON.
+TEST_F(ConstrainedOnModel, AutoOpensAnXmlCallAfterText) {
+  ChatRequest request;
+  request.messages = {{"user", "Read it"}};
+  request.tools = {{chat::ToolSpec::Kind::Function, "read_file", "",
+                    json{{"type", "object"}, {"properties", {{"path", json::object()}, {"limit", json::object()}}}}, "", false}};
+  request.tool_syntax = chat::ToolCallSyntax::Xml;
+  const auto constraints = compile_output_constraints(request);
+  ASSERT_FALSE(constraints->bare_call) << "a bare JSON call is the JSON syntax's slip, not this one's";
+  ReplyShaper shaper(constraints, *tokenizer_, trie_);
+  std::vector<ToolCallUpdate> updates;
+  for (int32_t t : tokenizer_->encode("Sure.\n\n<tool_call>", false)) {
+    ASSERT_TRUE(shaper.allows(t));
+    shaper.accept(t, updates);
+  }
+  EXPECT_FALSE(shaper.in_text());
+  EXPECT_FALSE(shaper.allows(tokenizer_->encode("\n{\"name", false).back())) << "the JSON layout is not this syntax";
+  // (The parameters in the schema's order, the order the tools block lists them in.)
+  for (int32_t t : tokenizer_->encode("\n<function=read_file>\n<parameter=limit>\n20\n</parameter>\n"
+                                      "<parameter=path>\nsrc/main.py\n</parameter>\n</function>\n</tool_call>", false)) {
+    ASSERT_TRUE(shaper.allows(t)) << tokenizer_->token_bytes(t);
+    shaper.accept(t, updates);
+  }
+  shaper.finish(updates);
+  ASSERT_EQ(shaper.calls().size(), 1u);
+  EXPECT_EQ(json::parse(shaper.calls()[0].arguments), json::parse(R"({"path": "src/main.py", "limit": 20})"));
+}
+
 TEST_F(ConstrainedOnModel, UnsupportedSchemasAreErrorsOnlyWhenStrict) {
   ChatRequest request = weather_request(ToolChoice::Auto);
   request.tools[0].parameters = {{"type", "object"}, {"if", {{"required", {"a"}}}}};
