@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <string>
+#include <vector>
 
 #include "chat/prompt_writer.h"
 #include "chat/tool_prompt.h"
@@ -89,7 +91,10 @@ void append_tool(std::string& out, const ToolSpec& tool) {
     }
     extra_keys(out, parameters, {"type", "properties"});
   }
-  out += "\n</parameters>\n</function>";
+  out += "\n</parameters>";
+  // The function's own other keys: of what splash keeps of a tool, `strict` (when set).
+  if (tool.strict) out += "\n<strict>True</strict>";
+  out += "\n</function>";
 }
 
 }  // namespace
@@ -137,20 +142,64 @@ std::string render_xml_tool_call(const ToolCall& call) {
   return out;
 }
 
+namespace {
+
+// The JSON types a schema allows ("string", "integer", ...; "any" when it says nothing it
+// can be read for), through local $refs, anyOf/oneOf and type lists.
+void allowed_types(const json& root, const json& schema, std::vector<std::string>& out, int depth = 0) {
+  if (depth > 8 || !schema.is_object()) return out.push_back("any");
+  if (const auto ref = schema.find("$ref"); ref != schema.end() && ref->is_string()) {
+    const std::string& target = ref->get_ref<const std::string&>();
+    if (target.starts_with("#/")) {
+      try {
+        const json::json_pointer pointer(target.substr(1));
+        if (root.contains(pointer)) return allowed_types(root, root.at(pointer), out, depth + 1);
+      } catch (const json::exception&) {
+        // a malformed pointer: nothing can be read from it
+      }
+    }
+    return out.push_back("any");
+  }
+  if (const auto type = schema.find("type"); type != schema.end()) {
+    if (type->is_string()) return out.push_back(type->get<std::string>());
+    if (type->is_array()) {
+      for (const auto& t : *type) out.push_back(t.is_string() ? t.get<std::string>() : "any");
+      return;
+    }
+  }
+  if (const auto only = schema.find("const"); only != schema.end()) return out.push_back(only->is_string() ? "string" : "other");
+  if (const auto choices = schema.find("enum"); choices != schema.end() && choices->is_array() && !choices->empty()) {
+    for (const auto& c : *choices) out.push_back(c.is_string() ? "string" : c.is_null() ? "null" : "other");
+    return;
+  }
+  for (const char* key : {"anyOf", "oneOf"}) {
+    if (const auto branches = schema.find(key); branches != schema.end() && branches->is_array() && !branches->empty()) {
+      for (const auto& branch : *branches) allowed_types(root, branch, out, depth + 1);
+      return;
+    }
+  }
+  out.push_back("any");
+}
+
+}  // namespace
+
 XmlValueKind xml_value_kind(const ToolSpec& tool, std::string_view parameter) {
   if (tool.kind == ToolSpec::Kind::Custom) return XmlValueKind::Text;
   const auto properties = tool.parameters.find("properties");
   if (properties == tool.parameters.end() || !properties->is_object()) return XmlValueKind::Either;
   const auto fields = properties->find(std::string(parameter));
-  if (fields == properties->end() || !fields->is_object()) return XmlValueKind::Either;
-  const auto type = fields->find("type");
-  if (type != fields->end())
-    return type->is_string() && type->get<std::string>() == "string" ? XmlValueKind::Text : XmlValueKind::Json;
-  // No type, but only strings allowed: text too.
-  if (const auto only = fields->find("const"); only != fields->end()) return only->is_string() ? XmlValueKind::Text : XmlValueKind::Json;
-  if (const auto choices = fields->find("enum"); choices != fields->end() && choices->is_array() && !choices->empty())
-    return std::all_of(choices->begin(), choices->end(), [](const json& c) { return c.is_string(); }) ? XmlValueKind::Text
-                                                                                                      : XmlValueKind::Json;
+  if (fields == properties->end()) return XmlValueKind::Either;
+  std::vector<std::string> types;
+  allowed_types(tool.parameters, *fields, types);
+  const bool any = std::find(types.begin(), types.end(), "any") != types.end();
+  const bool strings = std::find(types.begin(), types.end(), "string") != types.end();
+  const bool others = std::any_of(types.begin(), types.end(), [](const std::string& t) {
+    return t != "string" && t != "null" && t != "any";
+  });
+  // Strings (and perhaps null: an optional string, whose null the model writes as text too):
+  // text. No string: JSON. Both, or a schema that does not say: JSON when it parses, else text.
+  if (strings && !others && !any) return XmlValueKind::Text;
+  if (!strings && !any) return XmlValueKind::Json;
   return XmlValueKind::Either;
 }
 

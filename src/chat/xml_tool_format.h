@@ -55,9 +55,10 @@ std::string xml_tools_system_block(std::span<const ToolSpec> tools);
 // a JSON object are written as no parameters.
 std::string render_xml_tool_call(const ToolCall& call);
 
-// Whether a function's parameter is read back as text (its schema's type is "string", or it
-// allows only strings: an enum or const of strings), as JSON (another type), or by its value
-// (no type: JSON when it parses, else text).
+// Whether a function's parameter is read back as text (its schema allows strings and perhaps
+// null only: a string type, an optional string, an enum or const of strings), as JSON (no
+// string allowed), or by its value (strings and other types, or a schema that does not say:
+// JSON when it parses, else text). Local $refs, anyOf/oneOf and type lists are followed.
 enum class XmlValueKind : uint8_t { Text, Json, Either };
 XmlValueKind xml_value_kind(const ToolSpec& tool, std::string_view parameter);
 

@@ -16,7 +16,8 @@ std::string key_of(const ChatRequest& request) {
                         {"grammar", request.output_format.grammar},
                         {"syntax", static_cast<int>(request.tool_syntax)}};
   auto& tools = key["tools"] = nlohmann::json::array();
-  for (const auto& t : request.tools) tools.push_back({static_cast<int>(t.kind), t.name, t.parameters, t.lark_grammar});
+  for (const auto& t : request.tools)
+    tools.push_back({static_cast<int>(t.kind), t.name, t.parameters, t.lark_grammar, t.strict});
   return key.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

@@ -101,27 +101,52 @@ GrammarBuilder::Id xml_call_body(GrammarBuilder& b, const ChatRequest& request) 
     } else {
       const auto properties = tool.parameters.find("properties");
       const auto required = tool.parameters.find("required");
-      if (properties != tool.parameters.end() && properties->is_object()) {
+      if (properties == tool.parameters.end() || !properties->is_object()) {
+        // Parameters not given as plain properties (a root $ref, anyOf, additionalProperties):
+        // the syntax cannot follow the schema; any names, JSON or text values, unless strict.
+        for (const char* key : {"$ref", "anyOf", "oneOf", "allOf", "if", "not"})
+          if (tool.strict && tool.parameters.contains(key))
+            fail("tool '{}': the XML tool-call syntax needs its parameters as plain 'properties' (not '{}')", tool.name,
+                 key);
+        const GrammarBuilder::Id name = b.repeat(b.char_class("a-zA-Z0-9_.:-"), 1, 64);
+        parts.push_back(b.repeat(b.sequence({b.literal(chat::kXmlParameterOpen), name, b.literal(">\n"),
+                                             b.choice({b.json_value(), text}), b.literal(chat::kXmlParameterClose)}),
+                                 0, 64));
+      } else {
         for (const auto& [name, schema] : properties->items()) {
+          if (name.empty() || name.size() > 200 || name.find_first_of(">\n") != std::string::npos)
+            fail("tool '{}': parameter name '{}' cannot be written in the XML tool-call syntax", tool.name, name);
           // Text: the enum's or const's strings as they are, else any text (a string's length
           // or pattern is not held to in this syntax); JSON: the property's schema.
           GrammarBuilder::Id value = text;
           if (chat::xml_value_kind(tool, name) == chat::XmlValueKind::Text && schema.is_object()) {
             std::vector<GrammarBuilder::Id> literals;
-            if (const auto only = schema.find("const"); only != schema.end() && only->is_string()) literals.push_back(b.literal(only->get<std::string>()));
+            auto literal = [&](const nlohmann::json& c) {
+              const std::string& v = c.get_ref<const std::string&>();
+              // (A value holding the closing markup would end where the parser cuts it.)
+              if (v.find(chat::kXmlParameterClose.substr(0, chat::kXmlParameterClose.size() - 1)) != std::string::npos)
+                fail("tool '{}': parameter '{}': an allowed value holds the XML syntax's closing markup", tool.name, name);
+              literals.push_back(b.literal(v));
+            };
+            if (const auto only = schema.find("const"); only != schema.end() && only->is_string()) literal(*only);
             if (const auto choices = schema.find("enum"); choices != schema.end() && choices->is_array())
               for (const auto& c : *choices)
-                if (c.is_string()) literals.push_back(b.literal(c.get<std::string>()));
+                if (c.is_string()) literal(c);
             if (!literals.empty()) value = b.choice(std::move(literals));
           } else if (chat::xml_value_kind(tool, name) != chat::XmlValueKind::Text) {
+            // The property's schema with the root's definitions, so its $refs resolve.
+            nlohmann::json alone = schema;
+            for (const char* defs : {"$defs", "definitions"})
+              if (alone.is_object() && tool.parameters.contains(defs) && !alone.contains(defs))
+                alone[defs] = tool.parameters[defs];
             try {
-              value = b.json_schema(schema);
+              value = b.json_schema(alone);
             } catch (const Error& e) {
               if (tool.strict) fail("tool '{}': parameter '{}': {}", tool.name, name, e.what());
               value = b.json_value();
             }
-            // No type: JSON, or text as the model may write a string (ToolCallStream reads it
-            // as JSON when it parses).
+            // Strings and other types, or a schema that does not say: JSON, or text as the
+            // model writes a string (ToolCallStream reads it as JSON when it parses).
             if (chat::xml_value_kind(tool, name) == chat::XmlValueKind::Either) value = b.choice({value, text});
           }
           const bool must = required != tool.parameters.end() && required->is_array() &&

@@ -295,9 +295,10 @@ bool ToolCallStream::step_xml(std::vector<ToolCallUpdate>& out) {
     }
     case State::XmlValue: {
       constexpr std::string_view kClose = chat::kXmlParameterClose;
+      const size_t search_from = value_.size() >= kClose.size() ? value_.size() - kClose.size() + 1 : 0;
       value_ += buffer_;
       buffer_.clear();
-      if (const size_t end = value_.find(kClose); end != std::string::npos) {
+      if (const size_t end = value_.find(kClose, search_from); end != std::string::npos) {
         buffer_ = value_.substr(end + kClose.size());
         value_.resize(end);
         end_xml_value();

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <random>
 
 #include "chat/chat_format.h"
@@ -162,6 +163,57 @@ TEST(ToolCallStream, AnXmlCallCutShortOrMalformedIsHandled) {
   json_call.push("\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>", updates);
   ASSERT_EQ(json_call.calls().size(), 1u);
   EXPECT_EQ(json_call.calls()[0].name, "now");
+}
+
+// Which XML parameters are text: through $refs, anyOf and type lists (an optional string is
+// text, an optional integer JSON, a string-or-integer decided by the value).
+TEST(XmlToolSyntax, ValueKindsFollowTheSchema) {
+  const chat::ToolSpec tool{chat::ToolSpec::Kind::Function, "f", "", json::parse(R"({"type": "object",
+      "properties": {
+        "s": {"type": "string"}, "n": {"type": "integer"},
+        "opt_s": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+        "opt_n": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+        "listed": {"type": ["string", "null"]}, "mixed": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+        "unit": {"$ref": "#/$defs/Unit"}, "addr": {"$ref": "#/$defs/Address"}, "anything": {},
+        "colour": {"enum": ["red", "green"]}, "level": {"enum": [1, 2]}, "broken": {"$ref": "#/$defs/~9"}},
+      "$defs": {"Unit": {"enum": ["c", "f"]}, "Address": {"type": "object", "properties": {"city": {"type": "string"}}}}})"),
+                              "", true};
+  using K = chat::XmlValueKind;
+  const std::map<std::string, K> expected = {{"s", K::Text},       {"n", K::Json},        {"opt_s", K::Text},
+                                             {"opt_n", K::Json},   {"listed", K::Text},   {"mixed", K::Either},
+                                             {"unit", K::Text},    {"addr", K::Json},     {"anything", K::Either},
+                                             {"colour", K::Text},  {"level", K::Json},    {"broken", K::Either},
+                                             {"missing", K::Either}};
+  for (const auto& [name, kind] : expected) EXPECT_EQ(chat::xml_value_kind(tool, name), kind) << name;
+  // And the call grammar compiles, strict, with the property's $refs resolved from the root.
+  ChatRequest request;
+  request.tools = {tool};
+  request.tool_choice = ToolChoice::Required;
+  request.tool_syntax = chat::ToolCallSyntax::Xml;
+  request.tools[0].parameters["properties"].erase("broken");
+  EXPECT_NO_THROW(compile_output_constraints(request));
+}
+
+TEST(XmlToolSyntax, SchemasTheSyntaxCannotFollowAreRefusedWhenStrict) {
+  ChatRequest request;
+  request.tool_choice = ToolChoice::Required;
+  request.tool_syntax = chat::ToolCallSyntax::Xml;
+  auto tool = [](json parameters, bool strict) {
+    return chat::ToolSpec{chat::ToolSpec::Kind::Function, "f", "", std::move(parameters), "", strict};
+  };
+  // Parameters that are not plain properties: any names when not strict, refused when strict.
+  request.tools = {tool(json::parse(R"({"$ref": "#/$defs/A", "$defs": {"A": {"type": "object"}}})"), false)};
+  EXPECT_NO_THROW(compile_output_constraints(request));
+  request.tools = {tool(json::parse(R"({"$ref": "#/$defs/A", "$defs": {"A": {"type": "object"}}})"), true)};
+  EXPECT_THROW(compile_output_constraints(request), Error);
+  // Names and values the layout cannot hold.
+  request.tools = {tool(json::parse(R"({"type": "object", "properties": {"a>\nb": {"type": "string"}}})"), false)};
+  EXPECT_THROW(compile_output_constraints(request), Error);
+  request.tools = {tool(json::parse(R"({"type": "object", "properties": {"a": {"enum": ["x\n</parameter>"]}}})"), false)};
+  EXPECT_THROW(compile_output_constraints(request), Error);
+  // A strict tool is shown as the template shows one (its function's `strict` key).
+  const auto block = chat::xml_tools_system_block(std::vector<chat::ToolSpec>{tool(json{{"type", "object"}}, true)});
+  EXPECT_NE(block.find("</parameters>\n<strict>True</strict>\n</function>"), std::string::npos) << block;
 }
 
 TEST(ToolPrompt, ToolsJoinTheSystemPromptAndCallsRoundTrip) {
