@@ -121,11 +121,13 @@ GrammarBuilder::Id xml_call_body(GrammarBuilder& b, const ChatRequest& request) 
           GrammarBuilder::Id value = text;
           if (chat::xml_value_kind(tool, name) == chat::XmlValueKind::Text && schema.is_object()) {
             std::vector<GrammarBuilder::Id> literals;
+            const std::string& parameter_name = name;  // (a lambda may not capture a structured binding)
             auto literal = [&](const nlohmann::json& c) {
               const std::string& v = c.get_ref<const std::string&>();
               // (A value holding the closing markup would end where the parser cuts it.)
               if (v.find(chat::kXmlParameterClose.substr(0, chat::kXmlParameterClose.size() - 1)) != std::string::npos)
-                fail("tool '{}': parameter '{}': an allowed value holds the XML syntax's closing markup", tool.name, name);
+                fail("tool '{}': parameter '{}': an allowed value holds the XML syntax's closing markup", tool.name,
+                     parameter_name);
               literals.push_back(b.literal(v));
             };
             if (const auto only = schema.find("const"); only != schema.end() && only->is_string()) literal(*only);
