@@ -15,6 +15,7 @@ real GGUF (SmolLM2's), so the engine's tokenizer and chat format load; hence voc
     ... --arch qwen2 --mix qwen                     # qwen2: q/k/v biases, NEOX RoPE
     ... --arch qwen3 --mix qwen                     # qwen3: q/k RMSNorm per head, head_dim 128
     ... --arch qwen3moe --mix qwen                  # qwen3 + a mixture-of-experts FFN
+    ... --arch qwen35 --mix qwen                    # Qwen3.5: Gated DeltaNet + gated attention
 
 The test imports it instead: read_tokenizer() once, tensor_types(), make_model().
 
@@ -33,6 +34,19 @@ heads, ffn 512, 2 layers, rope base 1e6):
          blk.N.ffn_gate_inp.weight (F32 router [8][256]) and ffn_gate/up/down_exps stacks
          [8][256][256] in the ffn_gate/up/down roles' types; expert_count, expert_used_count,
          expert_feed_forward_length keys, as llama.cpp writes Qwen3-MoE.
+  qwen35  Qwen3.5's hybrid in llama.cpp's layout: 4 layers, every full_attention_interval-th
+         (2 here, 4 in the real models) full attention, the rest Gated DeltaNet. Attention:
+         attn_q [2 x heads x 256 -> 256] giving each head's query and output gate side by side
+         ([q | gate] per head), per-head q/k norms, NEOX RoPE on the first 64 of 256 dims
+         (rope.dimension_count 64, rope base 1e7), no biases. DeltaNet (ssm.* keys): 2 key heads
+         and 4 value heads of 128 (value head j reads key head j % 2, llama.cpp's tiled order),
+         attn_qkv [q | k | v channels, 1024 -> 256], attn_gate (z) [512], ssm_beta / ssm_alpha
+         [4], ssm_conv1d F32 [1024 channels][4 taps] (deviation 0.5), ssm_dt.bias F32 in
+         [-2, 0], ssm_a F32 = -exp(A_log) with A_log in [log 0.05, 0] (so the state decays by
+         0.4-0.995 a token and remembers), ssm_norm F32 in [0.5, 1.5], ssm_out [256 <- 512].
+         Both kinds of layer: post_attention_norm before the FFN. The DeltaNet matrices take
+         the types of the roles they stand for (attn_qkv: attn_q's, attn_gate: attn_v's,
+         ssm_beta/ssm_alpha: attn_k's, ssm_out: attn_output's).
 
 Shapes (defaults): d_model 256, 4 heads / 2 kv heads of 64, ffn 768, 3 layers, rope base
 10000, context 2048, untied output.weight. Every matrix width (256, 768) is a multiple of the
@@ -199,7 +213,10 @@ def tensor_types(mix: str = "a", all_type: str | None = None, overrides: dict[st
     return types
 
 
-ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe"]
+ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35"]
+# The role whose type each Gated DeltaNet matrix takes (qwen35).
+DELTA_NET_ROLES = {"attn_qkv": "attn_q", "attn_gate": "attn_v", "ssm_beta": "attn_k", "ssm_alpha": "attn_k",
+                   "ssm_out": "attn_output"}
 
 
 @dataclass
@@ -224,6 +241,18 @@ class Shape:
     # More metadata, as (key, value) pairs: str written as a string, float as float32, int as
     # uint32 (tests of how files with unusual keys are read).
     extra_keys: tuple = ()
+    # qwen35: RoPE on the first rope_dims of each head (None: all), a full-attention layer every
+    # full_attention_interval-th, Gated DeltaNet of delta_k_heads / delta_v_heads heads of
+    # delta_head, a conv of conv_kernel taps.
+    rope_dims: int | None = None
+    full_attention_interval: int = 0
+    delta_k_heads: int = 0
+    delta_v_heads: int = 0
+    delta_head: int = 0
+    conv_kernel: int = 4
+
+    def recurrent(self, layer: int) -> bool:
+        return self.full_attention_interval > 0 and (layer + 1) % self.full_attention_interval != 0
 
     @property
     def dim(self) -> int:
@@ -241,6 +270,10 @@ QWEN_SHAPES = {
     # of 768, 8 per token).
     "qwen3moe": Shape(ffn=256, layers=2, rope_base=1e6, arch="qwen3moe", head_dim=128, eps=1e-3, experts=8,
                       experts_used=2),
+    # Qwen3.5's head sizes (attention 256 with 64 rotated, DeltaNet 128) at a small width;
+    # layers DeltaNet, attention, DeltaNet, attention.
+    "qwen35": Shape(ffn=512, layers=4, rope_base=1e7, arch="qwen35", head_dim=256, eps=1e-3, rope_dims=64,
+                    full_attention_interval=2, delta_k_heads=2, delta_v_heads=4, delta_head=128),
 }
 
 
@@ -285,9 +318,18 @@ def make_tensors(types: dict[str, str], vocab: int, shape: Shape, seed: int,
         out[-1][1][:, 0] += 8.0
     shapes = {"attn_q": (qw, d), "attn_k": (kv, d), "attn_v": (kv, d), "attn_output": (d, qw),
               "ffn_gate": (ffn, d), "ffn_up": (ffn, d), "ffn_down": (d, ffn)}
+    if shape.arch == "qwen35":
+        shapes["attn_q"] = (2 * qw, d)  # [q | gate] per head
     for layer in range(shape.layers):
         p = f"blk.{layer}."
         norm(p + "attn_norm.weight")
+        if shape.recurrent(layer):
+            delta_net_tensors(p, shape, rng, out, add, norm)
+            for role in ("ffn_gate", "ffn_up", "ffn_down"):
+                rows, cols = shapes[role]
+                add(p + role + ".weight", p + role, rows, cols, 1.0 / math.sqrt(cols))
+            norm(p + "post_attention_norm.weight")
+            continue
         for role in ROLES:
             rows, cols = shapes[role]
             if shape.experts and role.startswith("ffn_"):
@@ -301,11 +343,11 @@ def make_tensors(types: dict[str, str], vocab: int, shape: Shape, seed: int,
             # each token has clear favourites and near ties between its 2nd and 3rd are rare.
             out.append((p + "ffn_gate_inp.weight",
                         (rng.standard_normal((shape.experts, d)) * 2.0 / math.sqrt(d)).astype(np.float32), None))
-        if shape.arch in ("qwen3", "qwen3moe"):
+        if shape.arch in ("qwen3", "qwen3moe", "qwen35"):
             # A wider range than the layer norms so that a missing or misplaced one shows.
             norm(p + "attn_q_norm.weight", shape.dim, 0.5, 1.5)
             norm(p + "attn_k_norm.weight", shape.dim, 0.5, 1.5)
-        norm(p + "ffn_norm.weight")
+        norm(p + ("post_attention_norm.weight" if shape.arch == "qwen35" else "ffn_norm.weight"))
     norm("output_norm.weight")
     add("output.weight", "output", vocab, d, 2.0 / math.sqrt(d))
     if favour is not None:
@@ -314,6 +356,21 @@ def make_tensors(types: dict[str, str], vocab: int, shape: Shape, seed: int,
         out[-1][1][:, 0] = 0.0
         out[-1][1][favour, 0] = 50.0
     return out
+
+
+def delta_net_tensors(p: str, shape: Shape, rng, out, add, norm) -> None:
+    """A Gated DeltaNet layer's tensors in llama.cpp's qwen35 layout (see the module docstring)."""
+    d, kw = shape.d_model, shape.delta_k_heads * shape.delta_head
+    vw, vh = shape.delta_v_heads * shape.delta_head, shape.delta_v_heads
+    for name, rows, cols in (("attn_qkv", 2 * kw + vw, d), ("attn_gate", vw, d), ("ssm_beta", vh, d),
+                             ("ssm_alpha", vh, d)):
+        add(p + name + ".weight", p + DELTA_NET_ROLES[name], rows, cols, 1.0 / math.sqrt(cols))
+    out.append((p + "ssm_conv1d.weight",
+                (rng.standard_normal((2 * kw + vw, shape.conv_kernel)) * 0.5).astype(np.float32), None))
+    out.append((p + "ssm_dt.bias", rng.uniform(-2.0, 0.0, size=vh).astype(np.float32), None))
+    out.append((p + "ssm_a", (-np.exp(rng.uniform(math.log(0.05), 0.0, size=vh))).astype(np.float32), None))
+    norm(p + "ssm_norm.weight", shape.delta_head, 0.5, 1.5)
+    add(p + "ssm_out.weight", p + DELTA_NET_ROLES["ssm_out"], d, vw, 1.0 / math.sqrt(vw))
 
 
 def write_gguf(path: str, tensors, shape: Shape, tokenizer, name: str, vocab: int) -> None:
@@ -333,7 +390,14 @@ def write_gguf(path: str, tensors, shape: Shape, tokenizer, name: str, vocab: in
     writer.add_head_count_kv(shape.kv_heads)
     writer.add_rope_freq_base(shape.rope_base)
     writer.add_layer_norm_rms_eps(shape.eps)
-    writer.add_rope_dimension_count(shape.dim)
+    writer.add_rope_dimension_count(shape.rope_dims or shape.dim)
+    if shape.arch == "qwen35":
+        writer.add_uint32(f"{shape.arch}.full_attention_interval", shape.full_attention_interval)
+        writer.add_ssm_conv_kernel(shape.conv_kernel)
+        writer.add_ssm_state_size(shape.delta_head)
+        writer.add_ssm_group_count(shape.delta_k_heads)
+        writer.add_ssm_time_step_rank(shape.delta_v_heads)
+        writer.add_ssm_inner_size(shape.delta_v_heads * shape.delta_head)
     if shape.rope_scaling:
         writer.add_string(f"{shape.arch}.rope.scaling.type", shape.rope_scaling)
         writer.add_float32(f"{shape.arch}.rope.scaling.factor", shape.rope_scale)

@@ -226,6 +226,10 @@ void bench_depths(model::Sequence& model, const BenchFlags& flags, const std::ve
     model.forward({tokens.data(), static_cast<size_t>(depth)});
     std::vector<double> runs;
     for (int r = 0; r < flags.repetitions; ++r) {
+      if (model.info().state_slots > 0 && model.position() != depth) {  // a recurrent state is recomputed, not rewound
+        model.truncate(0);
+        model.forward({tokens.data(), static_cast<size_t>(depth)});
+      }
       model.truncate(depth);
       runs.push_back(seconds_of([&] {
         for (int i = 0; i < flags.decode_tokens; ++i) model.forward({&tokens[depth + i], 1});

@@ -102,7 +102,12 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::Lo
     plan.kv_bytes = per_block * plan.kv_blocks;
     plan.max_sequences = 1;
     planned.kv_blocks = plan.kv_blocks;
+    if (plan.state_slots > 0) {
+      plan.state_bytes /= plan.state_slots;
+      plan.state_slots = 1;
+    }
   }
+  planned.state_slots = loaded->plan.state_slots;
   // The model keeps a reference to the file (embedding rows are read from the mapping), so
   // it is loaded only once the file sits at its final address inside LoadedModel.
   loaded->model = model::load_model(loaded->file, planned);
@@ -135,6 +140,9 @@ void print_summary(const LoadedModel& loaded, std::FILE* out) {
     fmt::print(out, "kernels      {} path, {}, {} threads\n", info.isa, info.kernel_shapes, info.threads);
   fmt::print(out, "context      {} tokens (model window {}), KV cache {:.1f} MiB ({} blocks, {})\n", info.context,
              info.native_context, info.kv_cache_bytes / mib, info.kv_blocks, info.kv_type);
+  if (info.state_slots > 0)
+    fmt::print(out, "recurrent    {} of {} layers Gated DeltaNet: {:.1f} MiB of state a sequence, {} at once\n",
+               info.recurrent_layers, info.n_layers, info.recurrent_state_bytes / mib, info.state_slots);
   if (!info.rope_scaling.empty()) fmt::print(out, "rope         {} (reaches {} tokens)\n", info.rope_scaling, info.rope_window);
   if (info.context > info.rope_window)
     fmt::print(out, "warning      the context ({} tokens) exceeds the model's trained window ({}): output quality "

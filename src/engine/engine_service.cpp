@@ -31,6 +31,7 @@ struct EngineService::Running {
   std::unique_ptr<Drafter> drafter;     // speculative decoding's guesses (null: plain decoding)
   DraftBudget draft_budget;             // guesses its next step may verify
   int draft_tokens = 0, accepted_draft_tokens = 0;
+  int state_slot = -1;                  // a hybrid model's recurrent-state slot (-1: none held)
 
   int pending() const { return static_cast<int>(tokens.size()) - computed; }
 };
@@ -96,6 +97,7 @@ EngineService::EngineService(model::Model& model, const tokenizer::Tokenizer& to
       image_tokens_(images.encoder ? find_image_tokens(tokenizer) : ImageTokenIds{}),
       token_trie_(build_token_trie(tokenizer)),
       blocks_(model.info().kv_blocks, [&model](int from, int to, int tokens) { model.copy_kv_block(from, to, tokens); }),
+      states_(model.info().state_slots),
       worker_([this] { worker_loop(); }) {}
 
 EngineService::~EngineService() {
@@ -304,8 +306,11 @@ bool EngineService::prepare(Running& sequence) {
 
 bool EngineService::admit(Running& sequence) {
   const int size = static_cast<int>(sequence.tokens.size());
-  // At least the last token is computed: its logits pick the next one.
-  cache::PrefixMatch match = blocks_.acquire_prefix(sequence.tokens, size - 1);
+  const bool recurrent = states_.total() > 0;
+  if (recurrent && states_.available() == 0) return false;  // a running sequence frees one (there is one)
+  // At least the last token is computed: its logits pick the next one. A hybrid model's
+  // state is known only from the sequence's start.
+  cache::PrefixMatch match = blocks_.acquire_prefix(sequence.tokens, recurrent ? 0 : size - 1);
   const int needed = (size + cache::kBlockTokens - 1) / cache::kBlockTokens - static_cast<int>(match.blocks.size());
   if (needed > blocks_.available()) {
     blocks_.release(match.blocks, std::span(sequence.tokens).first(match.tokens), true);
@@ -318,6 +323,7 @@ bool EngineService::admit(Running& sequence) {
   }
   sequence.blocks = std::move(match.blocks);
   sequence.computed = match.tokens;
+  if (recurrent) sequence.state_slot = states_.acquire();
   sequence.published = match.tokens / cache::kBlockTokens;
   sequence.keys.assign(1, cache::kEmptyPrefix);
   for (int i = 0; i < sequence.published; ++i)
@@ -355,6 +361,7 @@ bool EngineService::admit(Running& sequence) {
 }
 
 bool EngineService::sibling_computing_prefix(const Running& waiting) const {
+  if (states_.total() > 0) return false;  // a hybrid model takes no cached prefix: nothing to wait for
   for (const auto& sibling : running_) {
     if (sibling->pending() <= 1) continue;  // decoding: its prompt is computed and published
     const auto [a, b] = std::mismatch(waiting.tokens.begin(), waiting.tokens.end(), sibling->tokens.begin(),
@@ -383,10 +390,17 @@ void EngineService::publish_full_blocks(Running& sequence) {
   }
 }
 
+void EngineService::release_state(Running& sequence) {
+  if (sequence.state_slot < 0) return;
+  states_.release(sequence.state_slot);
+  sequence.state_slot = -1;
+}
+
 void EngineService::preempt(Running& sequence) {
   // Its computed blocks stay cached: when it is admitted again, the prefix index gives back
   // whatever was not evicted meanwhile and only the rest is recomputed.
   blocks_.release(sequence.blocks, std::span(sequence.tokens).first(sequence.computed), true);
+  release_state(sequence);
   sequence.blocks.clear();
   sequence.keys.clear();
   sequence.computed = 0;
@@ -400,6 +414,7 @@ void EngineService::finish(Running& sequence, bool keep_blocks) {
   sequence.ended = true;
   blocks_.release(sequence.blocks, std::span(sequence.tokens).first(std::min<size_t>(sequence.computed, sequence.tokens.size())),
                   keep_blocks);
+  release_state(sequence);
   sequence.blocks.clear();
   if (!sequence.started) {  // only reached at shutdown: it never ran
     if (!sequence.ticket->cancelled()) sequence.ticket->sink_(ChatEvent::failed("the server is shutting down"));
@@ -451,6 +466,7 @@ std::optional<int32_t> EngineService::sample(Running& sequence, LogitsRow& logit
   } catch (const std::exception& e) {
     sequence.ended = true;
     blocks_.release(sequence.blocks, std::span(sequence.tokens).first(sequence.computed), true);
+    release_state(sequence);
     sequence.blocks.clear();
     sequence.ticket->sink_(ChatEvent::failed(std::string("generation failed: ") + e.what()));
     return std::nullopt;
@@ -644,6 +660,7 @@ EngineService::Pass EngineService::schedule() {
     const bool last = s.computed + slot.count == static_cast<int>(s.tokens.size());
     model::SequenceSlice slice{std::span(s.tokens).subspan(s.computed, slot.count), s.computed, s.blocks,
                                slot.drafted > 0 ? slot.count : last ? 1 : 0};
+    slice.state_slot = s.state_slot;
     // A decode step's row: its best tokens do (a prompt's end keeps its whole row, which
     // the prompt-logits cache stores for replays under any sampling settings).
     slice.best_only = best_token_rows_ && slot.drafted == 0 && last && !s.generation->result().tokens.empty() &&
@@ -676,6 +693,7 @@ std::span<const float> EngineService::run(Pass& pass) {
       Running& s = *slot.sequence;
       s.ended = true;
       blocks_.release(s.blocks, std::span(s.tokens).first(s.computed), false);
+      release_state(s);
       s.blocks.clear();
       s.ticket->sink_(ChatEvent::failed(std::string("generation failed: ") + e.what()));
     }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cache/block_manager.h"
+#include "cache/state_slots.h"
 #include "chat/chat_format.h"
 #include "engine/chat_request.h"
 #include "engine/drafter.h"
@@ -196,6 +197,10 @@ class EngineService {
   std::shared_ptr<const grammar::TokenTrie> token_trie_;  // for constrained decoding
   // Worker thread only:
   cache::BlockManager blocks_;
+  // A hybrid model's recurrent-state slots; its sequences reuse no cached prefix (their state
+  // at the prefix's end is not kept), and a preempted one starts again from its first token.
+  cache::StateSlots states_;
+  void release_state(Running& sequence);
   std::deque<std::unique_ptr<Running>> waiting_;   // admitted in order; preempted ones first
   std::vector<std::unique_ptr<Running>> running_;  // in admission order
   PromptLogitsCache prompt_logits_;

@@ -290,7 +290,11 @@ GenerationResult generate(model::Sequence& sequence, const tokenizer::Tokenizer&
   Generation generation(tokenizer, request, sink, stop_flag, info.vocab, info.context);
   reuse = std::clamp(reuse, 0, static_cast<int>(request.prompt.size()) - 1);
   generation.result().cached_prompt_tokens = reuse;
-  sequence.truncate(std::min(reuse, sequence.position()));
+  reuse = std::min(reuse, sequence.position());
+  // A hybrid model's recurrent state holds only the whole sequence so far: reused whole or not at all.
+  if (info.state_slots > 0 && reuse != sequence.position()) reuse = 0;
+  generation.result().cached_prompt_tokens = reuse;
+  sequence.truncate(reuse);
   const auto prefill_start = Clock::now();
   std::span<const float> logits = sequence.forward(std::span(request.prompt).subspan(sequence.position()));
   const auto decode_start = Clock::now();

@@ -36,6 +36,9 @@ std::string MemoryPlan::table() const {
   row("runtime", runtime_bytes, "threads, buffers, tokenizer");
   for (const auto& cache : caches)
     row(cache.name.c_str(), cache.bytes, caches_in_budget ? cache.note : cache.note + " (host memory, beside the plan)");
+  if (state_slots > 0)
+    row("recurrent states", state_bytes,
+        fmt::format("{} sequence(s) at once, {} each", state_slots, human(state_bytes / state_slots)));
   row("KV cache", kv_bytes,
       fmt::format("{} blocks of {} tokens ({}): {} sequence(s) at the full {}-token context", kv_blocks,
                   kBlockTokens, kv_type, max_sequences, max_context));
@@ -90,7 +93,13 @@ MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memor
   // past it are computed the same way, but the model was never trained on them, so quality
   // degrades; print_summary warns. Agents' prompts (15-20K tokens) need this on small models.
   const int wanted = requested_context > 0 ? requested_context : needs.native_context;
-  const size_t room = plan.budget_bytes > fixed ? plan.budget_bytes - fixed : 0;
+  size_t room = plan.budget_bytes > fixed ? plan.budget_bytes - fixed : 0;
+  if (needs.recurrent_state_bytes > 0) {  // at most half of what is left, at least one sequence's
+    plan.state_slots = static_cast<int>(
+        std::clamp<size_t>(room / 2 / needs.recurrent_state_bytes, 1, static_cast<size_t>(kServerStateSlots)));
+    plan.state_bytes = plan.state_slots * needs.recurrent_state_bytes;
+    room = room > plan.state_bytes ? room - plan.state_bytes : 0;
+  }
   const size_t per_block = std::max<size_t>(needs.kv_bytes_per_block, 1);
   const size_t wanted_blocks = (static_cast<size_t>(wanted) + kBlockTokens - 1) / kBlockTokens;
   // The pool: what the budget leaves, up to kMaxFullContexts sequences at the full context

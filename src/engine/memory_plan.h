@@ -28,6 +28,9 @@ struct MemoryPlan {
   size_t budget_bytes = 0;
   std::string budget_source;
   size_t weight_bytes = 0, mapped_bytes = 0, activation_bytes = 0, runtime_bytes = 0, kv_bytes = 0;
+  // A hybrid model's recurrent states: one slot per sequence that runs at once.
+  size_t state_bytes = 0;
+  int state_slots = 0;
   std::vector<CacheBudget> caches;  // host memory: inside the budget on the CPU, beside it on a GPU
   bool caches_in_budget = true;
   int batch_tokens = 0;  // the tokens of the pass the activations are sized for
@@ -40,7 +43,7 @@ struct MemoryPlan {
 
   size_t cache_bytes() const;  // those counted in the budget
   size_t total_bytes() const {
-    return weight_bytes + mapped_bytes + activation_bytes + runtime_bytes + cache_bytes() + kv_bytes;
+    return weight_bytes + mapped_bytes + activation_bytes + runtime_bytes + cache_bytes() + state_bytes + kv_bytes;
   }
   std::string table() const;
 };
@@ -48,6 +51,9 @@ struct MemoryPlan {
 inline constexpr int kBlockTokens = model::kKvBlockTokens;
 // The pool holds at most this many sequences at the full context.
 inline constexpr size_t kMaxFullContexts = 32;
+// A hybrid model's server runs at most this many sequences at once (each holds a recurrent
+// state, e.g. 61 MiB for Qwen3.5-35B-A3B), fewer when the budget is short of them.
+inline constexpr int kServerStateSlots = 16;
 
 // Below this many tokens a coding agent cannot work (its system prompt alone is longer).
 inline constexpr int kMinimumUsefulContext = 2048;

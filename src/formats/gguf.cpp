@@ -381,4 +381,20 @@ std::vector<float> File::get_float_array(std::string_view key) const {
   return out;
 }
 
+std::vector<bool> File::get_bool_array(std::string_view key) const {
+  const Array& array = require_array(*this, key);
+  std::vector<bool> out;
+  out.reserve(array.items.size());
+  for (const auto& item : array.items) {
+    if (auto* b = std::get_if<bool>(&item.data)) {
+      out.push_back(*b);
+    } else if (auto integer = as_integer(item); integer && (*integer == 0 || *integer == 1)) {
+      out.push_back(*integer == 1);
+    } else {
+      fail("{}: metadata '{}' is not an array of flags", path_, key);
+    }
+  }
+  return out;
+}
+
 }  // namespace splash::gguf

@@ -75,6 +75,8 @@ class File {
   std::vector<std::string> get_string_array(std::string_view key) const;
   std::vector<int32_t> get_int_array(std::string_view key) const;
   std::vector<float> get_float_array(std::string_view key) const;
+  // An array of flags: bools, or integers 0 and 1.
+  std::vector<bool> get_bool_array(std::string_view key) const;
 
   uint64_t file_size() const { return size_; }
 

@@ -30,6 +30,9 @@ BatchCount check_batch(std::span<const SequenceSlice> batch, const ModelInfo& in
     if (slice.logits < 0 || slice.logits > n || slice.logits > info.max_logits_per_slice)
       fail("forward: logits of {} positions of a {}-token slice (this model returns at most {} a slice)", slice.logits, n,
            info.max_logits_per_slice);
+    if (info.state_slots > 0 && (slice.state_slot < 0 || slice.state_slot >= info.state_slots))
+      fail("forward: recurrent-state slot {} outside the {} slots of this hybrid model", slice.state_slot,
+           info.state_slots);
     count.tokens += n;
     count.wanted += slice.logits;
     if (slice.best_only) count.best_only += slice.logits;
@@ -39,6 +42,11 @@ BatchCount check_batch(std::span<const SequenceSlice> batch, const ModelInfo& in
     fail("forward: {} tokens in one pass (at most {})", count.tokens, info.max_batch_tokens);
   if (batch.size() > kMaxBatchSequences)
     fail("forward: {} sequences in one pass (at most {})", batch.size(), kMaxBatchSequences);
+  if (info.state_slots > 0)
+    for (size_t i = 0; i < batch.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (batch[i].state_slot == batch[j].state_slot)
+          fail("forward: two sequences of one pass share recurrent-state slot {}", batch[i].state_slot);
   return count;
 }
 

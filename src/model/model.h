@@ -54,6 +54,13 @@ struct ModelInfo {
   // asks for those (SequenceSlice::best_only) instead of its whole row, which saves copying
   // the row back and scanning it on the host.
   bool best_tokens_on_device = false;
+  // A hybrid model (Qwen3.5: Gated DeltaNet layers between full-attention ones) carries a
+  // recurrent state per sequence besides its KV blocks: a pool of state_slots slots of
+  // recurrent_state_bytes each, which the caller hands out like blocks (SequenceSlice::
+  // state_slot). 0 slots: a pure attention model, whose sequences need none.
+  int recurrent_layers = 0;
+  int state_slots = 0;
+  size_t recurrent_state_bytes = 0;
 };
 
 using kernels::KvType;
@@ -75,6 +82,8 @@ struct LoadOptions {
   // choices), remembered in tuning_cache_dir (empty: not remembered).
   bool tune_kernels = false;
   std::string tuning_cache_dir = {};
+  // Recurrent-state slots of a hybrid model (sequences that can run at once); 0: one.
+  int state_slots = 0;
 };
 
 // The most sequences in one pass (bounds the logits buffer).
@@ -120,6 +129,11 @@ struct SequenceSlice {
   // The pass returns each wanted row's kBestTokens best tokens (Model::best_tokens) instead
   // of the whole row; the whole row can still be read until the next pass (Model::whole_row).
   bool best_only = false;
+  // A hybrid model's recurrent-state slot for this sequence (ModelInfo::state_slots > 0). A
+  // slice at position 0 starts the slot afresh; any other continues the state the slot holds,
+  // which must be the state after exactly first_position tokens (the model keeps count and
+  // refuses a slice that does not follow on: a recurrent state cannot be rewound).
+  int state_slot = -1;
 };
 
 // What a model needs in memory, known from its file before its weights are loaded (the
@@ -128,6 +142,7 @@ struct MemoryNeeds {
   size_t weight_bytes = 0;        // packed weights, resident
   size_t mapped_bytes = 0;        // file pages read at run time (e.g. a tied embedding table)
   size_t kv_bytes_per_block = 0;  // keys + values of every layer for kKvBlockTokens positions
+  size_t recurrent_state_bytes = 0;  // a hybrid model's state per sequence (0: none)
   size_t activation_bytes = 0;    // scratch of one prefill chunk
   int max_batch_tokens = kMaxBatchTokens;  // the tokens of that chunk
   int native_context = 0;

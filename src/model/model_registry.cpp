@@ -42,6 +42,9 @@ constexpr Family kFamilies[] = {
      SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda)},
     // qwen3 attention + a mixture-of-experts FFN in every layer (CPU only so far)
     {"qwen3moe", llama::load_llama, llama::estimate_llama_memory, nullptr, nullptr},
+    // Qwen3.5: Gated DeltaNet layers (a recurrent state per sequence) between gated
+    // full-attention layers with partial RoPE (CPU only so far)
+    {"qwen35", llama::load_llama, llama::estimate_llama_memory, nullptr, nullptr},
 };
 
 }  // namespace

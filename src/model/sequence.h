@@ -13,8 +13,9 @@ namespace splash::model {
 
 class Sequence {
  public:
-  // Takes blocks first_block.. of the pool, enough for the model's whole context.
-  explicit Sequence(Model& model, int first_block = 0);
+  // Takes blocks first_block.. of the pool, enough for the model's whole context (and a
+  // hybrid model's recurrent-state slot state_slot).
+  explicit Sequence(Model& model, int first_block = 0, int state_slot = 0);
 
   const ModelInfo& info() const { return model_.info(); }
   // Appends tokens and returns the logits after the last one. `embeddings` (empty, or one
@@ -29,12 +30,14 @@ class Sequence {
   std::span<const TokenLogit> forward_best(int32_t token);
   std::span<const float> whole_row() { return model_.whole_row(0); }
   int position() const { return position_; }
-  // Forgets everything after the first n tokens (n <= position()).
+  // Forgets everything after the first n tokens (n <= position()). A hybrid model's
+  // recurrent state cannot be rewound: it forgets all (n = 0) or nothing (n = position()).
   void truncate(int n);
 
  private:
   Model& model_;
   std::vector<int32_t> blocks_;
+  int state_slot_ = -1;
   int position_ = 0;
 };
 

@@ -34,7 +34,7 @@ from gguf.quants import dequantize
 # Architectures whose GGUF Q/K weights are stored permuted for ggml's "normal" RoPE
 # (rotate adjacent pairs); the converter leaves qwen weights unpermuted, so ggml runs
 # them with NEOX RoPE (rotate the first half against the second half).
-NEOX_ROPE_ARCHS = {"qwen2", "qwen3", "qwen3moe"}
+NEOX_ROPE_ARCHS = {"qwen2", "qwen3", "qwen3moe", "qwen35"}
 UNQUANTIZED = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
 
 
@@ -160,6 +160,68 @@ class Layer:
     router: np.ndarray | None = None     # qwen3moe: [experts, d_model] and
     experts: list | None = None          # per expert (gate, up, down) Linears
     experts_used: int = 0
+    delta_net: "DeltaNet | None" = None  # qwen35: a Gated DeltaNet instead of attention
+    output_gate: bool = False            # qwen35's attention: wq gives [q | gate] per head
+
+
+@dataclass
+class DeltaNet:
+    """Qwen3.5's Gated DeltaNet (transformers' Qwen3_5GatedDeltaNet with its recurrent rule,
+    torch_recurrent_gated_delta_rule), on the tensors as llama.cpp's converter writes them:
+    ssm_a is -exp(A_log), the conv kernel [channels, taps], and the value heads reordered so
+    that value head j reads key head j % k_heads (transformers: j // (v_heads // k_heads) in
+    its own order; the converter's reordering makes the two the same model)."""
+    w_qkv: Linear     # -> [q (k_heads x head_k) | k (same) | v (v_heads x head_v)]
+    w_z: Linear       # -> [v_heads x head_v], the output gate
+    w_beta: Linear    # -> [v_heads]
+    w_alpha: Linear   # -> [v_heads]
+    w_out: Linear
+    conv: np.ndarray  # [channels, taps]
+    dt_bias: np.ndarray
+    a: np.ndarray     # -exp(A_log)
+    norm: np.ndarray  # [head_v]
+    k_heads: int
+    v_heads: int
+    head_k: int
+    head_v: int
+
+    def __call__(self, h: np.ndarray, state: dict, eps: float, aq: bool) -> np.ndarray:
+        """h [n, d_model] normalised input; state {"conv": [taps-1, channels], "S": [v_heads,
+        head_k, head_v]} carried between calls (created zero on the first)."""
+        n, taps = h.shape[0], self.conv.shape[1]
+        kw = self.k_heads * self.head_k
+        mixed = self.w_qkv(h, aq)  # [n, channels]
+        if "conv" not in state:
+            state["conv"] = np.zeros((taps - 1, mixed.shape[1]), dtype=np.float32)
+            state["S"] = np.zeros((self.v_heads, self.head_k, self.head_v), dtype=np.float64)
+        padded = np.concatenate([state["conv"], mixed])  # causal: taps-1 earlier inputs first
+        state["conv"] = padded[-(taps - 1):]
+        conv = np.stack([(padded[t:t + taps] * self.conv.T).sum(axis=0) for t in range(n)])
+        conv = silu(conv)
+        q = conv[:, :kw].reshape(n, self.k_heads, self.head_k).astype(np.float64)
+        k = conv[:, kw:2 * kw].reshape(n, self.k_heads, self.head_k).astype(np.float64)
+        v = conv[:, 2 * kw:].reshape(n, self.v_heads, self.head_v).astype(np.float64)
+        q = q / np.sqrt((q * q).sum(axis=-1, keepdims=True) + eps)  # l2norm
+        k = k / np.sqrt((k * k).sum(axis=-1, keepdims=True) + eps)
+        key_head = np.arange(self.v_heads) % self.k_heads
+        q, k = q[:, key_head], k[:, key_head]  # [n, v_heads, head_k]
+        q = q / math.sqrt(self.head_k)
+        beta = 1.0 / (1.0 + np.exp(-self.w_beta(h, aq).astype(np.float64)))  # [n, v_heads]
+        x = self.w_alpha(h, aq).astype(np.float64) + self.dt_bias
+        g = self.a * np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))  # a * softplus
+        S = state["S"]
+        out = np.empty((n, self.v_heads, self.head_v))
+        for t in range(n):
+            S = S * np.exp(g[t])[:, None, None]
+            remembered = np.einsum("hk,hkv->hv", k[t], S)
+            delta = (v[t] - remembered) * beta[t][:, None]
+            S = S + np.einsum("hk,hv->hkv", k[t], delta)
+            out[t] = np.einsum("hk,hkv->hv", q[t], S)
+        state["S"] = S
+        out = out.astype(np.float32)
+        z = self.w_z(h, aq).reshape(n, self.v_heads, self.head_v)
+        normed = out / np.sqrt((out * out).mean(axis=-1, keepdims=True) + eps) * self.norm
+        return self.w_out((normed * silu(z)).reshape(n, self.v_heads * self.head_v), aq)
 
 
 def mixture_of_experts(layer: Layer, h: np.ndarray, aq: bool) -> np.ndarray:
@@ -187,6 +249,7 @@ class KVCache:
     def __init__(self, n_layer: int):
         self.k: list[np.ndarray | None] = [None] * n_layer
         self.v: list[np.ndarray | None] = [None] * n_layer
+        self.states: list[dict] = [{} for _ in range(n_layer)]  # Gated DeltaNet layers' recurrent states
         self.length = 0
 
     def append(self, layer: int, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -223,7 +286,17 @@ class Model:
                 x[pos - cache.length] = np.asarray(vec, dtype=np.float32)
         for li, layer in enumerate(self.layers):
             h = rms_norm(x, layer.attn_norm, cfg.eps)
-            q = layer.wq(h, aq).reshape(n, cfg.n_head, cfg.head_dim)
+            if layer.delta_net is not None:
+                x = x + layer.delta_net(h, cache.states[li], cfg.eps, aq)
+                h = rms_norm(x, layer.ffn_norm, cfg.eps)
+                x = x + layer.w_down(silu(layer.w_gate(h, aq)) * layer.w_up(h, aq), aq)
+                continue
+            gate = None
+            if layer.output_gate:  # [q | gate] per head
+                qg = layer.wq(h, aq).reshape(n, cfg.n_head, 2 * cfg.head_dim)
+                q, gate = qg[..., :cfg.head_dim], qg[..., cfg.head_dim:].reshape(n, cfg.n_head * cfg.head_dim)
+            else:
+                q = layer.wq(h, aq).reshape(n, cfg.n_head, cfg.head_dim)
             k = layer.wk(h, aq).reshape(n, cfg.n_kv_head, cfg.head_dim)
             v = layer.wv(h, aq).reshape(n, cfg.n_kv_head, cfg.head_dim)
             if layer.q_norm is not None:
@@ -233,7 +306,10 @@ class Model:
             if self.kv_f16:
                 k, v = k.astype(np.float16).astype(np.float32), v.astype(np.float16).astype(np.float32)
             keys, values = cache.append(li, k, v)
-            x = x + layer.wo(self.attention(q, keys, values, positions), aq)
+            attended = self.attention(q, keys, values, positions)
+            if gate is not None:
+                attended = attended / (1.0 + np.exp(-gate))  # * sigmoid(gate)
+            x = x + layer.wo(attended, aq)
             h = rms_norm(x, layer.ffn_norm, cfg.eps)
             if layer.experts is not None:
                 x = x + mixture_of_experts(layer, h, aq)
@@ -349,6 +425,22 @@ def load(path: str, act_quant: bool = False, kv_f16: bool = False, rope_scaling:
         p = f"blk.{i}."
         opt = lambda name: dense(p + name) if p + name in tensors else None  # noqa: E731
         moe = p + "ffn_gate_inp.weight" in tensors
+        if p + "ssm_out.weight" in tensors:  # qwen35: a Gated DeltaNet layer
+            head = int(_field(reader, f"{arch}.ssm.state_size"))
+            v_heads = int(_field(reader, f"{arch}.ssm.time_step_rank"))
+            layers.append(Layer(
+                attn_norm=dense(p + "attn_norm.weight"), wq=None, wk=None, wv=None, wo=None, q_norm=None, k_norm=None,
+                ffn_norm=dense(p + "post_attention_norm.weight"), w_gate=linear(p + "ffn_gate.weight"),
+                w_up=linear(p + "ffn_up.weight"), w_down=linear(p + "ffn_down.weight"),
+                delta_net=DeltaNet(
+                    w_qkv=linear(p + "attn_qkv.weight"), w_z=linear(p + "attn_gate.weight"),
+                    w_beta=linear(p + "ssm_beta.weight"), w_alpha=linear(p + "ssm_alpha.weight"),
+                    w_out=linear(p + "ssm_out.weight"), conv=dense(p + "ssm_conv1d.weight"),
+                    dt_bias=dense(p + "ssm_dt.bias").astype(np.float64), a=dense(p + "ssm_a").astype(np.float64),
+                    norm=dense(p + "ssm_norm.weight"), k_heads=int(_field(reader, f"{arch}.ssm.group_count")),
+                    v_heads=v_heads, head_k=head,
+                    head_v=int(_field(reader, f"{arch}.ssm.inner_size")) // v_heads)))
+            continue
         layers.append(Layer(
             attn_norm=dense(p + "attn_norm.weight"),
             wq=linear(p + "attn_q.weight", p + "attn_q.bias"),
@@ -357,7 +449,7 @@ def load(path: str, act_quant: bool = False, kv_f16: bool = False, rope_scaling:
             wo=linear(p + "attn_output.weight"),
             q_norm=opt("attn_q_norm.weight"),
             k_norm=opt("attn_k_norm.weight"),
-            ffn_norm=dense(p + "ffn_norm.weight"),
+            ffn_norm=dense(p + ("post_attention_norm.weight" if arch == "qwen35" else "ffn_norm.weight")),
             w_gate=None if moe else linear(p + "ffn_gate.weight"),
             w_up=None if moe else linear(p + "ffn_up.weight"),
             w_down=None if moe else linear(p + "ffn_down.weight"),
@@ -365,6 +457,7 @@ def load(path: str, act_quant: bool = False, kv_f16: bool = False, rope_scaling:
             experts=list(zip(expert_linears(p + "ffn_gate_exps.weight"), expert_linears(p + "ffn_up_exps.weight"),
                              expert_linears(p + "ffn_down_exps.weight"))) if moe else None,
             experts_used=int(_field(reader, f"{arch}.expert_used_count", 0)),
+            output_gate=arch == "qwen35",
         ))
     # Tied embeddings: without output.weight the embedding matrix is also the output head.
     if "output.weight" in tensors:

@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <set>
 #include <vector>
 
 #include "cache/block_manager.h"
+#include "cache/state_slots.h"
+#include "common/error.h"
 
 namespace splash::cache {
 namespace {
@@ -162,4 +165,26 @@ TEST_F(BlockManagerTest, FailedSequencesLeaveNothingIndexed) {
 }
 
 }  // namespace
+// A hybrid model's state slots: each handed to one sequence at a time, all given back at the
+// end; a slot given back twice, or never given out, is refused; a model without recurrent
+// state has none.
+TEST(StateSlots, EachSlotHasOneHolderAndComesBack) {
+  StateSlots slots(3);
+  EXPECT_EQ(slots.total(), 3);
+  const int a = slots.acquire(), b = slots.acquire(), c = slots.acquire();
+  EXPECT_EQ(slots.acquire(), -1);
+  EXPECT_EQ(std::set<int>({a, b, c}), std::set<int>({0, 1, 2}));
+  EXPECT_EQ(slots.available(), 0);
+  slots.release(b);
+  EXPECT_THROW(slots.release(b), Error);
+  EXPECT_EQ(slots.acquire(), b);
+  for (const int slot : {a, b, c}) slots.release(slot);
+  EXPECT_EQ(slots.available(), 3);
+  EXPECT_THROW(slots.release(7), Error);
+  EXPECT_THROW(slots.release(-1), Error);
+  StateSlots none(0);
+  EXPECT_EQ(none.acquire(), -1);
+  EXPECT_EQ(none.total(), 0);
+}
+
 }  // namespace splash::cache

@@ -341,6 +341,70 @@ TEST(KernelVisionOps, SoftmaxRowsMatchesTheFormulaAndZeroesPadding) {
   }
 }
 
+// The Gated DeltaNet rule of one value head against the recurrence written out in double
+// (transformers' torch_recurrent_gated_delta_rule, S [head_k][head_v]): 40 tokens of random
+// normalised q/k, decays in [0.3, 1] and rates in [0, 1], the state carried in from a
+// non-zero start; outputs and final state within 2e-5 relative to their scale. head_k 128
+// (Qwen3.5's) and 48 (a head of vectors not a power of two), head_v 64.
+TEST(KernelDeltaRule, MatchesTheRecurrenceInDouble) {
+  for (const int head_k : {128, 48}) {
+    constexpr int kHeadV = 64, kTokens = 40, kVStride = 80, kOutStride = 72;
+    std::mt19937 rng(head_k);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+    auto unit_rows = [&](int rows) {
+      std::vector<float> x(static_cast<size_t>(rows) * head_k);
+      for (int r = 0; r < rows; ++r) {
+        double norm = 0.0;
+        for (int i = 0; i < head_k; ++i) norm += std::pow(x[r * head_k + i] = normal(rng), 2);
+        for (int i = 0; i < head_k; ++i) x[r * head_k + i] /= static_cast<float>(std::sqrt(norm));
+      }
+      return x;
+    };
+    const std::vector<float> q = unit_rows(kTokens), k = unit_rows(kTokens);
+    std::vector<float> v(static_cast<size_t>(kTokens) * kVStride), decay(kTokens), beta(kTokens);
+    for (auto& x : v) x = normal(rng);
+    for (int t = 0; t < kTokens; ++t) {
+      decay[t] = 0.3f + 0.7f * uniform(rng);
+      beta[t] = uniform(rng);
+    }
+    std::vector<float> start(static_cast<size_t>(kHeadV) * head_k);  // row j = column j of S
+    for (auto& x : start) x = 0.1f * normal(rng);
+    // The reference: S[i][j] in double.
+    std::vector<double> S(static_cast<size_t>(head_k) * kHeadV), want(static_cast<size_t>(kTokens) * kHeadV);
+    for (int i = 0; i < head_k; ++i)
+      for (int j = 0; j < kHeadV; ++j) S[i * kHeadV + j] = start[j * head_k + i];
+    const double scale = 1.0 / std::sqrt(static_cast<double>(head_k));
+    for (int t = 0; t < kTokens; ++t) {
+      for (auto& s : S) s *= decay[t];
+      for (int j = 0; j < kHeadV; ++j) {
+        double remembered = 0.0;
+        for (int i = 0; i < head_k; ++i) remembered += S[i * kHeadV + j] * k[t * head_k + i];
+        const double delta = (v[t * kVStride + j] - remembered) * beta[t];
+        for (int i = 0; i < head_k; ++i) S[i * kHeadV + j] += k[t * head_k + i] * delta;
+        double read = 0.0;
+        for (int i = 0; i < head_k; ++i) read += S[i * kHeadV + j] * q[t * head_k + i];
+        want[t * kHeadV + j] = read * scale;
+      }
+    }
+    for (const IsaKernels* kernels : available_paths()) {
+      SCOPED_TRACE(std::string(kernels->name) + ", head_k " + std::to_string(head_k));
+      std::vector<float> state = start, out(static_cast<size_t>(kTokens) * kOutStride, -7.0f);
+      kernels->delta_rule({state.data(), head_k, kHeadV, kTokens, q.data(), k.data(), v.data(), kVStride, decay.data(),
+                           beta.data(), out.data(), kOutStride, static_cast<float>(scale)});
+      for (int t = 0; t < kTokens; ++t) {
+        for (int j = 0; j < kHeadV; ++j)
+          EXPECT_NEAR(out[t * kOutStride + j], want[t * kHeadV + j], 2e-5 * std::max(1.0, std::fabs(want[t * kHeadV + j])))
+              << "token " << t << ", value " << j;
+        for (int j = kHeadV; j < kOutStride; ++j) EXPECT_EQ(out[t * kOutStride + j], -7.0f);  // between rows: untouched
+      }
+      for (int i = 0; i < head_k; ++i)
+        for (int j = 0; j < kHeadV; ++j)
+          EXPECT_NEAR(state[j * head_k + i], S[i * kHeadV + j], 2e-5 * std::max(1.0, std::fabs(S[i * kHeadV + j])));
+    }
+  }
+}
+
 TEST(KernelMatmul, FloatActivationsServeFloatWeightsAndAreRefusedByIntegerOnes) {
   ThreadPool pool(2);
   std::vector<float> w(32 * 64), x(3 * 64);

@@ -47,6 +47,24 @@ struct AttentionSplit {
   float* partial = nullptr;
 };
 
+// One value head of a Gated DeltaNet layer over one sequence's new tokens. The state holds
+// head_v rows of head_k floats, row j being column j of the delta rule's S (so each output
+// value reads one contiguous row). Per token t: S *= decay[t]; S += k (beta[t] (v - S^T k))^T;
+// out = scale * S^T q. q and k are L2-normalised already, [n_tokens][head_k] each.
+struct DeltaRuleArgs {
+  float* state;
+  int head_k, head_v, n_tokens;
+  const float* q;
+  const float* k;
+  const float* v;  // [n_tokens][v_stride], this head's values at v[t * v_stride]
+  int v_stride;
+  const float* decay;  // [n_tokens], exp(g) in (0, 1]
+  const float* beta;   // [n_tokens]
+  float* out;          // [n_tokens][out_stride]
+  int out_stride;
+  float scale;
+};
+
 // Query tokens per attention work item; each ISA shares key tiles among as many of them
 // as its registers allow (kQueryBlock in its translation unit).
 inline constexpr int kAttentionTokenBlock = 4;
@@ -65,6 +83,7 @@ struct IsaKernels {
   void (*silu_mul)(const float* gate_up, float* out, int n, int ffn);  // gate_up = [n][2*ffn]
   void (*gelu_tanh)(float* x, int n, int width);
   void (*softmax_rows)(float* x, int n, int width, int stride, float scale);
+  void (*delta_rule)(const DeltaRuleArgs& args);  // head_k a multiple of 16, at most 256
 };
 
 const IsaKernels& avx2_kernels();

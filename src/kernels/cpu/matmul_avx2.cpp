@@ -247,7 +247,7 @@ namespace splash::kernels {
 const IsaKernels& avx2_kernels() {
   static const IsaKernels table{"avx2", avx2::quantize_rows_impl, avx2::matmul_tiles, avx2::attention_item_impl,
                                 avx2::rms_norm_impl, avx2::silu_mul_impl,
-                                avx2::gelu_tanh_impl, avx2::softmax_rows_impl};
+                                avx2::gelu_tanh_impl, avx2::softmax_rows_impl, avx2::delta_rule_impl};
   return table;
 }
 

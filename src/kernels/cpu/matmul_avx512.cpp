@@ -262,7 +262,7 @@ namespace splash::kernels {
 const IsaKernels& avx512_kernels() {
   static const IsaKernels table{"avx512", avx512::quantize_rows_impl, avx512::matmul_tiles,
                                 avx512::attention_item_impl, avx512::rms_norm_impl, avx512::silu_mul_impl,
-                                avx512::gelu_tanh_impl, avx512::softmax_rows_impl};
+                                avx512::gelu_tanh_impl, avx512::softmax_rows_impl, avx512::delta_rule_impl};
   return table;
 }
 

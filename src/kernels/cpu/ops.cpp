@@ -131,8 +131,8 @@ namespace {
 // Rotates the pairs (v[first(i)], v[second(i)]) of every head by the table's angles.
 template <typename Pair>
 void rope(float* x, int n_tokens, int row_stride, int n_heads, int head_dim, const int* positions,
-          const float* cos_table, const float* sin_table, Pair pair) {
-  const int half = head_dim / 2;
+          const float* cos_table, const float* sin_table, Pair pair, int rotated_dims = 0) {
+  const int half = (rotated_dims > 0 ? rotated_dims : head_dim) / 2;
   for (int t = 0; t < n_tokens; ++t) {
     const float* c = cos_table + static_cast<size_t>(positions[t]) * half;
     const float* s = sin_table + static_cast<size_t>(positions[t]) * half;
@@ -156,9 +156,9 @@ void rope_adjacent(float* x, int n_tokens, int row_stride, int n_heads, int head
 }
 
 void rope_neox(float* x, int n_tokens, int row_stride, int n_heads, int head_dim, const int* positions,
-               const float* cos_table, const float* sin_table) {
+               const float* cos_table, const float* sin_table, int rotated_dims) {
   rope(x, n_tokens, row_stride, n_heads, head_dim, positions, cos_table, sin_table,
-       [](int i, int half) { return std::pair{i, i + half}; });
+       [](int i, int half) { return std::pair{i, i + half}; }, rotated_dims);
 }
 
 }  // namespace splash::kernels

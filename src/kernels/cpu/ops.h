@@ -25,8 +25,10 @@ void attention(std::span<const AttentionArgs> sequences, ThreadPool& pool);
 void rope_adjacent(float* x, int n_tokens, int row_stride, int n_heads, int head_dim, const int* positions,
                    const float* cos_table, const float* sin_table);
 // The same rotation on the two halves of each head, pairs (x[i], x[i + head_dim/2]): the
-// "NEOX" layout of Qwen2/Qwen3 GGUFs.
+// "NEOX" layout of Qwen2/Qwen3 GGUFs. With rotated_dims (< head_dim: Qwen3.5's partial RoPE),
+// only each head's first rotated_dims turn, pairs (x[i], x[i + rotated_dims/2]), and the
+// table is [position][rotated_dims / 2].
 void rope_neox(float* x, int n_tokens, int row_stride, int n_heads, int head_dim, const int* positions,
-               const float* cos_table, const float* sin_table);
+               const float* cos_table, const float* sin_table, int rotated_dims = 0);
 
 }  // namespace splash::kernels

@@ -150,6 +150,50 @@ inline Vec16 load16(const float* p) {
 }
 
 // Sixteen cached elements (a key tile row, or a slice of a value row) as floats.
+// 16 floats loaded and stored at any alignment.
+typedef float f32x16u __attribute__((vector_size(64), aligned(4)));
+
+inline float sum_lanes(f32x16 v) {
+  float s = 0.0f;
+  for (int i = 0; i < 16; ++i) s += v[i];
+  return s;
+}
+
+// The delta rule of one value head (isa_kernels.h): each state row is decayed, its error
+// against the value learnt, and read out, in one pass over the row held in registers.
+void delta_rule_impl(const DeltaRuleArgs& a) {
+  constexpr int kMaxVectors = 16;  // head_k <= 256
+  const int vectors = a.head_k / 16;
+  f32x16 k[kMaxVectors], q[kMaxVectors], row[kMaxVectors];
+  for (int t = 0; t < a.n_tokens; ++t) {
+    const float* kt = a.k + static_cast<size_t>(t) * a.head_k;
+    const float* qt = a.q + static_cast<size_t>(t) * a.head_k;
+    for (int i = 0; i < vectors; ++i) {
+      k[i] = *reinterpret_cast<const f32x16u*>(kt + 16 * i);
+      q[i] = *reinterpret_cast<const f32x16u*>(qt + 16 * i);
+    }
+    const float decay = a.decay[t], beta = a.beta[t];
+    const float* v = a.v + static_cast<size_t>(t) * a.v_stride;
+    float* out = a.out + static_cast<size_t>(t) * a.out_stride;
+    for (int j = 0; j < a.head_v; ++j) {
+      float* s = a.state + static_cast<size_t>(j) * a.head_k;
+      f32x16 predicted = {};
+      for (int i = 0; i < vectors; ++i) {
+        row[i] = *reinterpret_cast<const f32x16u*>(s + 16 * i) * decay;
+        predicted += row[i] * k[i];
+      }
+      const float delta = (v[j] - sum_lanes(predicted)) * beta;
+      f32x16 read = {};
+      for (int i = 0; i < vectors; ++i) {
+        row[i] += delta * k[i];
+        *reinterpret_cast<f32x16u*>(s + 16 * i) = row[i];
+        read += row[i] * q[i];
+      }
+      out[j] = sum_lanes(read) * a.scale;
+    }
+  }
+}
+
 typedef int8_t i8x8 __attribute__((vector_size(8)));
 template <KvType T>
 inline Vec16 load_kv16(const uint8_t* p) {

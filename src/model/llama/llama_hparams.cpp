@@ -48,7 +48,44 @@ RopeScaling read_rope_scaling(const gguf::File& file, const std::string& arch, i
   return scaling;
 }
 
+// Qwen3.5's linear-attention layers: which they are (attention.recurrent_layers, else all
+// but every full_attention_interval-th) and their sizes, as llama.cpp's converter writes them.
+void read_delta_net(const gguf::File& file, const std::string& arch, Hyperparameters& h) {
+  auto key = [&](const char* suffix) { return arch + "." + suffix; };
+  const int layers = h.shapes.n_layers;
+  if (file.find(key("attention.recurrent_layers"))) {
+    const auto flags = file.get_bool_array(key("attention.recurrent_layers"));
+    if (static_cast<int>(flags.size()) < layers)  // MTP blocks may follow: they are attention
+      fail("{}: attention.recurrent_layers has {} entries for {} layers", file.path(), flags.size(), layers);
+    h.recurrent.assign(flags.begin(), flags.begin() + layers);
+  } else {
+    const uint64_t interval = file.opt_uint(key("full_attention_interval")).value_or(4);
+    if (interval == 0 || interval > 1024) fail("{}: full_attention_interval {} is out of range", file.path(), interval);
+    for (int l = 0; l < layers; ++l) h.recurrent.push_back((l + 1) % interval != 0);
+  }
+  auto& d = h.delta_net;
+  d.conv_kernel = static_cast<int>(file.get_uint(key("ssm.conv_kernel")));
+  d.head_k = static_cast<int>(file.get_uint(key("ssm.state_size")));
+  d.k_heads = static_cast<int>(file.get_uint(key("ssm.group_count")));
+  d.v_heads = static_cast<int>(file.get_uint(key("ssm.time_step_rank")));
+  const uint64_t inner = file.get_uint(key("ssm.inner_size"));
+  d.tiled_key_heads = true;  // qwen35: the converter reorders the value heads tiled
+  if (d.conv_kernel < 2 || d.conv_kernel > 8 || d.k_heads <= 0 || d.k_heads > 1024 || d.v_heads <= 0 ||
+      d.v_heads > 1024 || d.v_heads % d.k_heads != 0 || inner % d.v_heads != 0 || inner / d.v_heads > 1024)
+    fail("{}: inconsistent Gated DeltaNet sizes (conv kernel {}, {} key heads, {} value heads, inner size {})",
+         file.path(), d.conv_kernel, d.k_heads, d.v_heads, inner);
+  d.head_v = static_cast<int>(inner / d.v_heads);
+  // The delta rule's kernel works on heads of 16-float vectors; the projections on 32-wide rows.
+  if (d.head_k % 16 != 0 || d.head_k > 256 || d.head_v % 16 != 0 || d.value_width() % 32 != 0)
+    fail("{}: Gated DeltaNet heads of {} keys and {} values are not supported (multiples of 16, at most 256 keys)",
+         file.path(), d.head_k, d.head_v);
+}
+
 }  // namespace
+
+int Hyperparameters::recurrent_layer_count() const {
+  return static_cast<int>(std::count(recurrent.begin(), recurrent.end(), true));
+}
 
 void fit_rope_to_context(Hyperparameters& h, int context) {
   // Qwen's recipe (the Qwen2.5 7B-72B and Qwen3 model cards): YaRN over the 32K pre-training
@@ -71,10 +108,13 @@ Hyperparameters read_hyperparameters(const gguf::File& file) {
   auto key = [&](const char* suffix) { return arch + "." + suffix; };
   Hyperparameters h;
   h.architecture = arch;
-  h.neox_rope = arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe";
+  h.neox_rope = arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "qwen35";
   h.qkv_bias = arch == "qwen2";
-  h.qk_norm = arch == "qwen3" || arch == "qwen3moe";
+  h.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "qwen35";
   h.shapes.n_layers = static_cast<int>(file.get_uint(key("block_count")));
+  // Qwen3.5's multi-token-prediction blocks come after the trunk's (read by speculative
+  // decoding, not by the forward pass).
+  if (arch == "qwen35") h.shapes.n_layers -= static_cast<int>(file.opt_uint(key("nextn_predict_layers")).value_or(0));
   h.shapes.d_model = static_cast<int>(file.get_uint(key("embedding_length")));
   if (arch == "qwen3moe") {
     h.n_experts = static_cast<int>(file.get_uint(key("expert_count")));
@@ -113,11 +153,15 @@ Hyperparameters read_hyperparameters(const gguf::File& file) {
     fail("{}: different key and value head sizes are not supported", file.path());
   if (!key_length && s.d_model % s.n_heads != 0) fail("{}: d_model is not a multiple of the head count", file.path());
   s.head_dim = key_length ? static_cast<int>(*key_length) : s.d_model / s.n_heads;
-  if (auto rope_dims = file.opt_uint(key("rope.dimension_count")); rope_dims && static_cast<int>(*rope_dims) != s.head_dim)
-    fail("{}: partial rotary embeddings ({} of {} dims) are not supported", file.path(), *rope_dims, s.head_dim);
+  h.rope_dims = static_cast<int>(file.opt_uint(key("rope.dimension_count")).value_or(s.head_dim));
+  if (h.rope_dims != s.head_dim && arch != "qwen35")
+    fail("{}: partial rotary embeddings ({} of {} dims) are not supported", file.path(), h.rope_dims, s.head_dim);
+  if (h.rope_dims <= 0 || h.rope_dims > s.head_dim || h.rope_dims % 2 != 0)
+    fail("{}: {} rotary dims of a {}-dim head", file.path(), h.rope_dims, s.head_dim);
   if (s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256)
     fail("{}: head size {} is not supported (64, 128, 256)", file.path(), s.head_dim);
   if (s.d_model % 32 != 0 || s.ffn % 32 != 0) fail("{}: widths must be multiples of 32", file.path());
+  if (arch == "qwen35") read_delta_net(file, arch, h);
   return h;
 }
 

@@ -1,16 +1,19 @@
 #pragma once
 // What the llama family's backends share: the hyperparameters read from a GGUF (with the
-// variants qwen2, qwen3 and qwen3moe) and the checked lookup of its tensors. The CPU model
+// variants qwen2, qwen3, qwen3moe and the hybrid qwen35) and the checked lookup of its tensors. The CPU model
 // (llama_model.cpp) and the CUDA model (llama_model_cuda.cpp) both build on this.
 #include <string>
 #include <vector>
 
 #include "formats/gguf.h"
+#include "kernels/cpu/gated_delta_net.h"
 #include "model/model.h"
 #include "model/rope_scaling.h"
 #include "model/llama/smollm2_shapes.h"
 
 namespace splash::model::llama {
+
+using kernels::DeltaNetShape;
 
 struct Hyperparameters {
   std::string architecture;
@@ -32,6 +35,20 @@ struct Hyperparameters {
   // router whose top-k weights are renormalised to sum to 1. 0: a dense FFN.
   int n_experts = 0;
   int n_experts_used = 0;
+  // RoPE on the first rope_dims of each head only (Qwen3.5: 64 of 256); = head_dim when whole.
+  int rope_dims = 0;
+  // Qwen3.5 (qwen35), a hybrid: recurrent[l] marks the Gated DeltaNet layers (linear
+  // attention with a state per sequence), the rest are full attention whose q projection
+  // gives each head's query and an output gate side by side ([q | gate] per head: the
+  // attention's output is multiplied by sigmoid(gate) before attn_output). The FFN's norm is
+  // post_attention_norm. Empty: every layer is attention (the other variants).
+  std::vector<bool> recurrent;
+  DeltaNetShape delta_net;
+  bool hybrid() const { return !recurrent.empty(); }
+  int recurrent_layer_count() const;
+  // One sequence's recurrent state, every DeltaNet layer's (0 for an attention-only model).
+  size_t recurrent_state_bytes() const { return recurrent_layer_count() * delta_net.state_floats() * sizeof(float); }
+  int attention_layer_count() const { return shapes.n_layers - recurrent_layer_count(); }
 };
 
 // Reads and checks them; throws splash::Error naming what is inconsistent or unsupported.

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gated_delta_net.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant_formats.h"
@@ -87,6 +88,15 @@ struct LayerWeights {
   PackedWeight router;                              // [experts][d_model], a float type
   std::vector<std::vector<PackedWeight>> expert_gate_up;
   std::vector<PackedWeight> expert_down;
+  // Qwen3.5's Gated DeltaNet layers instead of attention: the in-projection [qkv | z | beta |
+  // alpha] (stacked where the types allow), the out projection and the small weights
+  // (gated_delta_net.h). state_index: the layer's place in a sequence's recurrent state.
+  bool recurrent = false;
+  int state_index = -1;
+  int kv_layer = -1;  // attention layers: the layer's part of the KV pool
+  std::vector<PackedWeight> delta_in;
+  PackedWeight delta_out;
+  std::vector<float> conv, dt_bias, ssm_a, ssm_norm;
 };
 
 template <typename Shapes>
@@ -101,18 +111,29 @@ class LlamaModel final : public Model {
     // 1.5B step (22 ms) costs as much compute as ~7 prompt tokens, and guesses are often
     // refused: beyond about 16 tokens a pass, a guess costs more than it is likely to save.
     info_.draft_pass_tokens = 16;
+    if (h_.hybrid()) {
+      // A refused guess would have to be taken back out of the recurrent state, which cannot
+      // be rewound yet: a hybrid model decodes without drafts.
+      info_.max_logits_per_slice = 1;
+      info_.draft_pass_tokens = 0;
+    }
     info_.threads = pool_.size();
     info_.kernel_shapes = Shapes::name ? fmt::format("compile-time shapes of {}", Shapes::name)
                                        : std::string("run-time shapes (no specialised kernels for this model)");
     load_weights();
     allocate_cache(options);
+    allocate_states(options);
   }
 
   const ModelInfo& info() const override { return info_; }
 
   std::span<const float> forward(std::span<const SequenceSlice> batch) override {
     const auto count = check_batch(batch, info_);
+    if (h_.hybrid()) claim_states(batch);
     forward_batch(batch, count.tokens, count.wanted);
+    if (h_.hybrid())
+      for (const auto& slice : batch)
+        state_positions_[slice.state_slot] = slice.first_position + static_cast<int>(slice.tokens.size());
     const size_t vocab = shapes_.vocab;
     const std::span<const float> rows{logits_.as<float>(), count.wanted * vocab};
     best_.clear();
@@ -148,7 +169,7 @@ class LlamaModel final : public Model {
       fail("copy_kv_block({}, {}, {}) outside the pool of {} blocks", from, to, tokens, kv_blocks_);
     // Whole records: the positions past `tokens` are garbage the new owner overwrites before
     // any query can see them.
-    for (int l = 0; l < shapes_.n_layers; ++l)
+    for (int l = 0; l < kv_layers_; ++l)
       for (int h = 0; h < shapes_.n_kv_heads; ++h)
         std::memcpy(layer_kv(l) + h * kv_head_stride() + static_cast<size_t>(to) * head_layout_.bytes(),
                     layer_kv(l) + h * kv_head_stride() + static_cast<size_t>(from) * head_layout_.bytes(),
@@ -164,6 +185,25 @@ class LlamaModel final : public Model {
   int q_width() const { return shapes_.n_heads * shapes_.head_dim; }
   int kv_width() const { return shapes_.n_kv_heads * shapes_.head_dim; }
   int qkv_width() const { return q_width() + 2 * kv_width(); }
+  // Qwen3.5's attention: each head's query and output gate side by side in q's projection.
+  bool gated_attention() const { return h_.hybrid(); }
+
+  // A Gated DeltaNet layer's tensors as llama.cpp's converter names and shapes them.
+  void load_delta_net_layer(const std::string& p, LayerWeights& layer, WeightSource& qkv, WeightSource& z,
+                            WeightSource& beta, WeightSource& alpha, WeightSource& out) {
+    const auto& d = h_.delta_net;
+    const int d_model = shapes_.d_model;
+    layer.recurrent = true;
+    qkv = weight(file_, p + "attn_qkv.weight", d.conv_channels(), d_model);
+    z = weight(file_, p + "attn_gate.weight", d.value_width(), d_model);
+    beta = weight(file_, p + "ssm_beta.weight", d.v_heads, d_model);
+    alpha = weight(file_, p + "ssm_alpha.weight", d.v_heads, d_model);
+    out = weight(file_, p + "ssm_out.weight", d_model, d.value_width());
+    layer.conv = vector_weight(file_, p + "ssm_conv1d.weight", d.conv_channels() * d.conv_kernel);
+    layer.dt_bias = vector_weight(file_, p + "ssm_dt.bias", d.v_heads);
+    layer.ssm_a = vector_weight(file_, p + "ssm_a", d.v_heads);
+    layer.ssm_norm = vector_weight(file_, p + "ssm_norm.weight", d.head_v);
+  }
 
   void load_weights() {
     const auto& s = shapes_;
@@ -183,30 +223,39 @@ class LlamaModel final : public Model {
     struct LayerSources {
       WeightSource q, k, v, o, gate, up, down, router;
       std::vector<WeightSource> expert_gate, expert_up, expert_down;
+      WeightSource delta_qkv, delta_z, delta_beta, delta_alpha, delta_out;
     };
     std::vector<LayerSources> sources(s.n_layers);
     layers_.resize(s.n_layers);
+    int state_layers = 0;
     for (int l = 0; l < s.n_layers; ++l) {
       const std::string p = layer_prefix(l);
       layers_[l].attn_norm = vector_weight(file_, p + "attn_norm.weight", s.d_model);
-      layers_[l].ffn_norm = vector_weight(file_, p + "ffn_norm.weight", s.d_model);
-      if (h_.qkv_bias) {
-        auto& bias = layers_[l].qkv_bias;
-        for (const auto& [name, width] : {std::pair{"attn_q.bias", q_width()}, std::pair{"attn_k.bias", kv_width()},
-                                          std::pair{"attn_v.bias", kv_width()}}) {
-          const auto part = vector_weight(file_, p + name, width);
-          bias.insert(bias.end(), part.begin(), part.end());
-        }
-      }
-      if (h_.qk_norm) {
-        layers_[l].q_norm = vector_weight(file_, p + "attn_q_norm.weight", s.head_dim);
-        layers_[l].k_norm = vector_weight(file_, p + "attn_k_norm.weight", s.head_dim);
-      }
+      layers_[l].ffn_norm = vector_weight(file_, p + (h_.hybrid() ? "post_attention_norm.weight" : "ffn_norm.weight"),
+                                          s.d_model);
       auto& src = sources[l];
-      src.q = weight(file_, p + "attn_q.weight", q_width(), s.d_model);
-      src.k = weight(file_, p + "attn_k.weight", kv_width(), s.d_model);
-      src.v = weight(file_, p + "attn_v.weight", kv_width(), s.d_model);
-      src.o = weight(file_, p + "attn_output.weight", s.d_model, q_width());
+      if (h_.hybrid() && h_.recurrent[l]) {
+        load_delta_net_layer(p, layers_[l], src.delta_qkv, src.delta_z, src.delta_beta, src.delta_alpha, src.delta_out);
+        layers_[l].state_index = state_layers++;
+      } else {
+        layers_[l].kv_layer = kv_layers_++;
+        if (h_.qkv_bias) {
+          auto& bias = layers_[l].qkv_bias;
+          for (const auto& [name, width] : {std::pair{"attn_q.bias", q_width()}, std::pair{"attn_k.bias", kv_width()},
+                                            std::pair{"attn_v.bias", kv_width()}}) {
+            const auto part = vector_weight(file_, p + name, width);
+            bias.insert(bias.end(), part.begin(), part.end());
+          }
+        }
+        if (h_.qk_norm) {
+          layers_[l].q_norm = vector_weight(file_, p + "attn_q_norm.weight", s.head_dim);
+          layers_[l].k_norm = vector_weight(file_, p + "attn_k_norm.weight", s.head_dim);
+        }
+        src.q = weight(file_, p + "attn_q.weight", gated_attention() ? 2 * q_width() : q_width(), s.d_model);
+        src.k = weight(file_, p + "attn_k.weight", kv_width(), s.d_model);
+        src.v = weight(file_, p + "attn_v.weight", kv_width(), s.d_model);
+        src.o = weight(file_, p + "attn_output.weight", s.d_model, q_width());
+      }
       if (h_.n_experts > 0) {
         src.router = router_weight(file_, p + "ffn_gate_inp.weight", h_.n_experts, s.d_model);
         src.expert_gate = expert_weights(file_, p + "ffn_gate_exps.weight", h_.n_experts, s.ffn, s.d_model);
@@ -223,8 +272,13 @@ class LlamaModel final : public Model {
       try {
         auto& layer = layers_[l];
         const auto& src = sources[l];
-        layer.qkv = pack_group({src.q, src.k, src.v});
-        layer.attn_output = kernels::pack_weight(src.o);
+        if (layer.recurrent) {
+          layer.delta_in = pack_group({src.delta_qkv, src.delta_z, src.delta_beta, src.delta_alpha});
+          layer.delta_out = kernels::pack_weight(src.delta_out);
+        } else {
+          layer.qkv = pack_group({src.q, src.k, src.v});
+          layer.attn_output = kernels::pack_weight(src.o);
+        }
         if (h_.n_experts > 0) {
           layer.router = kernels::pack_weight(src.router);
           for (int e = 0; e < h_.n_experts; ++e) {  // expert-major, each expert's gate and up stacked
@@ -244,8 +298,9 @@ class LlamaModel final : public Model {
     size_t expert_bytes = 0;  // of all experts; a token reads n_experts_used of them per layer
     for (const auto& layer : layers_) {
       for (const auto& w : layer.qkv) info_.packed_weight_bytes += w.bytes();
+      for (const auto& w : layer.delta_in) info_.packed_weight_bytes += w.bytes();
       for (const auto& w : layer.gate_up) info_.packed_weight_bytes += w.bytes();
-      info_.packed_weight_bytes += layer.attn_output.bytes() + layer.down.bytes();
+      info_.packed_weight_bytes += layer.attn_output.bytes() + layer.delta_out.bytes() + layer.down.bytes();
       for (const auto& group : layer.expert_gate_up)
         for (const auto& w : group) expert_bytes += w.bytes();
       for (const auto& w : layer.expert_down) expert_bytes += w.bytes();
@@ -264,13 +319,13 @@ class LlamaModel final : public Model {
     head_layout_ = {options.kv_type, s.head_dim};
     layer_block_bytes_ = head_layout_.bytes() * s.n_kv_heads;
     kv_blocks_ = options.kv_blocks > 0 ? options.kv_blocks : (info_.context + kKvBlockTokens - 1) / kKvBlockTokens;
-    kv_pool_ = std::make_unique<kernels::LazyMemory>(layer_block_bytes_ * s.n_layers * kv_blocks_);
+    kv_pool_ = std::make_unique<kernels::LazyMemory>(layer_block_bytes_ * kv_layers_ * kv_blocks_);
     info_.kv_cache_bytes = kv_pool_->size();
     info_.kv_blocks = kv_blocks_;
     info_.kv_type = kernels::kv_type_name(options.kv_type);
     // cos/sin of every (position, frequency) pair, computed in double once.
-    const int half = s.head_dim / 2;
-    const RopeFrequencies rope = rope_frequencies(h_.rope_base, s.head_dim, h_.rope_scaling);
+    const int half = h_.rope_dims / 2;
+    const RopeFrequencies rope = rope_frequencies(h_.rope_base, h_.rope_dims, h_.rope_scaling);
     cos_.resize(static_cast<size_t>(info_.context) * half);
     sin_.resize(static_cast<size_t>(info_.context) * half);
     for (int p = 0; p < info_.context; ++p)
@@ -281,9 +336,41 @@ class LlamaModel final : public Model {
       }
   }
 
-  // The pool is [layer][kv head][block]: one kv head's blocks of a sequence allocated in
-  // order lie one after another, which the hardware prefetchers follow.
-  uint8_t* layer_kv(int layer) { return kv_pool_->data() + static_cast<size_t>(layer) * kv_blocks_ * layer_block_bytes_; }
+  // A hybrid model's recurrent states: [slot][recurrent layer][DeltaNetShape::state_floats()].
+  void allocate_states(const LoadOptions& options) {
+    if (!h_.hybrid()) return;
+    info_.recurrent_layers = h_.recurrent_layer_count();
+    info_.state_slots = std::max(1, options.state_slots);
+    info_.recurrent_state_bytes = h_.recurrent_state_bytes();
+    states_ = std::make_unique<kernels::LazyMemory>(info_.recurrent_state_bytes * info_.state_slots);
+    state_positions_.assign(info_.state_slots, 0);
+  }
+
+  float* layer_state(int slot, int state_index) {
+    return reinterpret_cast<float*>(states_->data() + static_cast<size_t>(slot) * info_.recurrent_state_bytes) +
+           static_cast<size_t>(state_index) * h_.delta_net.state_floats();
+  }
+
+  // Each slice's slot starts afresh at position 0, else must hold the state after exactly
+  // first_position tokens. Until the pass completes the slots hold no known position (a pass
+  // that throws leaves them half-updated).
+  void claim_states(std::span<const SequenceSlice> batch) {
+    for (const auto& slice : batch)
+      if (slice.first_position != 0 && state_positions_[slice.state_slot] != slice.first_position)
+        fail("forward: recurrent-state slot {} holds the state after {} tokens; a slice at position {} cannot follow "
+             "on (a recurrent state cannot be rewound: start the sequence again at position 0)",
+             slice.state_slot, state_positions_[slice.state_slot], slice.first_position);
+    for (const auto& slice : batch) {
+      if (slice.first_position == 0) std::memset(layer_state(slice.state_slot, 0), 0, info_.recurrent_state_bytes);
+      state_positions_[slice.state_slot] = -1;
+    }
+  }
+
+  // The pool is [attention layer][kv head][block]: one kv head's blocks of a sequence
+  // allocated in order lie one after another, which the hardware prefetchers follow.
+  uint8_t* layer_kv(int kv_layer) {
+    return kv_pool_->data() + static_cast<size_t>(kv_layer) * kv_blocks_ * layer_block_bytes_;
+  }
   size_t kv_head_stride() const { return static_cast<size_t>(kv_blocks_) * head_layout_.bytes(); }
 
   void ensure_scratch(int n) {
@@ -291,8 +378,12 @@ class LlamaModel final : public Model {
     auto size = [&](AlignedBuffer& b, size_t floats) { b.resize(floats * sizeof(float)); };
     size(x_, static_cast<size_t>(n) * s.d_model);
     size(normed_, static_cast<size_t>(n) * s.d_model);
-    size(qkv_, static_cast<size_t>(n) * qkv_width());
-    size(attn_, static_cast<size_t>(n) * q_width());
+    size(qkv_, static_cast<size_t>(n) * (qkv_width() + (gated_attention() ? q_width() : 0)));
+    size(attn_, static_cast<size_t>(n) * std::max(q_width(), h_.hybrid() ? h_.delta_net.value_width() : 0));
+    if (h_.hybrid()) {
+      size(attn_gate_, static_cast<size_t>(n) * q_width());
+      size(mixed_, static_cast<size_t>(n) * h_.delta_net.mixed_width());
+    }
     size(projected_, static_cast<size_t>(n) * s.d_model);
     size(gate_up_, static_cast<size_t>(n) * 2 * s.ffn);
     size(hidden_, static_cast<size_t>(n) * s.ffn);
@@ -342,64 +433,26 @@ class LlamaModel final : public Model {
                                   s.d_model);
         positions.push_back(slice.first_position + static_cast<int>(t));
       }
-    std::vector<kernels::AttentionArgs> attention_args;
-    attention_args.reserve(batch.size());
-
     for (int l = 0; l < s.n_layers; ++l) {
       const auto& layer = layers_[l];
       kernels::rms_norm(x, layer.attn_norm.data(), normed_.as<float>(), n, s.d_model, h_.rms_eps, pool_);
       activations_.quantize(normed_.as<float>(), n, s.d_model, pool_);
-      matmul_group(layer.qkv, qkv_.as<float>(), qkv_width());
-      float* qkv = qkv_.as<float>();
-      if (!layer.qkv_bias.empty())
-        for (int t = 0; t < n; ++t) add_into(qkv + static_cast<size_t>(t) * qkv_width(), layer.qkv_bias.data(), qkv_width());
-      if (!layer.q_norm.empty())
-        for (int t = 0; t < n; ++t) {  // each head's q and k normalised over head_dim, in place
-          float* row = qkv + static_cast<size_t>(t) * qkv_width();
-          kernels::rms_norm(row, layer.q_norm.data(), row, s.n_heads, s.head_dim, h_.rms_eps, pool_);
-          kernels::rms_norm(row + q_width(), layer.k_norm.data(), row + q_width(), s.n_kv_heads, s.head_dim, h_.rms_eps,
-                            pool_);
-        }
-      const auto rope = h_.neox_rope ? kernels::rope_neox : kernels::rope_adjacent;
-      rope(qkv, n, qkv_width(), s.n_heads, s.head_dim, positions.data(), cos_.data(), sin_.data());
-      rope(qkv + q_width(), n, qkv_width(), s.n_kv_heads, s.head_dim, positions.data(), cos_.data(), sin_.data());
-      store_kv(l, batch);
-      attention_args.clear();
-      int row = 0;
-      for (const auto& slice : batch) {
-        const int count = static_cast<int>(slice.tokens.size());
-        const auto args = [&](int first, int tokens) {
-          return kernels::AttentionArgs{qkv + static_cast<size_t>(row + first) * qkv_width(), qkv_width(),
-                                        attn_.as<float>() + static_cast<size_t>(row + first) * q_width(), tokens,
-                                        slice.first_position + first, s.n_heads, s.n_kv_heads, s.head_dim,
-                                        1.0f / std::sqrt(static_cast<float>(s.head_dim)), head_layout_.type, layer_kv(l),
-                                        head_layout_.bytes(), kv_head_stride(), slice.block_table.data()};
-        };
-        if (slice.logits > 1) {
-          // A verify block: each token's attention as a decode step of it (model.h), so
-          // the split of a long context is the one plain decoding makes.
-          for (int t = 0; t < count; ++t) attention_args.push_back(args(t, 1));
-        } else {
-          attention_args.push_back(args(0, count));
-        }
-        row += count;
+      if (layer.recurrent) {
+        delta_net(layer, batch, n);
+      } else {
+        attention(layer, batch, positions, n);
       }
-      kernels::attention(attention_args, pool_);
-      activations_.quantize(attn_.as<float>(), n, q_width(), pool_);
-      kernels::matmul(layer.attn_output, activations_, projected_.as<float>(), s.d_model, pool_);
-      add_into(x, projected_.as<float>(), static_cast<size_t>(n) * s.d_model);
-
       kernels::rms_norm(x, layer.ffn_norm.data(), normed_.as<float>(), n, s.d_model, h_.rms_eps, pool_);
       if (h_.n_experts > 0) {
         mixture_of_experts(layer, n);
-        continue;
+      } else {
+        activations_.quantize(normed_.as<float>(), n, s.d_model, pool_);
+        matmul_group(layer.gate_up, gate_up_.as<float>(), 2 * s.ffn);
+        kernels::silu_mul(gate_up_.as<float>(), hidden_.as<float>(), n, s.ffn, pool_);
+        activations_.quantize(hidden_.as<float>(), n, s.ffn, pool_);
+        kernels::matmul(layer.down, activations_, projected_.as<float>(), s.d_model, pool_);
+        add_into(x_.as<float>(), projected_.as<float>(), static_cast<size_t>(n) * s.d_model);
       }
-      activations_.quantize(normed_.as<float>(), n, s.d_model, pool_);
-      matmul_group(layer.gate_up, gate_up_.as<float>(), 2 * s.ffn);
-      kernels::silu_mul(gate_up_.as<float>(), hidden_.as<float>(), n, s.ffn, pool_);
-      activations_.quantize(hidden_.as<float>(), n, s.ffn, pool_);
-      kernels::matmul(layer.down, activations_, projected_.as<float>(), s.d_model, pool_);
-      add_into(x, projected_.as<float>(), static_cast<size_t>(n) * s.d_model);
     }
     if (wanted == 0) return;
     // Only the wanted positions (each slice's last `logits`) need logits: gather those rows,
@@ -416,6 +469,107 @@ class LlamaModel final : public Model {
     activations_.quantize(normed_.as<float>(), wanted, s.d_model, pool_);
     logits_.resize(static_cast<size_t>(wanted) * s.vocab * sizeof(float));
     kernels::matmul(output_, activations_, logits_.as<float>(), s.vocab, pool_);
+  }
+
+  // An attention layer on the n rows whose normalised, quantized activations are ready; its
+  // output projection added into x_.
+  void attention(const LayerWeights& layer, std::span<const SequenceSlice> batch, const std::vector<int>& positions,
+                 int n) {
+    const auto& s = shapes_;
+    float* qkv = qkv_.as<float>();
+    if (gated_attention()) {
+      // [q0 | gate0 | q1 | gate1 | ... | k | v]: the gates move out, q and k/v close up.
+      const int projected = qkv_width() + q_width();
+      float* gates = attn_gate_.as<float>();
+      matmul_group(layer.qkv, qkv, projected);
+      std::vector<float> row(projected);
+      for (int t = 0; t < n; ++t) {
+        float* r = qkv + static_cast<size_t>(t) * projected;
+        std::copy(r, r + projected, row.begin());
+        float* out = qkv + static_cast<size_t>(t) * qkv_width();
+        for (int h = 0; h < s.n_heads; ++h) {
+          std::copy_n(row.begin() + 2 * h * s.head_dim, s.head_dim, out + h * s.head_dim);
+          std::copy_n(row.begin() + (2 * h + 1) * s.head_dim, s.head_dim,
+                      gates + static_cast<size_t>(t) * q_width() + h * s.head_dim);
+        }
+        std::copy(row.begin() + 2 * q_width(), row.end(), out + q_width());
+      }
+    } else {
+      matmul_group(layer.qkv, qkv, qkv_width());
+    }
+    if (!layer.qkv_bias.empty())
+      for (int t = 0; t < n; ++t) add_into(qkv + static_cast<size_t>(t) * qkv_width(), layer.qkv_bias.data(), qkv_width());
+    if (!layer.q_norm.empty())
+      for (int t = 0; t < n; ++t) {  // each head's q and k normalised over head_dim, in place
+        float* row = qkv + static_cast<size_t>(t) * qkv_width();
+        kernels::rms_norm(row, layer.q_norm.data(), row, s.n_heads, s.head_dim, h_.rms_eps, pool_);
+        kernels::rms_norm(row + q_width(), layer.k_norm.data(), row + q_width(), s.n_kv_heads, s.head_dim, h_.rms_eps,
+                          pool_);
+      }
+    if (h_.neox_rope) {
+      kernels::rope_neox(qkv, n, qkv_width(), s.n_heads, s.head_dim, positions.data(), cos_.data(), sin_.data(),
+                         h_.rope_dims);
+      kernels::rope_neox(qkv + q_width(), n, qkv_width(), s.n_kv_heads, s.head_dim, positions.data(), cos_.data(),
+                         sin_.data(), h_.rope_dims);
+    } else {
+      kernels::rope_adjacent(qkv, n, qkv_width(), s.n_heads, s.head_dim, positions.data(), cos_.data(), sin_.data());
+      kernels::rope_adjacent(qkv + q_width(), n, qkv_width(), s.n_kv_heads, s.head_dim, positions.data(), cos_.data(),
+                             sin_.data());
+    }
+    store_kv(layer.kv_layer, batch);
+    attention_args_.clear();
+    int row = 0;
+    for (const auto& slice : batch) {
+      const int count = static_cast<int>(slice.tokens.size());
+      const auto args = [&](int first, int tokens) {
+        return kernels::AttentionArgs{qkv + static_cast<size_t>(row + first) * qkv_width(), qkv_width(),
+                                      attn_.as<float>() + static_cast<size_t>(row + first) * q_width(), tokens,
+                                      slice.first_position + first, s.n_heads, s.n_kv_heads, s.head_dim,
+                                      1.0f / std::sqrt(static_cast<float>(s.head_dim)), head_layout_.type,
+                                      layer_kv(layer.kv_layer), head_layout_.bytes(), kv_head_stride(),
+                                      slice.block_table.data()};
+      };
+      if (slice.logits > 1) {
+        // A verify block: each token's attention as a decode step of it (model.h), so
+        // the split of a long context is the one plain decoding makes.
+        for (int t = 0; t < count; ++t) attention_args_.push_back(args(t, 1));
+      } else {
+        attention_args_.push_back(args(0, count));
+      }
+      row += count;
+    }
+    kernels::attention(attention_args_, pool_);
+    if (gated_attention()) {  // out *= sigmoid(gate)
+      float* out = attn_.as<float>();
+      const float* gates = attn_gate_.as<float>();
+      for (size_t i = 0; i < static_cast<size_t>(n) * q_width(); ++i) out[i] *= 1.0f / (1.0f + std::exp(-gates[i]));
+    }
+    activations_.quantize(attn_.as<float>(), n, q_width(), pool_);
+    kernels::matmul(layer.attn_output, activations_, projected_.as<float>(), s.d_model, pool_);
+    add_into(x_.as<float>(), projected_.as<float>(), static_cast<size_t>(n) * s.d_model);
+  }
+
+  // A Gated DeltaNet layer (gated_delta_net.h) on the n rows whose normalised, quantized
+  // activations are ready: each slice continues the state of its slot; the out projection
+  // is added into x_.
+  void delta_net(const LayerWeights& layer, std::span<const SequenceSlice> batch, int n) {
+    const auto& d = h_.delta_net;
+    const int width = d.mixed_width();
+    matmul_group(layer.delta_in, mixed_.as<float>(), width);
+    delta_sequences_.clear();
+    int row = 0;
+    for (const auto& slice : batch) {
+      delta_sequences_.push_back({mixed_.as<float>() + static_cast<size_t>(row) * width,
+                                  static_cast<int>(slice.tokens.size()), layer_state(slice.state_slot, layer.state_index),
+                                  attn_.as<float>() + static_cast<size_t>(row) * d.value_width()});
+      row += static_cast<int>(slice.tokens.size());
+    }
+    const kernels::DeltaNetWeights weights{layer.conv.data(), layer.dt_bias.data(), layer.ssm_a.data(),
+                                           layer.ssm_norm.data(), h_.rms_eps};
+    kernels::gated_delta_net(d, weights, width, delta_sequences_, pool_);
+    activations_.quantize(attn_.as<float>(), n, d.value_width(), pool_);
+    kernels::matmul(layer.delta_out, activations_, projected_.as<float>(), shapes_.d_model, pool_);
+    add_into(x_.as<float>(), projected_.as<float>(), static_cast<size_t>(n) * shapes_.d_model);
   }
 
   // The FFN of a Qwen3-MoE layer on the n normalised rows in normed_, added into x_: each
@@ -489,6 +643,13 @@ class LlamaModel final : public Model {
   std::unique_ptr<kernels::LazyMemory> kv_pool_;  // [layer][kv head][block] records
   std::vector<float> cos_, sin_;
   AlignedBuffer x_, normed_, qkv_, attn_, projected_, gate_up_, hidden_, logits_;
+  std::vector<kernels::AttentionArgs> attention_args_;
+  std::vector<kernels::DeltaNetSequence> delta_sequences_;
+  AlignedBuffer attn_gate_;       // Qwen3.5: [tokens][q_width], each head's output gate
+  AlignedBuffer mixed_;           // Qwen3.5: [tokens][mixed_width], a DeltaNet layer's in-projection
+  int kv_layers_ = 0;             // layers with attention (all but a hybrid's recurrent ones)
+  std::unique_ptr<kernels::LazyMemory> states_;  // a hybrid's recurrent states, per slot
+  std::vector<int> state_positions_;             // the tokens each slot's state has seen (-1: unknown)
   AlignedBuffer expert_rows_;     // the rows routed to one expert, gathered
   AlignedBuffer router_logits_;   // [tokens][experts]
   struct Routed {
@@ -518,12 +679,22 @@ MemoryNeeds estimate_llama_memory(const gguf::File& file, KvType kv_type) {
   auto packed = [&](const std::string& name, int rows, int cols) {
     needs.weight_bytes += kernels::packed_weight_bytes(weight(file, name, rows, cols).type, rows, cols);
   };
+  const auto& d = h.delta_net;
   for (int l = 0; l < s.n_layers; ++l) {
     const std::string p = layer_prefix(l);
-    packed(p + "attn_q.weight", q, s.d_model);
-    packed(p + "attn_k.weight", kv, s.d_model);
-    packed(p + "attn_v.weight", kv, s.d_model);
-    packed(p + "attn_output.weight", s.d_model, q);
+    if (h.hybrid() && h.recurrent[l]) {
+      packed(p + "attn_qkv.weight", d.conv_channels(), s.d_model);
+      packed(p + "attn_gate.weight", d.value_width(), s.d_model);
+      packed(p + "ssm_beta.weight", d.v_heads, s.d_model);
+      packed(p + "ssm_alpha.weight", d.v_heads, s.d_model);
+      packed(p + "ssm_out.weight", s.d_model, d.value_width());
+      needs.weight_bytes += sizeof(float) * (static_cast<size_t>(d.conv_channels()) * d.conv_kernel + 2 * d.v_heads + d.head_v);
+    } else {
+      packed(p + "attn_q.weight", h.hybrid() ? 2 * q : q, s.d_model);  // Qwen3.5: [q | gate] per head
+      packed(p + "attn_k.weight", kv, s.d_model);
+      packed(p + "attn_v.weight", kv, s.d_model);
+      packed(p + "attn_output.weight", s.d_model, q);
+    }
     if (h.n_experts > 0) {
       auto experts = [&](const std::string& name, int rows, int cols) {
         const auto& sources = expert_weights(file, name, h.n_experts, rows, cols);
@@ -543,9 +714,12 @@ MemoryNeeds estimate_llama_memory(const gguf::File& file, KvType kv_type) {
   const bool tied = file.find_tensor("output.weight") == nullptr;
   packed(tied ? "token_embd.weight" : "output.weight", s.vocab, s.d_model);
   needs.mapped_bytes = file.tensor("token_embd.weight").n_bytes;  // rows are read at lookup
-  needs.kv_bytes_per_block = kernels::KvHeadLayout{kv_type, s.head_dim}.bytes() * s.n_kv_heads * s.n_layers;
+  needs.kv_bytes_per_block =
+      kernels::KvHeadLayout{kv_type, s.head_dim}.bytes() * s.n_kv_heads * h.attention_layer_count();
+  needs.recurrent_state_bytes = h.recurrent_state_bytes();
   const size_t floats_per_token = 2 * s.d_model + (q + 2 * kv) + q + s.d_model + 2 * s.ffn + s.ffn +
-                                  (h.n_experts > 0 ? s.d_model + h.n_experts : 0);  // gathered rows, router logits
+                                  (h.n_experts > 0 ? s.d_model + h.n_experts : 0) +  // gathered rows, router logits
+                                  (h.hybrid() ? 2 * q + d.mixed_width() + d.value_width() : 0);  // gates, DeltaNet rows
   needs.activation_bytes = kMaxBatchTokens * (floats_per_token * sizeof(float) + std::max(s.d_model, s.ffn) * 2) +
                            kMaxBatchSequences * sizeof(float) * s.vocab;  // logits, a row per sequence
   needs.native_context = h.native_context;
