@@ -153,7 +153,7 @@ inline Vec16 load16(const float* p) {
 // 16 floats loaded and stored at any alignment.
 typedef float f32x16u __attribute__((vector_size(64), aligned(4)));
 
-inline float sum_lanes(f32x16 v) {
+inline float sum_lanes(const f32x16& v) {  // by reference: no vector-ABI question
   float s = 0.0f;
   for (int i = 0; i < 16; ++i) s += v[i];
   return s;
