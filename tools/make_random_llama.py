@@ -16,6 +16,7 @@ real GGUF (SmolLM2's), so the engine's tokenizer and chat format load; hence voc
     ... --arch qwen3 --mix qwen                     # qwen3: q/k RMSNorm per head, head_dim 128
     ... --arch qwen3moe --mix qwen                  # qwen3 + a mixture-of-experts FFN
     ... --arch qwen35 --mix qwen                    # Qwen3.5: Gated DeltaNet + gated attention
+    ... --arch qwen35moe --mix qwen                 # the same with experts and a shared expert
 
 The test imports it instead: read_tokenizer() once, tensor_types(), make_model().
 
@@ -47,6 +48,11 @@ heads, ffn 512, 2 layers, rope base 1e6):
          Both kinds of layer: post_attention_norm before the FFN. The DeltaNet matrices take
          the types of the roles they stand for (attn_qkv: attn_q's, attn_gate: attn_v's,
          ssm_beta/ssm_alpha: attn_k's, ssm_out: attn_output's).
+  qwen35moe  qwen35 with every FFN a mixture of 8 experts of width 256 (2 per token, as
+         qwen3moe) plus a shared expert of width 256 (ffn_gate/up/down_shexp in the ffn roles'
+         types) scaled by sigmoid(x . ffn_gate_inp_shexp) (F32 [256], deviation 1/sqrt(256));
+         odd layers store each expert's gate and up as one ffn_gate_up_exps [8][512][256]
+         (gate rows first), as llama.cpp's newer converter does; expert_shared_feed_forward_length.
 
 Shapes (defaults): d_model 256, 4 heads / 2 kv heads of 64, ffn 768, 3 layers, rope base
 10000, context 2048, untied output.weight. Every matrix width (256, 768) is a multiple of the
@@ -213,7 +219,8 @@ def tensor_types(mix: str = "a", all_type: str | None = None, overrides: dict[st
     return types
 
 
-ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35"]
+ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe"]
+HYBRID_ARCHS = {"qwen35", "qwen35moe"}
 # The role whose type each Gated DeltaNet matrix takes (qwen35).
 DELTA_NET_ROLES = {"attn_qkv": "attn_q", "attn_gate": "attn_v", "ssm_beta": "attn_k", "ssm_alpha": "attn_k",
                    "ssm_out": "attn_output"}
@@ -250,6 +257,7 @@ class Shape:
     delta_v_heads: int = 0
     delta_head: int = 0
     conv_kernel: int = 4
+    shared_ffn: int = 0  # qwen35moe: the shared expert's width
 
     def recurrent(self, layer: int) -> bool:
         return self.full_attention_interval > 0 and (layer + 1) % self.full_attention_interval != 0
@@ -274,6 +282,9 @@ QWEN_SHAPES = {
     # layers DeltaNet, attention, DeltaNet, attention.
     "qwen35": Shape(ffn=512, layers=4, rope_base=1e7, arch="qwen35", head_dim=256, eps=1e-3, rope_dims=64,
                     full_attention_interval=2, delta_k_heads=2, delta_v_heads=4, delta_head=128),
+    "qwen35moe": Shape(ffn=256, layers=4, rope_base=1e7, arch="qwen35moe", head_dim=256, eps=1e-3, rope_dims=64,
+                       full_attention_interval=2, delta_k_heads=2, delta_v_heads=4, delta_head=128, experts=8,
+                       experts_used=2, shared_ffn=256),
 }
 
 
@@ -318,36 +329,62 @@ def make_tensors(types: dict[str, str], vocab: int, shape: Shape, seed: int,
         out[-1][1][:, 0] += 8.0
     shapes = {"attn_q": (qw, d), "attn_k": (kv, d), "attn_v": (kv, d), "attn_output": (d, qw),
               "ffn_gate": (ffn, d), "ffn_up": (ffn, d), "ffn_down": (d, ffn)}
-    if shape.arch == "qwen35":
+    hybrid = shape.arch in HYBRID_ARCHS
+
+    def hybrid_ffn(p: str, layer: int):
+        """A qwen35/qwen35moe layer's FFN: dense, or routed experts and a shared expert."""
+        if not shape.experts:
+            for role in ("ffn_gate", "ffn_up", "ffn_down"):
+                rows, cols = shapes[role]
+                add(p + role + ".weight", p + role, rows, cols, 1.0 / math.sqrt(cols))
+            return
+        out.append((p + "ffn_gate_inp.weight",
+                    (rng.standard_normal((shape.experts, d)) * 2.0 / math.sqrt(d)).astype(np.float32), None))
+        if layer % 2:  # each expert's [gate; up] as one matrix
+            qtype = TYPES[types[p + "ffn_gate"]]
+            stack = np.stack([matrix(rng, qtype, 2 * ffn, d, 1.0 / math.sqrt(d)) for _ in range(shape.experts)])
+            out.append((p + "ffn_gate_up_exps.weight", stack, qtype if stack.dtype == np.uint8 else None))
+        else:
+            experts(p + "ffn_gate_exps.weight", p + "ffn_gate", ffn, d, 1.0 / math.sqrt(d))
+            experts(p + "ffn_up_exps.weight", p + "ffn_up", ffn, d, 1.0 / math.sqrt(d))
+        experts(p + "ffn_down_exps.weight", p + "ffn_down", d, ffn, 1.0 / math.sqrt(ffn))
+        sw = shape.shared_ffn
+        for role, rows, cols in (("ffn_gate", sw, d), ("ffn_up", sw, d), ("ffn_down", d, sw)):
+            add(p + role + "_shexp.weight", p + role, rows, cols, 1.0 / math.sqrt(cols))
+        out.append((p + "ffn_gate_inp_shexp.weight", (rng.standard_normal(d) / math.sqrt(d)).astype(np.float32), None))
+
+    if hybrid:
         shapes["attn_q"] = (2 * qw, d)  # [q | gate] per head
     for layer in range(shape.layers):
         p = f"blk.{layer}."
         norm(p + "attn_norm.weight")
         if shape.recurrent(layer):
             delta_net_tensors(p, shape, rng, out, add, norm)
-            for role in ("ffn_gate", "ffn_up", "ffn_down"):
-                rows, cols = shapes[role]
-                add(p + role + ".weight", p + role, rows, cols, 1.0 / math.sqrt(cols))
+            hybrid_ffn(p, layer)
             norm(p + "post_attention_norm.weight")
             continue
         for role in ROLES:
             rows, cols = shapes[role]
+            if hybrid and role.startswith("ffn_"):
+                continue  # below
             if shape.experts and role.startswith("ffn_"):
                 experts(p + role + "_exps.weight", p + role, rows, cols, 1.0 / math.sqrt(cols))
                 continue
             add(p + role + ".weight", p + role, rows, cols, 1.0 / math.sqrt(cols))
             if shape.arch == "qwen2" and role in ("attn_q", "attn_k", "attn_v"):
                 bias(p + role + ".bias", rows)
-        if shape.experts:
+        if shape.experts and not hybrid:
             # The router (F32, as llama.cpp's quantizer leaves it): logits of deviation ~2, so
             # each token has clear favourites and near ties between its 2nd and 3rd are rare.
             out.append((p + "ffn_gate_inp.weight",
                         (rng.standard_normal((shape.experts, d)) * 2.0 / math.sqrt(d)).astype(np.float32), None))
-        if shape.arch in ("qwen3", "qwen3moe", "qwen35"):
+        if shape.arch in ("qwen3", "qwen3moe") or hybrid:
             # A wider range than the layer norms so that a missing or misplaced one shows.
             norm(p + "attn_q_norm.weight", shape.dim, 0.5, 1.5)
             norm(p + "attn_k_norm.weight", shape.dim, 0.5, 1.5)
-        norm(p + ("post_attention_norm.weight" if shape.arch == "qwen35" else "ffn_norm.weight"))
+        if hybrid:
+            hybrid_ffn(p, layer)
+        norm(p + ("post_attention_norm.weight" if hybrid else "ffn_norm.weight"))
     norm("output_norm.weight")
     add("output.weight", "output", vocab, d, 2.0 / math.sqrt(d))
     if favour is not None:
@@ -391,7 +428,9 @@ def write_gguf(path: str, tensors, shape: Shape, tokenizer, name: str, vocab: in
     writer.add_rope_freq_base(shape.rope_base)
     writer.add_layer_norm_rms_eps(shape.eps)
     writer.add_rope_dimension_count(shape.rope_dims or shape.dim)
-    if shape.arch == "qwen35":
+    if shape.shared_ffn:
+        writer.add_uint32(f"{shape.arch}.expert_shared_feed_forward_length", shape.shared_ffn)
+    if shape.arch in HYBRID_ARCHS:
         writer.add_uint32(f"{shape.arch}.full_attention_interval", shape.full_attention_interval)
         writer.add_ssm_conv_kernel(shape.conv_kernel)
         writer.add_ssm_state_size(shape.delta_head)

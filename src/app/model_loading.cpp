@@ -125,9 +125,10 @@ void print_summary(const LoadedModel& loaded, std::FILE* out) {
   const auto& info = loaded.model->info();
   const double mib = 1024.0 * 1024.0;
   fmt::print(out, "model        {} ({})\n", info.name, loaded.path);
-  const std::string ffn = info.n_experts > 0 ? fmt::format("{} experts of ffn {} ({} per token)", info.n_experts, info.ffn,
-                                                           info.n_experts_used)
-                                             : fmt::format("ffn {}", info.ffn);
+  std::string ffn = info.n_experts > 0
+                        ? fmt::format("{} experts of ffn {} ({} per token)", info.n_experts, info.ffn, info.n_experts_used)
+                        : fmt::format("ffn {}", info.ffn);
+  if (info.shared_expert_ffn > 0) ffn += fmt::format(" and a shared expert of ffn {}", info.shared_expert_ffn);
   fmt::print(out, "architecture {}: {} layers, d_model {}, {} heads / {} kv heads of {}, {}, vocab {}\n",
              info.architecture, info.n_layers, info.d_model, info.n_heads, info.n_kv_heads, info.head_dim, ffn,
              info.vocab);

@@ -24,6 +24,7 @@ struct ModelInfo {
   std::string name;          // general.name
   int n_layers = 0, d_model = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, ffn = 0, vocab = 0;
   int n_experts = 0, n_experts_used = 0;  // a mixture-of-experts FFN (ffn: each expert's width); 0: dense
+  int shared_expert_ffn = 0;              // Qwen3.5-MoE: a shared expert of this width beside them
   int native_context = 0;    // the model's trained window
   int context = 0;           // what this instance's KV cache holds
   int rope_window = 0;       // how far its rotary embeddings reach (past native_context when stretched)

@@ -45,6 +45,8 @@ constexpr Family kFamilies[] = {
     // Qwen3.5: Gated DeltaNet layers (a recurrent state per sequence) between gated
     // full-attention layers with partial RoPE (CPU only so far)
     {"qwen35", llama::load_llama, llama::estimate_llama_memory, nullptr, nullptr},
+    // Qwen3.5's hybrid with a mixture-of-experts FFN and a shared expert in every layer
+    {"qwen35moe", llama::load_llama, llama::estimate_llama_memory, nullptr, nullptr},
 };
 
 }  // namespace

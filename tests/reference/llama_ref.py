@@ -34,7 +34,8 @@ from gguf.quants import dequantize
 # Architectures whose GGUF Q/K weights are stored permuted for ggml's "normal" RoPE
 # (rotate adjacent pairs); the converter leaves qwen weights unpermuted, so ggml runs
 # them with NEOX RoPE (rotate the first half against the second half).
-NEOX_ROPE_ARCHS = {"qwen2", "qwen3", "qwen3moe", "qwen35"}
+NEOX_ROPE_ARCHS = {"qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe"}
+HYBRID_ARCHS = {"qwen35", "qwen35moe"}
 UNQUANTIZED = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
 
 
@@ -162,6 +163,18 @@ class Layer:
     experts_used: int = 0
     delta_net: "DeltaNet | None" = None  # qwen35: a Gated DeltaNet instead of attention
     output_gate: bool = False            # qwen35's attention: wq gives [q | gate] per head
+    shared_expert: tuple | None = None   # qwen35moe: (gate, up, down) Linears of every token's expert,
+    shared_gate: np.ndarray | None = None  # scaled by sigmoid(h . shared_gate)
+
+    def ffn(self, h: np.ndarray, aq: bool) -> np.ndarray:
+        if self.experts is None:
+            return self.w_down(silu(self.w_gate(h, aq)) * self.w_up(h, aq), aq)
+        out = mixture_of_experts(self, h, aq)
+        if self.shared_expert is not None:
+            gate, up, down = self.shared_expert
+            scale = 1.0 / (1.0 + np.exp(-(h.astype(np.float64) @ self.shared_gate.astype(np.float64))))
+            out = out + (scale[:, None] * down(silu(gate(h, aq)) * up(h, aq), aq)).astype(np.float32)
+        return out
 
 
 @dataclass
@@ -288,8 +301,7 @@ class Model:
             h = rms_norm(x, layer.attn_norm, cfg.eps)
             if layer.delta_net is not None:
                 x = x + layer.delta_net(h, cache.states[li], cfg.eps, aq)
-                h = rms_norm(x, layer.ffn_norm, cfg.eps)
-                x = x + layer.w_down(silu(layer.w_gate(h, aq)) * layer.w_up(h, aq), aq)
+                x = x + layer.ffn(rms_norm(x, layer.ffn_norm, cfg.eps), aq)
                 continue
             gate = None
             if layer.output_gate:  # [q | gate] per head
@@ -310,11 +322,7 @@ class Model:
             if gate is not None:
                 attended = attended / (1.0 + np.exp(-gate))  # * sigmoid(gate)
             x = x + layer.wo(attended, aq)
-            h = rms_norm(x, layer.ffn_norm, cfg.eps)
-            if layer.experts is not None:
-                x = x + mixture_of_experts(layer, h, aq)
-            else:
-                x = x + layer.w_down(silu(layer.w_gate(h, aq)) * layer.w_up(h, aq), aq)
+            x = x + layer.ffn(rms_norm(x, layer.ffn_norm, cfg.eps), aq)
         cache.length += n
         last = rms_norm(x[-1:], self.out_norm, cfg.eps)
         return self.output(last, aq)[0].astype(np.float32)
@@ -405,6 +413,29 @@ def load(path: str, act_quant: bool = False, kv_f16: bool = False, rope_scaling:
         quantized = tensors[name].tensor_type not in UNQUANTIZED
         return [Linear(w, quantized) for w in dense(name)]
 
+    def ffn_fields(p: str) -> dict:
+        """The FFN of layer p: dense, or experts (each expert's gate and up apart, or as one
+        [gate; up] matrix in newer files) with, for qwen35moe, a shared expert."""
+        if p + "ffn_gate_inp.weight" not in tensors:
+            return {"w_gate": linear(p + "ffn_gate.weight"), "w_up": linear(p + "ffn_up.weight"),
+                    "w_down": linear(p + "ffn_down.weight")}
+        if p + "ffn_gate_up_exps.weight" in tensors:
+            quantized = tensors[p + "ffn_gate_up_exps.weight"].tensor_type not in UNQUANTIZED
+            fused = dense(p + "ffn_gate_up_exps.weight")  # [experts, 2 * ffn, d_model]: gate rows, then up
+            half = fused.shape[1] // 2
+            gates = [Linear(w[:half], quantized) for w in fused]
+            ups = [Linear(w[half:], quantized) for w in fused]
+        else:
+            gates, ups = expert_linears(p + "ffn_gate_exps.weight"), expert_linears(p + "ffn_up_exps.weight")
+        fields = {"w_gate": None, "w_up": None, "w_down": None, "router": dense(p + "ffn_gate_inp.weight"),
+                  "experts": list(zip(gates, ups, expert_linears(p + "ffn_down_exps.weight"))),
+                  "experts_used": int(_field(reader, f"{arch}.expert_used_count", 0))}
+        if p + "ffn_gate_inp_shexp.weight" in tensors:
+            fields["shared_expert"] = (linear(p + "ffn_gate_shexp.weight"), linear(p + "ffn_up_shexp.weight"),
+                                       linear(p + "ffn_down_shexp.weight"))
+            fields["shared_gate"] = dense(p + "ffn_gate_inp_shexp.weight").reshape(-1)
+        return fields
+
     tok_embd = dense("token_embd.weight")
     cfg = Config(
         arch=arch,
@@ -424,14 +455,12 @@ def load(path: str, act_quant: bool = False, kv_f16: bool = False, rope_scaling:
     for i in range(cfg.n_layer):
         p = f"blk.{i}."
         opt = lambda name: dense(p + name) if p + name in tensors else None  # noqa: E731
-        moe = p + "ffn_gate_inp.weight" in tensors
         if p + "ssm_out.weight" in tensors:  # qwen35: a Gated DeltaNet layer
             head = int(_field(reader, f"{arch}.ssm.state_size"))
             v_heads = int(_field(reader, f"{arch}.ssm.time_step_rank"))
             layers.append(Layer(
                 attn_norm=dense(p + "attn_norm.weight"), wq=None, wk=None, wv=None, wo=None, q_norm=None, k_norm=None,
-                ffn_norm=dense(p + "post_attention_norm.weight"), w_gate=linear(p + "ffn_gate.weight"),
-                w_up=linear(p + "ffn_up.weight"), w_down=linear(p + "ffn_down.weight"),
+                ffn_norm=dense(p + "post_attention_norm.weight"), **ffn_fields(p),
                 delta_net=DeltaNet(
                     w_qkv=linear(p + "attn_qkv.weight"), w_z=linear(p + "attn_gate.weight"),
                     w_beta=linear(p + "ssm_beta.weight"), w_alpha=linear(p + "ssm_alpha.weight"),
@@ -449,15 +478,9 @@ def load(path: str, act_quant: bool = False, kv_f16: bool = False, rope_scaling:
             wo=linear(p + "attn_output.weight"),
             q_norm=opt("attn_q_norm.weight"),
             k_norm=opt("attn_k_norm.weight"),
-            ffn_norm=dense(p + ("post_attention_norm.weight" if arch == "qwen35" else "ffn_norm.weight")),
-            w_gate=None if moe else linear(p + "ffn_gate.weight"),
-            w_up=None if moe else linear(p + "ffn_up.weight"),
-            w_down=None if moe else linear(p + "ffn_down.weight"),
-            router=dense(p + "ffn_gate_inp.weight") if moe else None,
-            experts=list(zip(expert_linears(p + "ffn_gate_exps.weight"), expert_linears(p + "ffn_up_exps.weight"),
-                             expert_linears(p + "ffn_down_exps.weight"))) if moe else None,
-            experts_used=int(_field(reader, f"{arch}.expert_used_count", 0)),
-            output_gate=arch == "qwen35",
+            ffn_norm=dense(p + ("post_attention_norm.weight" if arch in HYBRID_ARCHS else "ffn_norm.weight")),
+            **ffn_fields(p),
+            output_gate=arch in HYBRID_ARCHS,
         ))
     # Tied embeddings: without output.weight the embedding matrix is also the output head.
     if "output.weight" in tensors:

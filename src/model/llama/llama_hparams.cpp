@@ -108,21 +108,28 @@ Hyperparameters read_hyperparameters(const gguf::File& file) {
   auto key = [&](const char* suffix) { return arch + "." + suffix; };
   Hyperparameters h;
   h.architecture = arch;
-  h.neox_rope = arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "qwen35";
+  const bool qwen35 = arch == "qwen35" || arch == "qwen35moe";
+  h.neox_rope = arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || qwen35;
   h.qkv_bias = arch == "qwen2";
-  h.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "qwen35";
+  h.qk_norm = arch == "qwen3" || arch == "qwen3moe" || qwen35;
   h.shapes.n_layers = static_cast<int>(file.get_uint(key("block_count")));
   // Qwen3.5's multi-token-prediction blocks come after the trunk's (read by speculative
   // decoding, not by the forward pass).
-  if (arch == "qwen35") h.shapes.n_layers -= static_cast<int>(file.opt_uint(key("nextn_predict_layers")).value_or(0));
+  if (qwen35) h.shapes.n_layers -= static_cast<int>(file.opt_uint(key("nextn_predict_layers")).value_or(0));
   h.shapes.d_model = static_cast<int>(file.get_uint(key("embedding_length")));
-  if (arch == "qwen3moe") {
+  if (arch == "qwen3moe" || arch == "qwen35moe") {
     h.n_experts = static_cast<int>(file.get_uint(key("expert_count")));
     h.n_experts_used = static_cast<int>(file.get_uint(key("expert_used_count")));
     h.shapes.ffn = static_cast<int>(file.get_uint(key("expert_feed_forward_length")));
     if (h.n_experts <= 0 || h.n_experts > 1024 || h.n_experts_used <= 0 || h.n_experts_used > h.n_experts)
       fail("{}: inconsistent expert counts ({} experts, {} used per token)", file.path(), h.n_experts,
            h.n_experts_used);
+    if (arch == "qwen35moe") {  // and a shared expert beside the routed ones
+      h.shared_expert_ffn = static_cast<int>(file.opt_uint(key("expert_shared_feed_forward_length"))
+                                                 .value_or(file.opt_uint(key("feed_forward_length")).value_or(0)));
+      if (h.shared_expert_ffn <= 0 || h.shared_expert_ffn > 262144 || h.shared_expert_ffn % 32 != 0)
+        fail("{}: shared expert width {} is not supported", file.path(), h.shared_expert_ffn);
+    }
   } else {
     h.shapes.ffn = static_cast<int>(file.get_uint(key("feed_forward_length")));
   }
@@ -154,14 +161,14 @@ Hyperparameters read_hyperparameters(const gguf::File& file) {
   if (!key_length && s.d_model % s.n_heads != 0) fail("{}: d_model is not a multiple of the head count", file.path());
   s.head_dim = key_length ? static_cast<int>(*key_length) : s.d_model / s.n_heads;
   h.rope_dims = static_cast<int>(file.opt_uint(key("rope.dimension_count")).value_or(s.head_dim));
-  if (h.rope_dims != s.head_dim && arch != "qwen35")
+  if (h.rope_dims != s.head_dim && !qwen35)
     fail("{}: partial rotary embeddings ({} of {} dims) are not supported", file.path(), h.rope_dims, s.head_dim);
   if (h.rope_dims <= 0 || h.rope_dims > s.head_dim || h.rope_dims % 2 != 0)
     fail("{}: {} rotary dims of a {}-dim head", file.path(), h.rope_dims, s.head_dim);
   if (s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256)
     fail("{}: head size {} is not supported (64, 128, 256)", file.path(), s.head_dim);
   if (s.d_model % 32 != 0 || s.ffn % 32 != 0) fail("{}: widths must be multiples of 32", file.path());
-  if (arch == "qwen35") read_delta_net(file, arch, h);
+  if (qwen35) read_delta_net(file, arch, h);
   return h;
 }
 
@@ -203,6 +210,7 @@ void fill_model_info(const gguf::File& file, const Hyperparameters& h, int max_c
   info.ffn = s.ffn;
   info.n_experts = h.n_experts;
   info.n_experts_used = h.n_experts_used;
+  info.shared_expert_ffn = h.shared_expert_ffn;
   info.vocab = s.vocab;
   info.native_context = h.native_context;
   info.context = max_context > 0 ? max_context : h.native_context;

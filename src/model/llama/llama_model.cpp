@@ -88,6 +88,10 @@ struct LayerWeights {
   PackedWeight router;                              // [experts][d_model], a float type
   std::vector<std::vector<PackedWeight>> expert_gate_up;
   std::vector<PackedWeight> expert_down;
+  // Qwen3.5-MoE's shared expert: every token's, scaled by sigmoid(x . shared_gate).
+  std::vector<PackedWeight> shared_gate_up;
+  PackedWeight shared_down;
+  std::vector<float> shared_gate;  // [d_model]
   // Qwen3.5's Gated DeltaNet layers instead of attention: the in-projection [qkv | z | beta |
   // alpha] (stacked where the types allow), the out projection and the small weights
   // (gated_delta_net.h). state_index: the layer's place in a sequence's recurrent state.
@@ -188,6 +192,17 @@ class LlamaModel final : public Model {
   // Qwen3.5's attention: each head's query and output gate side by side in q's projection.
   bool gated_attention() const { return h_.hybrid(); }
 
+  // A vector of n elements of any type the kernels read, as floats.
+  std::vector<float> any_vector_weight(const std::string& name, int n) {
+    const auto& t = file_.tensor(name);
+    if (t.n_elements != static_cast<uint64_t>(n) || !kernels::is_supported_weight_type(t.type) ||
+        (t.dims.size() != 1 && !(t.dims.size() == 2 && t.dims[1] == 1)))
+      fail("{}: tensor '{}' must be a vector of {} elements", file_.path(), name, n);
+    std::vector<float> out(n);
+    kernels::dequantize_row(t.type, t.data, out.data(), n);
+    return out;
+  }
+
   // A Gated DeltaNet layer's tensors as llama.cpp's converter names and shapes them.
   void load_delta_net_layer(const std::string& p, LayerWeights& layer, WeightSource& qkv, WeightSource& z,
                             WeightSource& beta, WeightSource& alpha, WeightSource& out) {
@@ -223,6 +238,8 @@ class LlamaModel final : public Model {
     struct LayerSources {
       WeightSource q, k, v, o, gate, up, down, router;
       std::vector<WeightSource> expert_gate, expert_up, expert_down;
+      std::vector<WeightSource> expert_gate_up;  // newer files: each expert's [gate; up] as one matrix
+      WeightSource shared_gate, shared_up, shared_down;
       WeightSource delta_qkv, delta_z, delta_beta, delta_alpha, delta_out;
     };
     std::vector<LayerSources> sources(s.n_layers);
@@ -258,9 +275,19 @@ class LlamaModel final : public Model {
       }
       if (h_.n_experts > 0) {
         src.router = router_weight(file_, p + "ffn_gate_inp.weight", h_.n_experts, s.d_model);
-        src.expert_gate = expert_weights(file_, p + "ffn_gate_exps.weight", h_.n_experts, s.ffn, s.d_model);
-        src.expert_up = expert_weights(file_, p + "ffn_up_exps.weight", h_.n_experts, s.ffn, s.d_model);
+        if (file_.find_tensor(p + "ffn_gate_up_exps.weight")) {
+          src.expert_gate_up = expert_weights(file_, p + "ffn_gate_up_exps.weight", h_.n_experts, 2 * s.ffn, s.d_model);
+        } else {
+          src.expert_gate = expert_weights(file_, p + "ffn_gate_exps.weight", h_.n_experts, s.ffn, s.d_model);
+          src.expert_up = expert_weights(file_, p + "ffn_up_exps.weight", h_.n_experts, s.ffn, s.d_model);
+        }
         src.expert_down = expert_weights(file_, p + "ffn_down_exps.weight", h_.n_experts, s.d_model, s.ffn);
+        if (const int width = h_.shared_expert_ffn; width > 0) {
+          src.shared_gate = weight(file_, p + "ffn_gate_shexp.weight", width, s.d_model);
+          src.shared_up = weight(file_, p + "ffn_up_shexp.weight", width, s.d_model);
+          src.shared_down = weight(file_, p + "ffn_down_shexp.weight", s.d_model, width);
+          layers_[l].shared_gate = any_vector_weight(p + "ffn_gate_inp_shexp.weight", s.d_model);
+        }
       } else {
         src.gate = weight(file_, p + "ffn_gate.weight", s.ffn, s.d_model);
         src.up = weight(file_, p + "ffn_up.weight", s.ffn, s.d_model);
@@ -282,8 +309,15 @@ class LlamaModel final : public Model {
         if (h_.n_experts > 0) {
           layer.router = kernels::pack_weight(src.router);
           for (int e = 0; e < h_.n_experts; ++e) {  // expert-major, each expert's gate and up stacked
-            layer.expert_gate_up.push_back(pack_group({src.expert_gate[e], src.expert_up[e]}));
+            if (src.expert_gate_up.empty())
+              layer.expert_gate_up.push_back(pack_group({src.expert_gate[e], src.expert_up[e]}));
+            else
+              layer.expert_gate_up.emplace_back().push_back(kernels::pack_weight(src.expert_gate_up[e]));
             layer.expert_down.push_back(kernels::pack_weight(src.expert_down[e]));
+          }
+          if (h_.shared_expert_ffn > 0) {
+            layer.shared_gate_up = pack_group({src.shared_gate, src.shared_up});
+            layer.shared_down = kernels::pack_weight(src.shared_down);
           }
         } else {
           layer.gate_up = pack_group({src.gate, src.up});
@@ -300,7 +334,9 @@ class LlamaModel final : public Model {
       for (const auto& w : layer.qkv) info_.packed_weight_bytes += w.bytes();
       for (const auto& w : layer.delta_in) info_.packed_weight_bytes += w.bytes();
       for (const auto& w : layer.gate_up) info_.packed_weight_bytes += w.bytes();
-      info_.packed_weight_bytes += layer.attn_output.bytes() + layer.delta_out.bytes() + layer.down.bytes();
+      for (const auto& w : layer.shared_gate_up) info_.packed_weight_bytes += w.bytes();
+      info_.packed_weight_bytes +=
+          layer.attn_output.bytes() + layer.delta_out.bytes() + layer.down.bytes() + layer.shared_down.bytes();
       for (const auto& group : layer.expert_gate_up)
         for (const auto& w : group) expert_bytes += w.bytes();
       for (const auto& w : layer.expert_down) expert_bytes += w.bytes();
@@ -385,8 +421,9 @@ class LlamaModel final : public Model {
       size(mixed_, static_cast<size_t>(n) * h_.delta_net.mixed_width());
     }
     size(projected_, static_cast<size_t>(n) * s.d_model);
-    size(gate_up_, static_cast<size_t>(n) * 2 * s.ffn);
-    size(hidden_, static_cast<size_t>(n) * s.ffn);
+    const int widest_ffn = std::max(s.ffn, h_.shared_expert_ffn);
+    size(gate_up_, static_cast<size_t>(n) * 2 * widest_ffn);
+    size(hidden_, static_cast<size_t>(n) * widest_ffn);
     if (h_.n_experts > 0) {
       size(expert_rows_, static_cast<size_t>(n) * s.d_model);
       size(router_logits_, static_cast<size_t>(n) * h_.n_experts);
@@ -621,6 +658,29 @@ class LlamaModel final : public Model {
         for (int j = 0; j < s.d_model; ++j) out[j] += list[i].weight * y[j];
       }
     }
+    if (h_.shared_expert_ffn > 0) shared_expert(layer, n);
+  }
+
+  // Qwen3.5-MoE's shared expert on every row, scaled by sigmoid(x . shared_gate), added into x_.
+  void shared_expert(const LayerWeights& layer, int n) {
+    const auto& s = shapes_;
+    const int width = h_.shared_expert_ffn;
+    const float* normed = normed_.as<float>();
+    activations_.quantize(normed, n, s.d_model, pool_);
+    matmul_group(layer.shared_gate_up, gate_up_.as<float>(), 2 * width);
+    kernels::silu_mul(gate_up_.as<float>(), hidden_.as<float>(), n, width, pool_);
+    activations_.quantize(hidden_.as<float>(), n, width, pool_);
+    kernels::matmul(layer.shared_down, activations_, projected_.as<float>(), s.d_model, pool_);
+    float* x = x_.as<float>();
+    for (int t = 0; t < n; ++t) {
+      const float* row = normed + static_cast<size_t>(t) * s.d_model;
+      float logit = 0.0f;
+      for (int j = 0; j < s.d_model; ++j) logit += row[j] * layer.shared_gate[j];
+      const float scale = 1.0f / (1.0f + std::exp(-logit));
+      const float* y = projected_.as<float>() + static_cast<size_t>(t) * s.d_model;
+      float* out = x + static_cast<size_t>(t) * s.d_model;
+      for (int j = 0; j < s.d_model; ++j) out[j] += scale * y[j];
+    }
   }
 
   static void add_into(float* x, const float* delta, size_t count) {
@@ -700,10 +760,20 @@ MemoryNeeds estimate_llama_memory(const gguf::File& file, KvType kv_type) {
         const auto& sources = expert_weights(file, name, h.n_experts, rows, cols);
         needs.weight_bytes += kernels::packed_weight_bytes(sources[0].type, rows, cols) * sources.size();
       };
-      experts(p + "ffn_gate_exps.weight", s.ffn, s.d_model);
-      experts(p + "ffn_up_exps.weight", s.ffn, s.d_model);
+      if (file.find_tensor(p + "ffn_gate_up_exps.weight")) {
+        experts(p + "ffn_gate_up_exps.weight", 2 * s.ffn, s.d_model);
+      } else {
+        experts(p + "ffn_gate_exps.weight", s.ffn, s.d_model);
+        experts(p + "ffn_up_exps.weight", s.ffn, s.d_model);
+      }
       experts(p + "ffn_down_exps.weight", s.d_model, s.ffn);
       packed(p + "ffn_gate_inp.weight", h.n_experts, s.d_model);  // the router
+      if (h.shared_expert_ffn > 0) {
+        packed(p + "ffn_gate_shexp.weight", h.shared_expert_ffn, s.d_model);
+        packed(p + "ffn_up_shexp.weight", h.shared_expert_ffn, s.d_model);
+        packed(p + "ffn_down_shexp.weight", s.d_model, h.shared_expert_ffn);
+        needs.weight_bytes += sizeof(float) * s.d_model;
+      }
     } else {
       packed(p + "ffn_gate.weight", s.ffn, s.d_model);
       packed(p + "ffn_up.weight", s.ffn, s.d_model);
@@ -717,10 +787,11 @@ MemoryNeeds estimate_llama_memory(const gguf::File& file, KvType kv_type) {
   needs.kv_bytes_per_block =
       kernels::KvHeadLayout{kv_type, s.head_dim}.bytes() * s.n_kv_heads * h.attention_layer_count();
   needs.recurrent_state_bytes = h.recurrent_state_bytes();
-  const size_t floats_per_token = 2 * s.d_model + (q + 2 * kv) + q + s.d_model + 2 * s.ffn + s.ffn +
+  const int widest_ffn = std::max(s.ffn, h.shared_expert_ffn);
+  const size_t floats_per_token = 2 * s.d_model + (q + 2 * kv) + q + s.d_model + 3 * widest_ffn +
                                   (h.n_experts > 0 ? s.d_model + h.n_experts : 0) +  // gathered rows, router logits
                                   (h.hybrid() ? 2 * q + d.mixed_width() + d.value_width() : 0);  // gates, DeltaNet rows
-  needs.activation_bytes = kMaxBatchTokens * (floats_per_token * sizeof(float) + std::max(s.d_model, s.ffn) * 2) +
+  needs.activation_bytes = kMaxBatchTokens * (floats_per_token * sizeof(float) + std::max(s.d_model, widest_ffn) * 2) +
                            kMaxBatchSequences * sizeof(float) * s.vocab;  // logits, a row per sequence
   needs.native_context = h.native_context;
   return needs;
