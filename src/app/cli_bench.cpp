@@ -249,7 +249,8 @@ void bench_parallel(model::Model& model, const BenchFlags& flags, const std::vec
   const int prompt = flags.parallel_prompt;
   const int blocks_each = (prompt + flags.decode_tokens + model::kKvBlockTokens) / model::kKvBlockTokens;
   for (const int n : flags.parallel) {
-    if (n > model::kMaxBatchSequences || n * blocks_each > model.info().kv_blocks) {
+    const int slots = model.info().state_slots;  // a hybrid model: one recurrent state a sequence
+    if (n > model::kMaxBatchSequences || n * blocks_each > model.info().kv_blocks || (slots > 0 && n > slots)) {
       fmt::print("{:<28} {:>12}\n", fmt::format("decode {} sequences", n), "(no room)");
       continue;
     }
@@ -259,8 +260,9 @@ void bench_parallel(model::Model& model, const BenchFlags& flags, const std::vec
     for (int i = 0; i < n; ++i)
       for (int start = 0; start < prompt; start += model.info().max_batch_tokens) {
         const int count = std::min(model.info().max_batch_tokens, prompt - start);
-        const model::SequenceSlice slice{{tokens.data() + start, static_cast<size_t>(count)}, start, tables[i],
-                                         start + count == prompt};
+        model::SequenceSlice slice{{tokens.data() + start, static_cast<size_t>(count)}, start, tables[i],
+                                   start + count == prompt};
+        slice.state_slot = slots > 0 ? i : -1;
         model.forward({&slice, 1});
       }
     std::vector<model::SequenceSlice> slices(n);
@@ -270,6 +272,7 @@ void bench_parallel(model::Model& model, const BenchFlags& flags, const std::vec
           slices[i] = {{&tokens[prompt + step], 1}, prompt + step, tables[i], true};
           // (as the server decodes where the model finds a row's best tokens on its device)
           slices[i].best_only = model.info().best_tokens_on_device;
+          slices[i].state_slot = slots > 0 ? i : -1;
         }
         model.forward(slices);
       }

@@ -78,7 +78,10 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::Lo
   }
   auto caches = engine::engine_caches(/*vision=*/!mmproj.empty());
   caches.insert(caches.end(), service_caches.begin(), service_caches.end());
-  loaded->plan = engine::plan_memory(needs, max_memory, options.max_context, gpu, std::move(caches));
+  // A server runs many sequences (each with a hybrid model's recurrent state); the other
+  // commands one.
+  loaded->plan = engine::plan_memory(needs, max_memory, options.max_context, gpu, std::move(caches),
+                                     options.kv_blocks < 0 ? engine::kServerStateSlots : 1);
   loaded->plan.kv_type = kernels::kv_type_name(options.kv_type);
   if (!loaded->plan.fits) {
     std::fputs(loaded->plan.table().c_str(), stderr);
@@ -102,10 +105,6 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::Lo
     plan.kv_bytes = per_block * plan.kv_blocks;
     plan.max_sequences = 1;
     planned.kv_blocks = plan.kv_blocks;
-    if (plan.state_slots > 0) {
-      plan.state_bytes /= plan.state_slots;
-      plan.state_slots = 1;
-    }
   }
   planned.state_slots = loaded->plan.state_slots;
   // The model keeps a reference to the file (embedding rows are read from the mapping), so

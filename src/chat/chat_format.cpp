@@ -193,6 +193,10 @@ constexpr size_t kQwen3TemplateBytes = 4116;
 // golden/chat_qwen3_coder.json holds it and its renderings).
 constexpr uint64_t kQwen3CoderTemplateFnv = 0x4fe0f3088a405011ull;
 constexpr size_t kQwen3CoderTemplateBytes = 6147;
+// Qwen3.5's template (as llama.cpp's models/templates/Qwen3.5-4B.jinja has it; tests/golden/
+// chat_qwen35.json holds it and its renderings).
+constexpr uint64_t kQwen35TemplateFnv = 0xcdff116097e1144aull;
+constexpr size_t kQwen35TemplateBytes = 7756;
 constexpr std::string_view kQwen25SystemPrompt = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
 // SmolVLM-256M/500M-Instruct's template (Idefics3 on SmolLM2): content is a list of parts,
@@ -252,10 +256,18 @@ std::unique_ptr<ChatFormat> chat_format_for_template(const std::string& architec
   if (text.size() == kQwen3TemplateBytes && fnv1a(text) == kQwen3TemplateFnv) return std::make_unique<Qwen3Format>();
   if (text.size() == kQwen3CoderTemplateBytes && fnv1a(text) == kQwen3CoderTemplateFnv)
     return std::make_unique<Qwen3CoderFormat>();
+  if (text.size() == kQwen35TemplateBytes && fnv1a(text) == kQwen35TemplateFnv) return std::make_unique<Qwen35Format>();
   if (text == kSmolVlmTemplate) return std::make_unique<SmolVlmFormat>();
   if (text == kPlainChatMlTemplate) {
     return std::make_unique<ChatMlFormat>("chatml", "", true,
                                           "chatml: plain ChatML (recognised chat template)");
+  }
+  if (architecture == "qwen35" || architecture == "qwen35moe") {
+    // Qwen3.5's and Qwen3.6's releases may differ from the copy splash knows by details; their
+    // models were all trained on this format, which is closer than plain ChatML.
+    return std::make_unique<Qwen35Format>(
+        chat_template.empty() ? std::string("the GGUF has no chat template")
+                              : fmt::format("the GGUF's chat template is not one splash knows ({})", fingerprint(chat_template)));
   }
   bool chatml_arch = false;
   for (std::string_view a : kChatMlArchitectures) chatml_arch = chatml_arch || a == architecture;

@@ -79,6 +79,9 @@ class ChatFormat {
   // Whether the family's replies may open with a <think> ... </think> block of reasoning
   // (written by the model after the reply's header), which a client can switch off.
   virtual bool thinks() const;
+  // Whether the reply prompt with thinking on already opens that block ("<think>\n", as
+  // Qwen3.5's does): the reply then starts inside it.
+  virtual bool reply_prompt_opens_thinking() const { return false; }
   // Texts that end the assistant's reply when they appear in generated text.
   virtual std::vector<std::string> stop_texts() const;
   // How the family's model writes tool calls (and so how replies are parsed and constrained).
@@ -143,6 +146,42 @@ class Qwen3Format : public ChatFormat {
   }
 
  private:
+  RenderedPrompt render(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools, bool add_generation_prompt,
+                        bool thinking) const;
+};
+
+// Qwen3.5 (the hybrid Gated DeltaNet models, dense and MoE): ChatML whose system turn lists
+// the tools as JSON lines and asks for calls in the qwen3_coder XML format (chat/
+// xml_tool_format.h), the client's system text (trimmed) after the tools; every message's
+// content trimmed; assistant turns after the last user query written with their reasoning
+// ("<think>\n...\n</think>\n\n", even when empty), earlier ones without; the reply opened
+// inside a think block ("<think>\n"), or past an empty one when thinking is off. The
+// template's refusals (no messages, no user query, a system message after the first, an
+// unknown role) are errors with its words. tests/golden/chat_qwen35.json holds the template
+// (llama.cpp's models/templates/Qwen3.5-4B.jinja) and its renderings.
+class Qwen35Format : public ChatFormat {
+ public:
+  // fallback_reason: why a template that is not this one is rendered as this one anyway (a
+  // qwen35 / qwen35moe GGUF whose template splash does not know); empty: recognised.
+  explicit Qwen35Format(std::string fallback_reason = {}) : fallback_reason_(std::move(fallback_reason)) {}
+  RenderedPrompt render_conversation(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
+                                     bool add_generation_prompt) const override;
+  RenderedPrompt render_reply_prompt(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
+                                     bool thinking) const override;
+  bool thinks() const override { return true; }
+  bool reply_prompt_opens_thinking() const override { return true; }
+  std::vector<std::string> stop_texts() const override;
+  ToolCallSyntax tool_call_syntax() const override { return ToolCallSyntax::Xml; }
+  std::string name() const override { return "qwen3.5"; }
+  bool recognized() const override { return fallback_reason_.empty(); }
+  std::string description() const override {
+    const std::string what = "ChatML with tools as JSON, calls in the qwen3_coder XML format and <think> reasoning";
+    return fallback_reason_.empty() ? "qwen3.5: " + what + " (recognised chat template)"
+                                    : "qwen3.5 (fallback): " + fallback_reason_ + "; using Qwen3.5's format: " + what;
+  }
+
+ private:
+  std::string fallback_reason_;
   RenderedPrompt render(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools, bool add_generation_prompt,
                         bool thinking) const;
 };

@@ -9,34 +9,6 @@
 namespace splash::chat {
 namespace {
 
-std::string_view strip_leading_newlines(std::string_view s) {
-  while (!s.empty() && s.front() == '\n') s.remove_prefix(1);
-  return s;
-}
-std::string_view strip_trailing_newlines(std::string_view s) {
-  while (!s.empty() && s.back() == '\n') s.remove_suffix(1);
-  return s;
-}
-
-// The template's reasoning and content of an assistant turn: the message's own reasoning
-// when it has one, else the inline block of its content (everything before the first
-// "</think>", after the last "<think>" in it, less the newlines around it; the content is
-// what follows the last "</think>").
-struct AssistantParts {
-  std::string_view reasoning, content;
-};
-AssistantParts assistant_parts(const ChatMessage& m) {
-  if (m.reasoning) return {*m.reasoning, m.content};
-  const std::string_view content = m.content;
-  const size_t first_close = content.find("</think>");
-  if (first_close == std::string_view::npos) return {{}, content};
-  std::string_view before = strip_trailing_newlines(content.substr(0, first_close));
-  if (const size_t open = before.rfind("<think>"); open != std::string_view::npos)
-    before.remove_prefix(open + std::string_view("<think>").size());
-  const size_t last_close = content.rfind("</think>");
-  return {strip_leading_newlines(before), strip_leading_newlines(content.substr(last_close + 8))};
-}
-
 // The index of the last user message that is a query (not a tool result written as a user
 // turn); the last message's index when there is none, as the template starts from.
 size_t last_query_index(std::span<const ChatMessage> messages) {
@@ -85,7 +57,7 @@ RenderedPrompt Qwen3Format::render(std::span<const ChatMessage> messages, std::s
       w.content(m.content);
       w.markup("<|im_end|>\n");
     } else if (m.role == "assistant") {
-      const AssistantParts parts = assistant_parts(m);
+      const AssistantParts parts = assistant_parts(m, m.content);
       w.markup("<|im_start|>assistant\n");
       if (i > last_query && (last || !parts.reasoning.empty())) {
         w.markup("<think>\n");

@@ -52,6 +52,8 @@ ordered_json tool_line(const ToolSpec& tool) {
 
 std::string python_json(const ordered_json& value) { return spaced_json(value); }
 
+std::string tool_json_line(const ToolSpec& tool) { return spaced_json(tool_line(tool)); }
+
 bool is_valid_tool_name(std::string_view name) {
   if (name.empty() || name.size() > 128) return false;
   for (unsigned char c : name) {
@@ -71,7 +73,7 @@ std::string tools_system_block(std::span<const ToolSpec> tools, CallExampleBrace
       "function signatures within <tools></tools> XML tags:\n<tools>";
   for (const ToolSpec& tool : tools) {
     out += '\n';
-    out += spaced_json(tool_line(tool));
+    out += tool_json_line(tool);
     any_custom = any_custom || tool.kind == ToolSpec::Kind::Custom;
   }
   const bool doubled = braces == CallExampleBraces::Doubled;

@@ -48,6 +48,9 @@ enum class CallExampleBraces : uint8_t { Single, Doubled };
 // The block appended to the system prompt that lists the tools and explains the format.
 std::string tools_system_block(std::span<const ToolSpec> tools, CallExampleBraces braces = CallExampleBraces::Single);
 
+// One tool as the JSON line the block lists it by (Qwen's templates' `tool | tojson`).
+std::string tool_json_line(const ToolSpec& tool);
+
 // One call as the model writes it, from <tool_call> to </tool_call>.
 std::string render_tool_call(const ToolCall& call);
 

@@ -253,6 +253,7 @@ bool EngineService::prepare(Running& sequence) {
     request.prompt = chat::encode_prompt(chat_, tokenizer_, chat.messages, chat.tools, thinking);
     if (thinking) {
       request.reasoning.enabled = true;
+      request.reasoning.opened = chat_.reply_prompt_opens_thinking();
       request.reasoning.budget = chat.reasoning.budget_tokens;
       request.reasoning.close_tokens = tokenizer_.encode("\n</think>\n\n");
     }
@@ -382,6 +383,7 @@ bool EngineService::grow(Running& sequence, int positions) {
 }
 
 void EngineService::publish_full_blocks(Running& sequence) {
+  if (states_.total() > 0) return;  // a hybrid model reuses no prefix: nothing to publish
   while ((sequence.published + 1) * cache::kBlockTokens <= sequence.computed) {
     const int i = sequence.published++;
     const auto tokens = std::span(sequence.tokens).subspan(i * cache::kBlockTokens, cache::kBlockTokens);
@@ -731,7 +733,8 @@ void EngineService::apply(const Pass& pass, std::span<const float> logits) {
     s.computed += slot.count;
     publish_full_blocks(s);
     if (rows.empty()) continue;
-    if (s.generation->result().tokens.empty() && !s.generation->done())  // the prompt's end
+    // The prompt's end (a hybrid model never replays one: its prefix is not reused)
+    if (s.generation->result().tokens.empty() && !s.generation->done() && states_.total() == 0)
       prompt_logits_.store(s.tokens, rows);
     LogitsRow whole(rows);
     on_logits(s, whole);

@@ -60,7 +60,7 @@ std::vector<CacheBudget> engine_caches(bool vision) {
 }
 
 MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memory, int requested_context,
-                       const std::optional<GpuMemory>& gpu, std::vector<CacheBudget> caches) {
+                       const std::optional<GpuMemory>& gpu, std::vector<CacheBudget> caches, int sequences) {
   MemoryPlan plan;
   plan.caches = std::move(caches);
   plan.caches_in_budget = !gpu;
@@ -96,7 +96,7 @@ MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memor
   size_t room = plan.budget_bytes > fixed ? plan.budget_bytes - fixed : 0;
   if (needs.recurrent_state_bytes > 0) {  // at most half of what is left, at least one sequence's
     plan.state_slots = static_cast<int>(
-        std::clamp<size_t>(room / 2 / needs.recurrent_state_bytes, 1, static_cast<size_t>(kServerStateSlots)));
+        std::clamp<size_t>(room / 2 / needs.recurrent_state_bytes, 1, static_cast<size_t>(std::max(1, sequences))));
     plan.state_bytes = plan.state_slots * needs.recurrent_state_bytes;
     room = room > plan.state_bytes ? room - plan.state_bytes : 0;
   }
@@ -113,7 +113,9 @@ MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memor
   const int useful = std::min(kMinimumUsefulContext, wanted);
   plan.fits = plan.max_context >= useful;
   if (!plan.fits)
-    plan.problem = fmt::format("needs {} for the model and {} for a {}-token context", human(fixed),
+    plan.problem = fmt::format("needs {} for the model{} and {} for a {}-token context", human(fixed),
+                               plan.state_bytes > 0 ? fmt::format(", {} for its recurrent state", human(plan.state_bytes))
+                                                    : std::string(),
                                human((static_cast<size_t>(useful) + kBlockTokens - 1) / kBlockTokens * needs.kv_bytes_per_block),
                                useful);
   return plan;

@@ -70,10 +70,12 @@ std::vector<CacheBudget> engine_caches(bool vision);
 // max_memory: --max-memory, if given; requested_context: --max-context (0: the model's);
 // gpu: the device's memory when the model runs there (the budget is then the GPU's free
 // memory less a reserve, capped by --max-memory), else the budget is this machine's memory;
-// caches: engine_caches() and whatever the caller adds (a server's).
+// caches: engine_caches() and whatever the caller adds (a server's); sequences: how many a
+// hybrid model's recurrent states are set aside for (a server's kServerStateSlots, fewer when
+// the budget is short; 1 for a command that runs one sequence).
 MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memory, int requested_context,
                        const std::optional<GpuMemory>& gpu = std::nullopt,
-                       std::vector<CacheBudget> caches = engine_caches(false));
+                       std::vector<CacheBudget> caches = engine_caches(false), int sequences = kServerStateSlots);
 
 // Memory this machine can give without swapping: MemAvailable, capped by a cgroup limit.
 size_t available_memory_bytes();

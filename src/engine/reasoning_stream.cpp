@@ -11,7 +11,7 @@ constexpr std::string_view kOpen = "<think>", kClose = "</think>";
 ReasoningStream::ReasoningStream(const tokenizer::Tokenizer& tokenizer, ReasoningControl control)
     : tokenizer_(tokenizer),
       control_(std::move(control)),
-      phase_(control_.enabled ? Phase::Opening : Phase::Reply),
+      phase_(!control_.enabled ? Phase::Reply : control_.opened ? Phase::Thinking : Phase::Opening),
       detokenizer_(tokenizer),
       close_({std::string(kClose)}) {}
 

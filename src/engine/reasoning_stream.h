@@ -3,7 +3,7 @@
 // "</think>" block at the reply's start, written by the model. Its text streams as reasoning,
 // apart from the reply's text, and no output constraint applies inside it; once it closes,
 // the tokens that follow are the reply proper. A reply that does not open with "<think>" is
-// all reply. With a budget, the block is closed for the model (the close tokens are forced)
+// all reply, unless the prompt opened the block (ReasoningControl::opened). With a budget, the block is closed for the model (the close tokens are forced)
 // after that many thinking tokens.
 //
 // As the template writes reasoning back (stripped of the newlines around it), the streamed
@@ -24,6 +24,7 @@ struct ReasoningControl {
   bool enabled = false;               // the reply may open with a think block
   int budget = -1;                    // thinking tokens before the block is closed for the model (-1: no limit)
   std::vector<int32_t> close_tokens;  // what closes it: "\n</think>\n\n" as tokens
+  bool opened = false;                // the prompt opened it (Qwen3.5's "<think>\n"): the reply starts inside it
 };
 
 class ReasoningStream {

@@ -15,6 +15,7 @@
 #include "api/api_error.h"
 #include "api/openai_chat.h"
 #include "chat/chat_format.h"
+#include "common/error.h"
 #include "chat/xml_tool_format.h"
 #include "engine/chat_request.h"
 #include "engine/sampler.h"
@@ -95,6 +96,13 @@ void check_request(const splash::api::ChatCompletionRequest& request, std::strin
   // request's tools. Any JSON a call's finished arguments hold must parse.
   static const splash::chat::Qwen3CoderFormat coder;
   (void)coder.render_conversation(chat.messages, chat.tools, true);
+  // Qwen3.5's template refuses some conversations (splash::Error, in its words); any other
+  // exception escapes and is a finding.
+  static const splash::chat::Qwen35Format qwen35;
+  try {
+    for (const bool thinking : {true, false}) (void)qwen35.render_reply_prompt(chat.messages, chat.tools, thinking);
+  } catch (const splash::Error&) {
+  }
   splash::engine::ToolCallStream stream(splash::chat::ToolCallSyntax::Xml, chat.tools);
   std::vector<splash::engine::ToolCallUpdate> updates;
   stream.push(raw.substr(0, raw.size() / 3), updates);

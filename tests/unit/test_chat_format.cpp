@@ -239,6 +239,66 @@ TEST(ChatFormat, Qwen3CoderMatchesEveryGoldenCaseIncludingTools) {
   EXPECT_GE(with_calls, 4u);
 }
 
+// Qwen3.5's template (tests/golden/chat_qwen35.json, made with --template from llama.cpp's
+// models/templates/Qwen3.5-4B.jinja): tools as JSON lines with calls in the XML syntax,
+// reasoning kept after the last user query (even empty) and dropped before it, trimmed
+// content, the reply opened inside the think block; and its refusals, in its words.
+TEST(ChatFormat, Qwen35MatchesEveryGoldenCaseIncludingReasoningAndTools) {
+  std::ifstream in(splash::testing::golden_path("chat_qwen35.json"));
+  ASSERT_TRUE(in.good());
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  for (const char* architecture : {"qwen35", "qwen35moe"}) {
+    const auto format = chat_format_for_template(architecture, golden.at("template").get<std::string>());
+    EXPECT_EQ(format->name(), "qwen3.5");
+    EXPECT_TRUE(format->recognized() && format->thinks() && format->reply_prompt_opens_thinking())
+        << format->description();
+    EXPECT_EQ(format->tool_call_syntax(), splash::chat::ToolCallSyntax::Xml);
+  }
+  const auto format = chat_format_for_template("qwen35", golden.at("template").get<std::string>());
+  size_t with_tools = 0, with_calls = 0, with_reasoning = 0, thinking_off = 0;
+  for (const auto& c : golden.at("cases")) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    const GoldenConversation conversation = conversation_of(c);
+    with_tools += !conversation.tools.empty();
+    with_calls += std::any_of(conversation.messages.begin(), conversation.messages.end(),
+                              [](const ChatMessage& m) { return !m.tool_calls.empty(); });
+    with_reasoning += std::any_of(conversation.messages.begin(), conversation.messages.end(),
+                                  [](const ChatMessage& m) { return m.reasoning || m.content.find("</think>") != std::string::npos; });
+    const bool add_generation_prompt = c.at("add_generation_prompt").get<bool>();
+    const bool thinking = c.value("enable_thinking", true);
+    thinking_off += !thinking;
+    const auto rendered = add_generation_prompt
+                              ? format->render_reply_prompt(conversation.messages, conversation.tools, thinking)
+                              : format->render_conversation(conversation.messages, conversation.tools, false);
+    EXPECT_EQ(rendered.text, c.at("expected").get<std::string>());
+  }
+  EXPECT_GE(with_tools, 5u);
+  EXPECT_GE(with_calls, 4u);
+  EXPECT_GE(with_reasoning, 8u);
+  EXPECT_EQ(thinking_off, 1u);
+  // Another template on a Qwen3.5 model: this format, said to be a fallback.
+  const auto fallback = chat_format_for_template("qwen35", "{{ messages }}");
+  EXPECT_EQ(fallback->name(), "qwen3.5");
+  EXPECT_FALSE(fallback->recognized());
+  EXPECT_NE(fallback->description().find("fallback"), std::string::npos) << fallback->description();
+  // What the template refuses (raise_exception), refused with its words.
+  const std::vector<std::pair<std::vector<ChatMessage>, std::string>> refused = {
+      {{}, "No messages provided."},
+      {{{"tool", "result"}}, "No user query found in messages."},
+      {{{"user", "<tool_response>\nx\n</tool_response>"}}, "No user query found in messages."},
+      {{{"user", "hi"}, {"system", "late"}}, "System message must be at the beginning."},
+      {{{"developer", "d"}, {"user", "hi"}}, "Unexpected message role."},
+  };
+  for (const auto& [messages, says] : refused) {
+    try {
+      format->render_conversation(messages, {}, true);
+      ADD_FAILURE() << "accepted; expected: " << says;
+    } catch (const splash::Error& e) {
+      EXPECT_EQ(std::string(e.what()), says);
+    }
+  }
+}
+
 TEST(ChatFormat, XmlToolCallsWriteValuesAsTheTemplateDoes) {
   // Strings raw, objects and arrays as Python's json.dumps, other scalars as Python's str;
   // the client's argument order kept; a custom tool's raw input as its one parameter.

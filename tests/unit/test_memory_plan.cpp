@@ -86,6 +86,36 @@ TEST(MemoryPlan, DefaultBudgetLeavesAReserve) {
   EXPECT_NE(plan.budget_source.find("available"), std::string::npos);
 }
 
+// A hybrid model's recurrent states are set aside before the KV pool: one per sequence a
+// server runs (kServerStateSlots) while the budget allows, at most half of what is left
+// after the model, at least one; a command that runs one sequence sets aside one.
+TEST(MemoryPlan, RecurrentStatesAreSetAsideBeforeTheKvPool) {
+  MemoryNeeds needs = small_model();
+  needs.recurrent_state_bytes = 60 * MiB;
+  const auto roomy = plan_memory(needs, size_t{8} << 30, 0);
+  EXPECT_EQ(roomy.state_slots, kServerStateSlots);
+  EXPECT_EQ(roomy.state_bytes, kServerStateSlots * 60 * MiB);
+  EXPECT_LE(roomy.total_bytes(), roomy.budget_bytes);
+  EXPECT_NE(roomy.table().find("recurrent states"), std::string::npos) << roomy.table();
+  // 1 GiB: ~760 MiB left after the model, runtime and caches: 6 states (half of it), the rest KV.
+  const auto tight = plan_memory(needs, size_t{1} << 30, 0);
+  const size_t fixed = tight.total_bytes() - tight.state_bytes - tight.kv_bytes;
+  EXPECT_EQ(tight.state_slots, static_cast<int>((tight.budget_bytes - fixed) / 2 / (60 * MiB)));
+  EXPECT_GT(tight.state_slots, 1);
+  EXPECT_LT(tight.state_slots, kServerStateSlots);
+  EXPECT_LE(tight.total_bytes(), tight.budget_bytes);
+  // One sequence: one state, and more context than the server's plan leaves.
+  const auto single = plan_memory(needs, size_t{1} << 30, 0, std::nullopt, engine_caches(false), 1);
+  EXPECT_EQ(single.state_slots, 1);
+  EXPECT_EQ(single.state_bytes, 60 * MiB);
+  EXPECT_GT(single.kv_blocks, tight.kv_blocks);
+  // Too little for a useful context beside one state: refused, the state named.
+  const size_t model_bytes = roomy.total_bytes() - roomy.state_bytes - roomy.kv_bytes;
+  const auto none = plan_memory(needs, model_bytes + 70 * MiB, 0, std::nullopt, engine_caches(false), 1);
+  EXPECT_FALSE(none.fits);
+  EXPECT_NE(none.problem.find("recurrent state"), std::string::npos) << none.problem;
+}
+
 TEST(MemoryPlan, ParsesSizes) {
   EXPECT_EQ(parse_memory_size("1024"), 1024u);
   EXPECT_EQ(parse_memory_size("512M"), 512 * MiB);

@@ -75,6 +75,22 @@ TEST(ReasoningStream, AReplyThatDoesNotOpenWithThinkIsAllReply) {
   }
 }
 
+// Qwen3.5's reply prompt opens the block itself ("<think>\n"): the reply starts in it, so
+// the model's first tokens are reasoning without any "<think>" of its own.
+TEST(ReasoningStream, ABlockOpenedByThePromptStartsTheReplyInside) {
+  SPLASH_REQUIRE_TEST_MODEL(path);
+  const Fixture f(path);
+  ReasoningControl control = f.control();
+  control.opened = true;
+  ReasoningStream stream(f.tokenizer, control);
+  EXPECT_EQ(stream.phase(), ReasoningStream::Phase::Thinking);
+  const Outcome out = feed(stream, f.tokens("First, add.\n</think>\n\nThe answer is 4."));
+  EXPECT_EQ(out.reasoning, "First, add.");
+  EXPECT_EQ(stream.phase(), ReasoningStream::Phase::Reply);
+  EXPECT_EQ(f.tokenizer.decode(out.reply), "\n\nThe answer is 4.");
+  EXPECT_GT(stream.thinking_tokens(), 0);
+}
+
 TEST(ReasoningStream, CloseTagSplitAcrossTokensIsNeverShown) {
   SPLASH_REQUIRE_TEST_MODEL(path);
   const Fixture f(path);

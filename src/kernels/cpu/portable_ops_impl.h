@@ -149,7 +149,6 @@ inline Vec16 load16(const float* p) {
   return v;
 }
 
-// Sixteen cached elements (a key tile row, or a slice of a value row) as floats.
 // 16 floats loaded and stored at any alignment.
 typedef float f32x16u __attribute__((vector_size(64), aligned(4)));
 
@@ -195,6 +194,7 @@ void delta_rule_impl(const DeltaRuleArgs& a) {
 }
 
 typedef int8_t i8x8 __attribute__((vector_size(8)));
+// Sixteen cached elements (a key tile row, or a slice of a value row) as floats.
 template <KvType T>
 inline Vec16 load_kv16(const uint8_t* p) {
   if constexpr (T == KvType::F32) {

@@ -379,6 +379,7 @@ class LlamaModel final : public Model {
     info_.state_slots = std::max(1, options.state_slots);
     info_.recurrent_state_bytes = h_.recurrent_state_bytes();
     states_ = std::make_unique<kernels::LazyMemory>(info_.recurrent_state_bytes * info_.state_slots);
+    info_.decode_read_bytes += 2 * info_.recurrent_state_bytes;  // a decode step reads and writes its state
     state_positions_.assign(info_.state_slots, 0);
   }
 
@@ -576,10 +577,13 @@ class LlamaModel final : public Model {
       row += count;
     }
     kernels::attention(attention_args_, pool_);
-    if (gated_attention()) {  // out *= sigmoid(gate)
+    if (gated_attention()) {  // out *= sigmoid(gate), a row a task
       float* out = attn_.as<float>();
       const float* gates = attn_gate_.as<float>();
-      for (size_t i = 0; i < static_cast<size_t>(n) * q_width(); ++i) out[i] *= 1.0f / (1.0f + std::exp(-gates[i]));
+      pool_.run(n, [&](int t) {
+        const size_t begin = static_cast<size_t>(t) * q_width();
+        for (size_t i = begin; i < begin + q_width(); ++i) out[i] *= 1.0f / (1.0f + std::exp(-gates[i]));
+      });
     }
     activations_.quantize(attn_.as<float>(), n, q_width(), pool_);
     kernels::matmul(layer.attn_output, activations_, projected_.as<float>(), s.d_model, pool_);
