@@ -431,6 +431,8 @@ def write_gguf(path: str, tensors, shape: Shape, tokenizer, name: str, vocab: in
     if shape.shared_ffn:
         writer.add_uint32(f"{shape.arch}.expert_shared_feed_forward_length", shape.shared_ffn)
     if shape.arch in HYBRID_ARCHS:
+        # Qwen3.5's MRoPE sections, which llama.cpp requires (text positions make them plain RoPE).
+        writer.add_array(f"{shape.arch}.rope.dimension_sections", [11, 11, 10, 0])
         writer.add_uint32(f"{shape.arch}.full_attention_interval", shape.full_attention_interval)
         writer.add_ssm_conv_kernel(shape.conv_kernel)
         writer.add_ssm_state_size(shape.delta_head)

@@ -10,6 +10,7 @@ On teardown every server still running gets SIGTERM and must exit with code 0 wi
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -217,3 +218,15 @@ def run_serve_expecting_failure(*args: str, timeout: float = 30) -> subprocess.C
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long prefills (agent replays); deselect with -m 'not slow'")
+
+
+def render_chat_template(template: str, **variables) -> str:
+    """A chat template rendered as transformers' apply_chat_template renders it (a sandboxed
+    jinja2 environment with trim_blocks, lstrip_blocks and loopcontrols; tojson as json.dumps
+    keeping non-ASCII), for tests that hold splash's prompt to the real template's."""
+    import jinja2.sandbox
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                                       extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
+    return env.from_string(template).render(**variables)

@@ -21,7 +21,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from conftest import start_server
+from conftest import render_chat_template, start_server
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
@@ -97,7 +97,6 @@ def test_prompt_is_the_templates_rendering(oai, server):
     """Token for token what the real template renders with jinja2 (as transformers does): the
     tools as JSON lines, an earlier call with its reasoning in the XML syntax, its result, and
     the reply opened inside a think block. (The server's tool schemas keep their keys sorted.)"""
-    import jinja2.sandbox
     import requests
 
     history = ASK + [
@@ -105,13 +104,10 @@ def test_prompt_is_the_templates_rendering(oai, server):
             {"id": "call_1", "type": "function",
              "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                                       extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
     # A tool's keys in the order clients send them (type, then name, description, parameters).
     listed = [{"type": "function", "function": {**t["function"], "parameters": json.loads(
         json.dumps(t["function"]["parameters"], sort_keys=True))}} for t in TOOLS]
-    text = env.from_string(TEMPLATE).render(messages=history, tools=listed, add_generation_prompt=True)
+    text = render_chat_template(TEMPLATE, messages=history, tools=listed, add_generation_prompt=True)
     assert "<think>\nUse the tool.\n</think>\n\nChecking.\n\n<tool_call>\n<function=get_weather>" in text
     assert text.endswith("<|im_start|>assistant\n<think>\n")
     tokens = requests.post(server.url + "/tokenize", json={"content": text}, timeout=30).json()["tokens"]

@@ -19,7 +19,7 @@ import anthropic
 import openai
 import pytest
 
-from conftest import start_server
+from conftest import render_chat_template, start_server
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
@@ -147,7 +147,6 @@ def test_prompt_is_the_templates_rendering(oai, server):
     """The prompt splash builds is, token for token, what the real template renders (with
     jinja2, as transformers does): the tools as XML, an earlier call in the XML syntax and its
     result. (The server's tool schemas keep their keys sorted, as the golden file's do.)"""
-    import jinja2.sandbox
     import requests
 
     template = json.loads((REPO / "tests/golden/chat_qwen3_coder.json").read_text())["template"]
@@ -156,11 +155,8 @@ def test_prompt_is_the_templates_rendering(oai, server):
             {"id": "call_1", "type": "function",
              "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                                       extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
-    text = env.from_string(template).render(messages=history, tools=json.loads(json.dumps(TOOLS, sort_keys=True)),
-                                            add_generation_prompt=True)
+    text = render_chat_template(template, messages=history, tools=json.loads(json.dumps(TOOLS, sort_keys=True)),
+                                add_generation_prompt=True)
     assert "<function=get_weather>\n<parameter=city>\nParis\n</parameter>" in text
     tokens = requests.post(server.url + "/tokenize", json={"content": text}, timeout=30).json()["tokens"]
     sent = [dict(m) for m in history]

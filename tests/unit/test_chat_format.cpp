@@ -175,6 +175,38 @@ TEST_P(Qwen25Template, MatchesEveryGoldenCaseIncludingTools) {
   EXPECT_GE(with_tools, 5u);
 }
 
+// A thinking template's golden cases rendered by its format: a case with the generation
+// prompt through render_reply_prompt with its enable_thinking (and, thinking on, through
+// render_conversation too), the others through render_conversation. Returns how many cases
+// had tools, tool calls, reasoning (a message's own or an inline block) and thinking off.
+struct GoldenTally {
+  size_t with_tools = 0, with_calls = 0, with_reasoning = 0, thinking_off = 0;
+};
+GoldenTally expect_thinking_golden(const splash::chat::ChatFormat& format, const nlohmann::json& golden) {
+  GoldenTally tally;
+  for (const auto& c : golden.at("cases")) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    const GoldenConversation conversation = conversation_of(c);
+    const auto& messages = conversation.messages;
+    tally.with_tools += !conversation.tools.empty();
+    tally.with_calls += std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) { return !m.tool_calls.empty(); });
+    tally.with_reasoning += std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) {
+      return m.reasoning || m.content.find("</think>") != std::string::npos;
+    });
+    const bool add_generation_prompt = c.at("add_generation_prompt").get<bool>();
+    const bool thinking = c.value("enable_thinking", true);
+    tally.thinking_off += !thinking;
+    const auto rendered = add_generation_prompt ? format.render_reply_prompt(messages, conversation.tools, thinking)
+                                                : format.render_conversation(messages, conversation.tools, false);
+    EXPECT_EQ(rendered.text, c.at("expected").get<std::string>());
+    if (thinking) {
+      EXPECT_EQ(format.render_conversation(messages, conversation.tools, add_generation_prompt).text,
+                c.at("expected").get<std::string>());
+    }
+  }
+  return tally;
+}
+
 // Qwen3's template (tests/golden/chat_qwen3.json, made with --template from the template as
 // Qwen3-0.6B ... 32B and 30B-A3B ship it): reasoning kept after the last user query and
 // dropped before it, from reasoning_content or an inline <think> block, tool loops, and the
@@ -189,28 +221,10 @@ TEST(ChatFormat, Qwen3MatchesEveryGoldenCaseIncludingReasoningAndTools) {
     EXPECT_TRUE(format->recognized() && format->thinks()) << format->description();
   }
   const auto format = chat_format_for_template("qwen3", golden.at("template").get<std::string>());
-  size_t with_tools = 0, with_reasoning = 0, thinking_off = 0;
-  for (const auto& c : golden.at("cases")) {
-    SCOPED_TRACE(c.at("name").get<std::string>());
-    const GoldenConversation conversation = conversation_of(c);
-    with_tools += !conversation.tools.empty();
-    with_reasoning += std::any_of(conversation.messages.begin(), conversation.messages.end(),
-                                  [](const ChatMessage& m) { return m.reasoning || m.content.find("</think>") != std::string::npos; });
-    const bool add_generation_prompt = c.at("add_generation_prompt").get<bool>();
-    const bool thinking = c.value("enable_thinking", true);
-    thinking_off += !thinking;
-    const auto rendered = add_generation_prompt
-                              ? format->render_reply_prompt(conversation.messages, conversation.tools, thinking)
-                              : format->render_conversation(conversation.messages, conversation.tools, false);
-    EXPECT_EQ(rendered.text, c.at("expected").get<std::string>());
-    if (thinking) {
-      EXPECT_EQ(format->render_conversation(conversation.messages, conversation.tools, add_generation_prompt).text,
-                c.at("expected").get<std::string>());
-    }
-  }
-  EXPECT_GE(with_tools, 5u);
-  EXPECT_GE(with_reasoning, 8u);
-  EXPECT_EQ(thinking_off, 1u);
+  const GoldenTally tally = expect_thinking_golden(*format, golden);
+  EXPECT_GE(tally.with_tools, 5u);
+  EXPECT_GE(tally.with_reasoning, 8u);
+  EXPECT_EQ(tally.thinking_off, 1u);
 }
 
 // Qwen3-Coder's template (tests/golden/chat_qwen3_coder.json, made with --template from
@@ -255,27 +269,11 @@ TEST(ChatFormat, Qwen35MatchesEveryGoldenCaseIncludingReasoningAndTools) {
     EXPECT_EQ(format->tool_call_syntax(), splash::chat::ToolCallSyntax::Xml);
   }
   const auto format = chat_format_for_template("qwen35", golden.at("template").get<std::string>());
-  size_t with_tools = 0, with_calls = 0, with_reasoning = 0, thinking_off = 0;
-  for (const auto& c : golden.at("cases")) {
-    SCOPED_TRACE(c.at("name").get<std::string>());
-    const GoldenConversation conversation = conversation_of(c);
-    with_tools += !conversation.tools.empty();
-    with_calls += std::any_of(conversation.messages.begin(), conversation.messages.end(),
-                              [](const ChatMessage& m) { return !m.tool_calls.empty(); });
-    with_reasoning += std::any_of(conversation.messages.begin(), conversation.messages.end(),
-                                  [](const ChatMessage& m) { return m.reasoning || m.content.find("</think>") != std::string::npos; });
-    const bool add_generation_prompt = c.at("add_generation_prompt").get<bool>();
-    const bool thinking = c.value("enable_thinking", true);
-    thinking_off += !thinking;
-    const auto rendered = add_generation_prompt
-                              ? format->render_reply_prompt(conversation.messages, conversation.tools, thinking)
-                              : format->render_conversation(conversation.messages, conversation.tools, false);
-    EXPECT_EQ(rendered.text, c.at("expected").get<std::string>());
-  }
-  EXPECT_GE(with_tools, 5u);
-  EXPECT_GE(with_calls, 4u);
-  EXPECT_GE(with_reasoning, 8u);
-  EXPECT_EQ(thinking_off, 1u);
+  const GoldenTally tally = expect_thinking_golden(*format, golden);
+  EXPECT_GE(tally.with_tools, 5u);
+  EXPECT_GE(tally.with_calls, 4u);
+  EXPECT_GE(tally.with_reasoning, 8u);
+  EXPECT_EQ(tally.thinking_off, 1u);
   // Another template on a Qwen3.5 model: this format, said to be a fallback.
   const auto fallback = chat_format_for_template("qwen35", "{{ messages }}");
   EXPECT_EQ(fallback->name(), "qwen3.5");

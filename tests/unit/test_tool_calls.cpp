@@ -343,6 +343,37 @@ class ConstrainedOnModel : public splash::testing::RealModelTest {
     return request;
   }
 
+  // A random walk through the mask: each step draws a token the mask allows, until the
+  // shaper finishes, the end of generation is drawn or 400 steps pass; then finish(). With
+  // prefer_short, a one-byte token is often taken instead (so walks also reach closing quotes
+  // and brackets) and allows() is checked against the mask on random tokens.
+  void walk(ReplyShaper& shaper, std::mt19937_64& rng, bool prefer_short) const {
+    std::vector<ToolCallUpdate> updates;
+    std::vector<uint8_t> allowed;
+    int steps = 0;
+    while (!shaper.finished() && steps++ < 400) {
+      shaper.fill_mask(allowed);
+      std::vector<int32_t> choices;
+      for (size_t id = 0; id < allowed.size(); ++id)
+        if (allowed[id]) choices.push_back(static_cast<int32_t>(id));
+      ASSERT_FALSE(choices.empty()) << "the grammar left nothing to choose at step " << steps;
+      int32_t token = choices[rng() % choices.size()];
+      if (prefer_short) {
+        if (rng() % 2) {
+          for (int32_t c : choices)
+            if (tokenizer_->token_bytes(c).size() == 1 && rng() % 3 == 0) token = c;
+        }
+        for (int probe = 0; probe < 5; ++probe) {  // allows() agrees with the mask
+          const auto id = static_cast<int32_t>(rng() % allowed.size());
+          ASSERT_EQ(shaper.allows(id), allowed[id] != 0) << "token " << id;
+        }
+      }
+      if (tokenizer_->is_end_of_generation(token)) break;
+      shaper.accept(token, updates);
+    }
+    shaper.finish(updates);
+  }
+
   std::shared_ptr<const grammar::TokenTrie> trie_;
 };
 
@@ -357,29 +388,7 @@ TEST_F(ConstrainedOnModel, EveryWalkThroughTheMaskGivesValidCalls) {
   for (uint64_t seed = 1; seed <= 12; ++seed) {
     std::mt19937_64 rng(seed);
     ReplyShaper shaper(constraints, *tokenizer_, trie_);
-    std::vector<ToolCallUpdate> updates;
-    std::vector<uint8_t> allowed;
-    int steps = 0;
-    while (!shaper.finished() && steps++ < 400) {
-      shaper.fill_mask(allowed);
-      std::vector<int32_t> choices;
-      for (size_t id = 0; id < allowed.size(); ++id)
-        if (allowed[id]) choices.push_back(static_cast<int32_t>(id));
-      ASSERT_FALSE(choices.empty()) << "the grammar left nothing to choose at step " << steps;
-      // Prefer short tokens now and then, so walks also reach closing quotes and brackets.
-      int32_t token = choices[rng() % choices.size()];
-      if (rng() % 2) {
-        for (int32_t c : choices)
-          if (tokenizer_->token_bytes(c).size() == 1 && rng() % 3 == 0) token = c;
-      }
-      for (int probe = 0; probe < 5; ++probe) {  // allows() agrees with the mask
-        const auto id = static_cast<int32_t>(rng() % allowed.size());
-        ASSERT_EQ(shaper.allows(id), allowed[id] != 0) << "token " << id;
-      }
-      if (tokenizer_->is_end_of_generation(token)) break;
-      shaper.accept(token, updates);
-    }
-    shaper.finish(updates);
+    ASSERT_NO_FATAL_FAILURE(walk(shaper, rng, /*prefer_short=*/true));
     ASSERT_TRUE(shaper.finished()) << "seed " << seed << ": the call never closed in 400 tokens";
     ASSERT_EQ(shaper.calls().size(), 1u) << "seed " << seed;
     EXPECT_EQ(shaper.calls()[0].name, "get_weather");
@@ -473,20 +482,7 @@ TEST_F(ConstrainedOnModel, EveryWalkThroughTheXmlMaskGivesValidCalls) {
   for (uint64_t seed = 1; seed <= 12; ++seed) {
     std::mt19937_64 rng(seed);
     ReplyShaper shaper(constraints, *tokenizer_, trie_);
-    std::vector<ToolCallUpdate> updates;
-    std::vector<uint8_t> allowed;
-    int steps = 0;
-    while (!shaper.finished() && steps++ < 400) {
-      shaper.fill_mask(allowed);
-      std::vector<int32_t> choices;
-      for (size_t id = 0; id < allowed.size(); ++id)
-        if (allowed[id]) choices.push_back(static_cast<int32_t>(id));
-      ASSERT_FALSE(choices.empty()) << "the grammar left nothing to choose at step " << steps;
-      const int32_t token = choices[rng() % choices.size()];
-      if (tokenizer_->is_end_of_generation(token)) break;
-      shaper.accept(token, updates);
-    }
-    shaper.finish(updates);
+    ASSERT_NO_FATAL_FAILURE(walk(shaper, rng, /*prefer_short=*/false));
     ASSERT_TRUE(shaper.finished()) << "seed " << seed;
     ASSERT_EQ(shaper.calls().size(), 1u) << "seed " << seed;
     const json args = json::parse(shaper.calls()[0].arguments, nullptr, false);
