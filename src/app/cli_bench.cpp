@@ -188,7 +188,8 @@ void bench_structured(LoadedModel& loaded, int decode_tokens, int repetitions, n
   for (int r = 0; r < repetitions; ++r) {
     for (const bool constrained : {false, true}) {
       engine::GenerationRequest request;
-      request.prompt = encode_chat(loaded, messages);
+      // A reply constrained from its first token does not think (as the server decides).
+      request.prompt = encode_chat(loaded, messages, /*thinking=*/!constrained);
       request.sampling.temperature = 0.0f;
       request.max_tokens = decode_tokens;
       request.ignore_end_of_generation = !constrained;

@@ -48,6 +48,9 @@ void run(const RunFlags& flags) {
     std::fflush(stdout);
     return true;
   };
+  // A template whose reply prompt opens the think block (Qwen3.5): the reply printed starts
+  // inside it, so the opening is shown too.
+  if (loaded->chat->thinks() && loaded->chat->reply_prompt_opens_thinking()) std::fputs("<think>\n", stdout);
   const auto result = engine::generate(sequence, loaded->tokenizer, request, print, nullptr, 0, drafter.get(), &stats);
   std::fputc('\n', stdout);
   if (!flags.quiet) {

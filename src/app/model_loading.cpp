@@ -163,8 +163,9 @@ void print_summary(const LoadedModel& loaded, std::FILE* out) {
 
 namespace splash::app {
 
-std::vector<int32_t> encode_chat(const LoadedModel& loaded, std::span<const chat::ChatMessage> messages) {
-  return chat::encode_prompt(*loaded.chat, loaded.tokenizer, messages);
+std::vector<int32_t> encode_chat(const LoadedModel& loaded, std::span<const chat::ChatMessage> messages,
+                                 bool thinking) {
+  return chat::encode_prompt(*loaded.chat, loaded.tokenizer, messages, {}, thinking);
 }
 
 }  // namespace splash::app

@@ -58,6 +58,8 @@ void print_summary(const LoadedModel& loaded, std::FILE* out);
 // The prompt tokens of a conversation: rendered by the model's chat format, tokenized with
 // special tokens recognised, and BOS prepended when the vocabulary asks for it and the
 // template did not write one.
-std::vector<int32_t> encode_chat(const LoadedModel& loaded, std::span<const chat::ChatMessage> messages);
+// thinking: a thinking model's reply prompt opens with thinking on, or past an empty block.
+std::vector<int32_t> encode_chat(const LoadedModel& loaded, std::span<const chat::ChatMessage> messages,
+                                 bool thinking = true);
 
 }  // namespace splash::app

@@ -157,7 +157,8 @@ class Qwen3Format : public ChatFormat {
 // ("<think>\n...\n</think>\n\n", even when empty), earlier ones without; the reply opened
 // inside a think block ("<think>\n"), or past an empty one when thinking is off. The
 // template's refusals (no messages, no user query, a system message after the first, an
-// unknown role) are errors with its words. tests/golden/chat_qwen35.json holds the template
+// unknown role) are errors with its words, except that leading system messages (the
+// Responses API's instructions and a developer message) are joined into one. tests/golden/chat_qwen35.json holds the template
 // (llama.cpp's models/templates/Qwen3.5-4B.jinja) and its renderings.
 class Qwen35Format : public ChatFormat {
  public:

@@ -21,12 +21,42 @@ class PromptWriter {
   RenderedPrompt out_;
 };
 
-// Jinja's `trim` (Python's str.strip over ASCII whitespace).
+// Whether a code point is whitespace to Python's str.strip() (str.isspace): the ASCII ones,
+// U+001C..U+001F, U+0085, U+00A0, U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000.
+constexpr bool is_python_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// The bytes of the whitespace code point that s starts with (0: none). Only the well-formed
+// one- to three-byte UTF-8 forms can be whitespace.
+inline size_t leading_python_space(std::string_view s) {
+  if (s.empty()) return 0;
+  const auto b = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  if (b(0) < 0x80) return is_python_space(b(0)) ? 1 : 0;
+  if ((b(0) & 0xE0) == 0xC0 && s.size() >= 2 && (b(1) & 0xC0) == 0x80)
+    return is_python_space(static_cast<char32_t>(((b(0) & 0x1F) << 6) | (b(1) & 0x3F))) ? 2 : 0;
+  if ((b(0) & 0xF0) == 0xE0 && s.size() >= 3 && (b(1) & 0xC0) == 0x80 && (b(2) & 0xC0) == 0x80)
+    return is_python_space(static_cast<char32_t>(((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F))) ? 3
+                                                                                                               : 0;
+  return 0;
+}
+
+// The bytes of the whitespace code point that s ends with (0: none).
+inline size_t trailing_python_space(std::string_view s) {
+  for (size_t length = 1; length <= 3 && length <= s.size(); ++length) {
+    const std::string_view tail = s.substr(s.size() - length);
+    if (leading_python_space(tail) == length) return length;
+  }
+  return 0;
+}
+
+// Jinja's `trim`: Python's str.strip(), so Unicode whitespace (a non-breaking or ideographic
+// space) goes too.
 inline std::string_view jinja_trim(std::string_view s) {
-  constexpr std::string_view kSpace = " \t\n\r\f\v";
-  const size_t first = s.find_first_not_of(kSpace);
-  if (first == std::string_view::npos) return {};
-  return s.substr(first, s.find_last_not_of(kSpace) - first + 1);
+  while (const size_t n = leading_python_space(s)) s.remove_prefix(n);
+  while (const size_t n = trailing_python_space(s)) s.remove_suffix(n);
+  return s;
 }
 
 inline std::string_view strip_leading_newlines(std::string_view s) {

@@ -1,5 +1,8 @@
 // Qwen3.5's chat template in C++ (chat_format.h, Qwen35Format), byte for byte.
+#include <cstddef>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "chat/chat_format.h"
 #include "chat/prompt_writer.h"
@@ -21,14 +24,19 @@ constexpr std::string_view kToolsFooter =
     "like normal with your current knowledge and do not tell the user about function calls\n</IMPORTANT>";
 
 // A custom (freeform) tool is listed as the function of one string parameter its XML call
-// carries (kCustomToolInput), so the list and the call syntax agree.
+// carries (kCustomToolInput), so the list and the call syntax agree; the parameter's
+// description shows the grammar its input is held to (as Qwen3-Coder's XML listing does).
 ToolSpec as_listed(const ToolSpec& tool) {
   if (tool.kind != ToolSpec::Kind::Custom) return tool;
   ToolSpec listed = tool;
   listed.kind = ToolSpec::Kind::Function;
-  listed.parameters = {{"type", "object"},
-                       {"properties", {{std::string(kCustomToolInput), {{"type", "string"}}}}},
-                       {"required", {std::string(kCustomToolInput)}}};
+  const std::string description = "The tool's raw input" + (tool.lark_grammar.empty()
+                                                                ? std::string()
+                                                                : ", in this Lark grammar:\n" + tool.lark_grammar);
+  listed.parameters = {
+      {"type", "object"},
+      {"properties", {{std::string(kCustomToolInput), {{"type", "string"}, {"description", description}}}}},
+      {"required", {std::string(kCustomToolInput)}}};
   return listed;
 }
 
@@ -59,6 +67,18 @@ std::vector<std::string> Qwen35Format::stop_texts() const { return {"<|im_end|>"
 RenderedPrompt Qwen35Format::render(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
                                     bool add_generation_prompt, bool thinking) const {
   if (messages.empty()) fail("No messages provided.");
+  // Leading system messages (the Responses API's instructions, then a developer message) are
+  // one system turn, joined by a blank line: the template takes only one and refuses a second.
+  std::vector<ChatMessage> merged;
+  if (messages.size() > 1 && messages[0].role == "system" && messages[1].role == "system") {
+    size_t leading = 0;
+    std::string system;
+    for (; leading < messages.size() && messages[leading].role == "system"; ++leading)
+      system += (leading ? "\n\n" : "") + std::string(jinja_trim(messages[leading].content));
+    merged.push_back({"system", system});
+    merged.insert(merged.end(), messages.begin() + static_cast<std::ptrdiff_t>(leading), messages.end());
+    messages = merged;
+  }
   PromptWriter w;
   const bool system_first = messages.front().role == "system";
   if (!tools.empty()) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "chat/chat_format.h"
+#include "chat/prompt_writer.h"
 #include "common/error.h"
 #include "formats/gguf.h"
 #include "model_fixture.h"
@@ -295,6 +296,46 @@ TEST(ChatFormat, Qwen35MatchesEveryGoldenCaseIncludingReasoningAndTools) {
       EXPECT_EQ(std::string(e.what()), says);
     }
   }
+}
+
+// Jinja's trim is Python's str.strip(): Unicode whitespace goes too (a no-break or an
+// ideographic space), a zero-width space and cut UTF-8 sequences stay.
+TEST(ChatFormat, JinjaTrimStripsWhatPythonStripDoes) {
+  using splash::chat::jinja_trim;
+  EXPECT_EQ(jinja_trim(" \t\n x \r\f\v"), "x");
+  EXPECT_EQ(jinja_trim("\x1c\x1dx\x1e\x1f"), "x");
+  EXPECT_EQ(jinja_trim("\xe3\x80\x80" "Be brief." "\xc2\xa0"), "Be brief.");  // U+3000, U+00A0
+  EXPECT_EQ(jinja_trim(" \xc2\xa0x\xe2\x80\xa8 \xe2\x80\x8b"), "x\xe2\x80\xa8 \xe2\x80\x8b");  // U+200B is not
+  EXPECT_EQ(jinja_trim("\xc2\x85\xe1\x9a\x80\xe2\x80\x80\xe2\x80\x8a\xe2\x80\xaf\xe2\x81\x9f\xe2\x80\xa9"), "");
+  EXPECT_EQ(jinja_trim("\xc2"), "\xc2");
+  EXPECT_EQ(jinja_trim("\xe3\x80"), "\xe3\x80");
+  EXPECT_EQ(jinja_trim(""), "");
+}
+
+// Qwen3.5 beyond the golden file: Unicode whitespace trimmed as the template trims it
+// (expected text rendered with jinja2), leading system messages joined, and a custom tool
+// listed as a function whose one parameter shows its grammar.
+TEST(ChatFormat, Qwen35TrimsUnicodeJoinsLeadingSystemsAndShowsACustomToolsGrammar) {
+  const splash::chat::Qwen35Format format;
+  const std::vector<ChatMessage> unicode = {{"system", "\xe3\x80\x80" "Be brief." "\xc2\xa0"},
+                                            {"user", "\xe2\x80\x83\xe4\xbd\xa0\xe5\xa5\xbd\xe3\x80\x80\n"}};
+  EXPECT_EQ(format.render_conversation(unicode, {}, true).text,
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n\xe4\xbd\xa0\xe5\xa5\xbd<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n");
+  const std::vector<ChatMessage> two_systems = {{"system", "Instructions. "}, {"system", " Developer."}, {"user", "hi"}};
+  EXPECT_EQ(format.render_conversation(two_systems, {}, false).text,
+            "<|im_start|>system\nInstructions.\n\nDeveloper.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n");
+  const splash::chat::ToolSpec patch{splash::chat::ToolSpec::Kind::Custom, "apply_patch", "Edit files", nlohmann::json{},
+                                     "start: \"*** Begin Patch\"", false};
+  const std::vector<ChatMessage> ask = {{"user", "fix it"}};
+  const std::vector<splash::chat::ToolSpec> tools = {patch};
+  const std::string text = format.render_conversation(ask, tools, true).text;
+  EXPECT_NE(text.find("{\"type\": \"function\", \"function\": {\"name\": \"apply_patch\", \"description\": \"Edit files\", "
+                      "\"parameters\": {\"properties\": {\"input\": {\"description\": \"The tool's raw input, in this Lark "
+                      "grammar:\\nstart: \\\"*** Begin Patch\\\"\", \"type\": \"string\"}}, \"required\": [\"input\"], "
+                      "\"type\": \"object\"}}}"),
+            std::string::npos)
+      << text;
 }
 
 TEST(ChatFormat, XmlToolCallsWriteValuesAsTheTemplateDoes) {
