@@ -1716,7 +1716,9 @@ def test_a_client_that_leaves_the_queue_cancels_its_request(splash_server, no_eo
     """A request waiting for room in the KV pool is committed to 200 after a second and its
     connection probed (`: queued` SSE comments, or leading spaces): its client leaving takes it
     out of the queue at once, not when the running request is done."""
-    server = splash_server("--max-memory", "760M")  # a KV pool of a few thousand tokens
+    # A KV pool of a few thousand tokens; no drafts, which would run the repetitive reply of the
+    # running request to its end (several tokens a step) before the checks below are done.
+    server = splash_server("--max-memory", "760M", "--draft", "none")
     window = status(server)["maximum_context_tokens"]
     per_word = len(post(server, "/tokenize", {"content": "hello " * 100}).json()["tokens"]) / 100
     words = int(window * 0.55 / per_word)  # two such prompts never fit the pool at once
