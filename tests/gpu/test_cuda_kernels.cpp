@@ -684,6 +684,55 @@ TEST_P(CudaAttentionTest, PrefillAndDecodeAgainstFloat64) {
   stream.synchronize("quantize_rows");
   const size_t q8_bytes = cu::quantized_activation_bytes(3, n_heads * hd);
   EXPECT_EQ(to_host<uint8_t>(fused_q8, q8_bytes), to_host<uint8_t>(separate_q8, q8_bytes)) << "the merge's int8 copy";
+
+  // The same decode with qkv_post's work inside the attention kernel (a pass of decode tokens
+  // only): from the raw QKV rows, with the three tokens' keys and values poisoned in the
+  // pool, it must give the same bits as qkv_post then attention, and write those keys and
+  // values back exactly as qkv_post wrote them.
+  if (!cu::attention_takes_qkv_post(decode, pool, n_heads)) {
+    EXPECT_TRUE(pool.element == cu::KvElement::F32 || hd == 256) << "the tensor-core decode takes the epilogue";
+    return;
+  }
+  std::vector<float> raw_rows;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    const int t = first_token[s] + lengths[s] - 1;
+    raw_rows.insert(raw_rows.end(), qkv.begin() + static_cast<size_t>(t) * qkv_w,
+                    qkv.begin() + static_cast<size_t>(t + 1) * qkv_w);
+  }
+  const auto d_raw = to_device(raw_rows);
+  const size_t element = pool.element_bytes();
+  const auto kv_bytes = to_host<uint8_t>(data, pool.bytes());
+  const size_t scale_count = pool.scale_bytes() / sizeof(float);
+  const auto kv_scales = to_host<float>(scales, scale_count);
+  auto poisoned = kv_bytes;
+  auto poisoned_scales = kv_scales;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    const int t = first_token[s] + lengths[s] - 1, pos = positions[t];
+    const size_t block = static_cast<size_t>(tables[offsets[t] + pos / kernels::kKvBlockTokens]);
+    for (int which = 0; which < 2; ++which)
+      for (int h = 0; h < n_kv; ++h) {
+        const size_t slot = (((layer * pool.blocks + block) * 2 + which) * n_kv + h) * kernels::kKvBlockTokens +
+                            pos % kernels::kKvBlockTokens;
+        std::fill_n(poisoned.begin() + static_cast<std::ptrdiff_t>(slot * hd * element), hd * element, uint8_t{0x5A});
+        if (scale_count) poisoned_scales[slot] = -1.0f;
+      }
+  }
+  stream.copy_to_device(data.data(), poisoned.data(), poisoned.size());
+  if (scale_count) stream.copy_to_device(scales.data(), poisoned_scales.data(), scale_count * sizeof(float));
+  cu::QkvPostArgs in_attention = post;
+  in_attention.qkv = d_raw.as<float>();
+  cu::DeviceBuffer folded_out(3 * n_heads * hd * sizeof(float));
+  stream.fill(folded_out.data(), 0xFF, folded_out.size());
+  EXPECT_TRUE(cu::attention(d_raw.as<float>(), qkv_w, folded_out.as<float>(), n_heads, decode, pool, layer, scratch,
+                            stream, &decode_fused, &in_attention));
+  stream.synchronize("attention with the QKV epilogue");
+  EXPECT_EQ(to_host<float>(folded_out, 3 * n_heads * hd), to_host<float>(decode_out, 3 * n_heads * hd))
+      << "the same bits as qkv_post then attention";
+  EXPECT_EQ(to_host<uint8_t>(data, pool.bytes()), kv_bytes) << "the keys and values qkv_post wrote";
+  if (scale_count) {
+    EXPECT_EQ(to_host<float>(scales, scale_count), kv_scales) << "their int8 scales";
+  }
+  EXPECT_EQ(to_host<float>(d_raw, raw_rows.size()), raw_rows) << "the raw QKV rows stay as they were";
 }
 
 INSTANTIATE_TEST_SUITE_P(KvTypes, CudaAttentionTest,

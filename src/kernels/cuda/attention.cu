@@ -16,6 +16,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/qkv_epilogue.cuh"
 
 namespace splash::kernels::cuda {
 namespace {
@@ -693,10 +694,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     attention_decode_mma_kernel(const float* __restrict__ qkv, int ld, int n_heads, BatchLayout batch, KvPool pool,
                                 int layer, int splits, float scale, float* __restrict__ partials,
                                 float* __restrict__ out, unsigned* __restrict__ arrivals, int8_t* codes,
-                                float* scales, float* sums) {
+                                float* scales, float* sums, QkvPostArgs post) {
   constexpr int kSteps = HD / 16, kTiles = HD / 8, kKDims = HD / 4;
   constexpr int kRows = kTall ? 16 : 8;  // query heads a block holds (rows g + 8 only when tall)
   const int group = n_heads / pool.n_kv_heads;
+  const int heads = min(group, kRows);
   const int index = blockIdx.x, kv_head = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   // The batch's layout is the pass's input, not the kernel before's output: read before the wait.
@@ -705,8 +707,32 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int chunk = split_positions(length, splits);  // whole KV blocks
   const int start = split * chunk, end = min(start + chunk, length);
   const int32_t* table = batch.block_tables + batch.table_offsets[t];
+  // With `post` (a pass of decode tokens only; attention_takes_qkv_post), the QKV epilogue
+  // is done here instead of by qkv_post: every split its group's queries, into shared memory
+  // (the QKV rows keep the raw values: other splits read them too), and the split that holds
+  // the token's position its new key and value, into the pool before any of its warps loads
+  // that block.
+  const bool epilogue = post.qkv != nullptr;
+  LaneRope<HD> rope;
+  if (epilogue) rope.at(post, length - 1, lane);
   wait_for_inputs();
   allow_next_launch();
+  __shared__ __align__(16) float queries[kRows][HD];
+  if (epilogue) {
+    const bool appends = (length - 1) / chunk == split;
+    for (int item = warp; item < heads + (appends ? 2 : 0); item += kWarps) {
+      const int head = item < heads ? kv_head * group + item : n_heads + (item - heads) * pool.n_kv_heads + kv_head;
+      HeadLane<HD> v;
+      qkv_epilogue<HD>(post, t, head, lane, rope, v);
+      if (item >= heads) {
+        append_kv<HD, E>(post, batch, pool, t, length - 1, head, lane, v);
+        continue;
+      }
+#pragma unroll
+      for (int j = 0; j < HD / 32; ++j) queries[item][lane * (HD / 32) + j] = v[j];
+    }
+    __syncthreads();
+  }
 
   // The group's queries (scaled by 1/sqrt(d) and log2(e)) as A fragments: row g holds head g.
   uint32_t qa[kSteps][4];
@@ -716,7 +742,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int h = 0; h < 2; ++h) {
       const int r = g + 8 * h;
       const bool valid = r < group && (kTall || h == 0);
-      const float* q = qkv + static_cast<size_t>(t) * ld + static_cast<size_t>(kv_head * group + (valid ? r : 0)) * HD +
+      const float* q = (epilogue ? queries[valid ? r : 0]
+                                 : qkv + static_cast<size_t>(t) * ld + static_cast<size_t>(kv_head * group + (valid ? r : 0)) * HD) +
                        c * kKDims;
 #pragma unroll
       for (int s = 0; s < kSteps; ++s) {
@@ -817,7 +844,6 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (c == 0) row[HD] = row_max[h], row[HD + 1] = total;
   }
   __syncthreads();
-  const int heads = min(group, kRows);
   for (int i = threadIdx.x; i < heads * HD; i += kWarps * 32) {
     const int r = i / HD, d = i % HD;
     float best = -INFINITY;
@@ -999,9 +1025,27 @@ const DecodeShape& decode_shape() {
 
 }  // namespace
 
+bool attention_takes_qkv_post(const BatchLayout& batch, const KvPool& pool, int n_heads) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("SPLASH_CUDA_FOLD_QKV");
+    return v == nullptr || std::atoi(v) != 0;
+  }();
+  // The tensor-core decode kernel's passes (see launch below): decode tokens only, an int8 or
+  // f16 pool, head size 64 or 128, groups of up to 16 query heads.
+  return enabled && batch.n_tokens > 0 && batch.n_tiles == 0 && batch.n_decode == batch.n_tokens &&
+         pool.element != KvElement::F32 && (pool.head_dim == 64 || pool.head_dim == 128) &&
+         n_heads % pool.n_kv_heads == 0 && n_heads / pool.n_kv_heads <= 16;
+}
+
 bool attention(const float* qkv, int ld, float* out, int n_heads, const BatchLayout& batch, const KvPool& pool,
-               int layer, AttentionScratch& scratch, Stream& stream, const QuantizedRowsBuffer* quantized) {
+               int layer, AttentionScratch& scratch, Stream& stream, const QuantizedRowsBuffer* quantized,
+               const QkvPostArgs* post) {
   if (batch.n_tokens == 0) return false;
+  if (post && !attention_takes_qkv_post(batch, pool, n_heads))
+    cuda_fail("attention: asked to do the QKV epilogue in a pass it does not take it in");
+  if (post && (post->qkv != qkv || post->ld != ld || post->head_dim != pool.head_dim || post->n_heads != n_heads))
+    cuda_fail("attention: the QKV epilogue's rows are not the attention's");
+  bool epilogue_done = false;
   if (n_heads % pool.n_kv_heads != 0 || n_heads / pool.n_kv_heads > 32)
     cuda_fail("attention: " + std::to_string(n_heads) + " query heads over " + std::to_string(pool.n_kv_heads) +
               " kv heads has no CUDA kernel");
@@ -1050,7 +1094,8 @@ bool attention(const float* qkv, int ld, float* out, int n_heads, const BatchLay
                            n_heads, batch, pool, layer, splits, scale, scratch.partials.as<float>(), out,
                            fold ? scratch.arrivals.as<unsigned>() : nullptr,
                            fold && quantize ? quantized->codes : nullptr, fold && quantize ? quantized->scales : nullptr,
-                           fold && quantize ? quantized->sums : nullptr);
+                           fold && quantize ? quantized->sums : nullptr, post ? *post : QkvPostArgs{});
+          if (post) epilogue_done = true;
           if (fold) quantized_out = quantize;
           else merge.template operator()<HD>(splits);
         };
@@ -1089,6 +1134,7 @@ bool attention(const float* qkv, int ld, float* out, int n_heads, const BatchLay
     case 256: launch.template operator()<256>(); break;
     default: cuda_fail("attention: head size " + std::to_string(pool.head_dim) + " has no CUDA kernel (64, 128, 256)");
   }
+  if (post && !epilogue_done) cuda_fail("attention: the QKV epilogue was not done");
   return quantized_out;
 }
 

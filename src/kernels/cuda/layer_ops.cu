@@ -7,23 +7,13 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/kv_store.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/qkv_epilogue.cuh"
 #include "kernels/cuda/quant_blocks.cuh"
 
 namespace splash::kernels::cuda {
 namespace {
 
 cudaStream_t raw(Stream& stream) { return static_cast<cudaStream_t>(stream.handle()); }
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
-  return v;
-}
 
 constexpr int kNormThreads = 256;
 
@@ -126,97 +116,28 @@ __global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* r
 
 constexpr int kQkvWarps = 4;  // heads per thread block
 
-// One warp per (token, head of q, k or v); each lane holds head_dim / 32 consecutive values.
+// One warp per (token, head of q, k or v); each lane holds head_dim / 32 consecutive values
+// (qkv_epilogue.cuh).
 template <int HD, KvElement E>
 __global__ void __launch_bounds__(kQkvWarps * 32)
     qkv_post_kernel(QkvPostArgs a, BatchLayout batch, KvPool pool) {
-  constexpr int kPerLane = HD / 32;
   const int lane = threadIdx.x % 32;
   const int head = blockIdx.y * kQkvWarps + threadIdx.x / 32;
-  const int total_heads = a.n_heads + 2 * a.n_kv_heads;
-  if (head >= total_heads) return;
+  if (head >= a.n_heads + 2 * a.n_kv_heads) return;
   const int t = blockIdx.x;
-  const int first = lane * kPerLane;
-  const int kind = head < a.n_heads ? 0 : head < a.n_heads + a.n_kv_heads ? 1 : 2;  // q, k, v
-  // The rotation's cosines and sines, before the wait: positions come from the pass's
-  // inputs, not from the kernel before, and the double-precision sincos would otherwise
-  // sit between the QKV matmul's end and the attention. The angle of frequency i at
-  // position p is p * inv_freq[i] (model/rope_scaling.h), in double as the CPU path's table;
-  // lane value j turns by frequency (first + j) % (HD / 2) (NEOX pairs i, i + HD/2) or
-  // (first + j) / 2 (adjacent pairs, the even j of each).
+  // The rotation before the wait: the double-precision sincos would otherwise sit between
+  // the QKV matmul's end and the attention.
   const int pos = batch.positions[t];
-  float cosines[kPerLane], sines[kPerLane];
-  if (kind < 2) {
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      if (!a.neox_rope && j % 2 == 1) continue;  // an adjacent pair's second value: its first's
-      const int i = a.neox_rope ? (first + j) % (HD / 2) : (first + j) / 2;
-      double s, c;
-      sincos(static_cast<double>(pos) * a.rope_inv_freq[i], &s, &c);
-      cosines[j] = static_cast<float>(c * a.rope_attention_factor), sines[j] = static_cast<float>(s * a.rope_attention_factor);
-    }
-  }
+  LaneRope<HD> rope;
+  if (head < a.n_heads + a.n_kv_heads) rope.at(a, pos, lane);
   wait_for_inputs();
   allow_next_launch();
-  float* row = a.qkv + static_cast<size_t>(t) * a.ld + static_cast<size_t>(head) * HD;
-  float v[kPerLane];
+  HeadLane<HD> v;
+  qkv_epilogue<HD>(a, t, head, lane, rope, v);
+  if (head >= a.n_heads) return append_kv<HD, E>(a, batch, pool, t, pos, head, lane, v);
+  float* row = a.qkv + static_cast<size_t>(t) * a.ld + static_cast<size_t>(head) * HD + lane * (HD / 32);
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) v[j] = row[first + j];
-  if (a.bias)
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) v[j] += a.bias[static_cast<size_t>(head) * HD + first + j];
-  if (kind < 2) {
-    const float* norm = kind == 0 ? a.q_norm : a.k_norm;
-    if (norm) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j) sum += v[j] * v[j];
-      const float scale = rsqrtf(warp_sum(sum) / static_cast<float>(HD) + a.norm_eps);
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j) v[j] = v[j] * scale * norm[first + j];
-    }
-    if (a.neox_rope) {  // pairs (i, i + HD/2): the partner's values sit 16 lanes away
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j) {
-        const float partner = __shfl_xor_sync(0xFFFFFFFFu, v[j], 16);
-        v[j] = lane < 16 ? v[j] * cosines[j] - partner * sines[j] : partner * sines[j] + v[j] * cosines[j];
-      }
-    } else {  // adjacent pairs (2i, 2i + 1), inside one lane
-#pragma unroll
-      for (int j = 0; j < kPerLane; j += 2) {
-        const float x0 = v[j], x1 = v[j + 1];
-        v[j] = x0 * cosines[j] - x1 * sines[j];
-        v[j + 1] = x0 * sines[j] + x1 * cosines[j];
-      }
-    }
-  }
-  if (kind == 0) {
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) row[first + j] = v[j];
-    return;
-  }
-  const int kv_head = head - a.n_heads - (kind == 2 ? a.n_kv_heads : 0);
-  const int block = batch.block_tables[batch.table_offsets[t] + pos / kKvBlockTokens];
-  const int slot = pos % kKvBlockTokens;
-  const size_t index = kv_index(pool, a.layer, block, kind - 1, kv_head, slot) + first;
-  using Element = typename KvElementOf<E>::type;
-  auto* data = reinterpret_cast<Element*>(pool.data);
-  if constexpr (E == KvElement::I8) {  // symmetric int8 per (position, kv head)
-    float amax = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) amax = fmaxf(amax, fabsf(v[j]));
-    amax = warp_max(amax);
-    const float scale = amax / 127.0f, inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) data[index + j] = static_cast<int8_t>(__float2int_rn(v[j] * inverse));
-    if (lane == 0) pool.scales[kv_scale_index(pool, a.layer, block, kind - 1, kv_head, slot)] = scale;
-  } else if constexpr (E == KvElement::F16) {
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) data[index + j] = __float2half_rn(v[j]);
-  } else {
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) data[index + j] = v[j];
-  }
+  for (int j = 0; j < HD / 32; ++j) row[j] = v[j];
 }
 
 }  // namespace

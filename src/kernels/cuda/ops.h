@@ -248,8 +248,15 @@ size_t attention_scratch_bytes(int n_heads, int head_dim);
 void reserve_attention(AttentionScratch& scratch, int head_dim, Stream& stream);
 // With `quantized`, in a pass of decode tokens only whose splits are merged, out's int8 copy
 // too (as quantize_rows makes it, n_heads x head_dim wide); returns whether it was written.
+// With `post` (only where attention_takes_qkv_post), qkv_post's work is done inside the
+// attention kernel (the raw QKV rows in, the new keys and values appended): one launch a
+// layer less, the same bits.
 bool attention(const float* qkv, int ld, float* out, int n_heads, const BatchLayout& batch, const KvPool& pool,
-               int layer, AttentionScratch& scratch, Stream& stream, const QuantizedRowsBuffer* quantized = nullptr);
+               int layer, AttentionScratch& scratch, Stream& stream, const QuantizedRowsBuffer* quantized = nullptr,
+               const QkvPostArgs* post = nullptr);
+// Whether attention() can take qkv_post's work in this pass: decode tokens only, on the
+// tensor-core decode kernel. SPLASH_CUDA_FOLD_QKV=0 says no (to compare).
+bool attention_takes_qkv_post(const BatchLayout& batch, const KvPool& pool, int n_heads);
 
 // The best tokens of logits rows (best_tokens.cu): for each of `rows` rows of `vocab`
 // logits, its kBestTokenCount best (id, logit), best first; equal logits rank by the lower id

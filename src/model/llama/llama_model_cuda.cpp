@@ -598,18 +598,24 @@ class LlamaCudaModel final : public Model {
   }
 
   // Layer l's attention block, both layer kinds alike: the QKV matmul (from `normed`, or its
-  // int8 copy `in`), qkv_post, attention into attn_. Returns whether the attention also
+  // int8 copy `in`), qkv_post (inside the attention kernel in a pass of decode tokens only),
+  // attention into attn_. Returns whether the attention also
   // wrote attn_'s int8 copy into attn_q8 (a decode pass whose splits it merged).
   bool launch_attention_block(int l, const cu::BatchLayout& layout, int n, const float* normed,
                               const cu::QuantizedRows* in, const std::optional<cu::QuantizedRowsBuffer>& attn_q8) {
     const auto& s = h_.shapes;
     matmul_group(layers_[l].qkv, normed, s.d_model, n, qkv_.as<float>(), qkv_width(), in);
     mark("qkv matmul");
-    cu::qkv_post(qkv_post_args(l), layout, pool_, stream_);
-    mark("qkv_post (rope, kv)");
+    const cu::QkvPostArgs post = qkv_post_args(l);
+    const bool epilogue_in_attention = cu::attention_takes_qkv_post(layout, pool_, s.n_heads);
+    if (!epilogue_in_attention) {
+      cu::qkv_post(post, layout, pool_, stream_);
+      mark("qkv_post (rope, kv)");
+    }
     const bool quantized = cu::attention(qkv_.as<float>(), qkv_width(), attn_.as<float>(), s.n_heads, layout, pool_, l,
-                                         attention_scratch_, stream_, attn_q8 ? &*attn_q8 : nullptr);
-    mark("attention");
+                                         attention_scratch_, stream_, attn_q8 ? &*attn_q8 : nullptr,
+                                         epilogue_in_attention ? &post : nullptr);
+    mark(epilogue_in_attention ? "attention (with rope, kv)" : "attention");
     return quantized;
   }
 
