@@ -97,6 +97,11 @@ phase_fixtures() {
   python3 tools/make_random_llama.py --tokenizer-from $tok --all Q4_0 --set blk.0.attn_q=Q4_1 --set blk.0.attn_v=Q5_0 \
     --set blk.0.attn_output=Q5_1 --set blk.1.ffn_gate=Q8_0 --set blk.1.ffn_up=Q8_0 --set blk.2.ffn_down=Q5_1 \
     --out "$KEEP/fixtures/random-llama-legacy.gguf" 2>/dev/null
+  # Mixtures of experts (qwen3moe: 8 experts of 256, 2 a token): the qwen mix, and all Q4_K.
+  python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen3moe --mix qwen \
+    --out "$KEEP/fixtures/random-qwen3moe.gguf" 2>/dev/null
+  python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen3moe --all Q4_K \
+    --out "$KEEP/fixtures/random-qwen3moe-q4k.gguf" 2>/dev/null
   ls -la "$KEEP/fixtures"
 }
 
@@ -394,6 +399,40 @@ make_8b() {  # make_8b PATH: the Qwen3-8B-shape random GGUF, unless this warm ma
   ls -la "$model"
 }
 
+# A mixture of experts at Qwen3-30B-A3B's layer shapes (d_model 2048, 32/4 heads of 128, 128
+# experts of 768, 8 a token, vocab 151936) with 8 of its 48 layers, every matrix Q4_K but the
+# Q6_K head, unless this warm machine has it.
+make_moe() {
+  local model=$1
+  [ -f "$model" ] && return 0
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/whl/*.whl && export PYTHONPATH=/tmp/site
+  python3 tools/make_random_llama.py --tokenizer-from .gpu/tokenizer-qwen2.gguf --arch qwen3moe --d-model 2048 \
+    --heads 32 --kv-heads 4 --head-dim 128 --ffn 768 --experts 128 --experts-used 8 --layers 8 --context 40960 \
+    --all Q4_K --set output=Q6_K --out "$model" 2> "$OUT/make_moe.log"
+  ls -la "$model"
+}
+
+# That mixture of experts, splash and llama.cpp on the same file, one lease: the peer builds
+# beside the model's making and splash's benchmark, then runs alone.
+phase_moe_side() {
+  local model=$KEEP/qwen3-30b-a3b-shape-8-layers.gguf bin=$KEEP/llama
+  phase_peer_build "${1:-330}" & local build=$!
+  make_moe "$model" || { row moe "failed to make the model"; return; }
+  splash bench --device cuda -m "$model" --prompt-sizes 512,4096 --decode-tokens 128 --repetitions 3 \
+    --parallel 1,4,16,64 --json > "$OUT/bench_moe.txt" 2> "$OUT/bench_moe.err"
+  row "bench MoE (30B-A3B shape, 8 layers)" "rc=$?; $(grep -E 'prefill|decode|ceiling' "$OUT/bench_moe.txt" | tr '\n' ';')"
+  record bench_moe "$(tail -n 1 "$OUT/bench_moe.txt" | grep '^{' || echo '{}')"
+  wait "$build"
+  [ -x "$bin/llama-bench" ] || { row moe-peer "no peer build"; return; }
+  LD_LIBRARY_PATH="$bin" timeout 200 "$bin/llama-bench" -m "$model" -ngl 99 -fa 1 -p 512,4096 -n 128 -r 3 -o json \
+    > "$OUT/peer_moe.json" 2> "$OUT/peer_moe.err"
+  row "MoE llama-bench pp512/pp4096/tg128" "rc=$? $(python3 -c "
+import json; print('; '.join(f\"{'pp'+str(r['n_prompt']) if r['n_prompt'] else 'tg'+str(r['n_gen'])}: {r['avg_ts']:.1f} tok/s\" for r in json.load(open('$OUT/peer_moe.json'))))" 2>&1)"
+  LD_LIBRARY_PATH="$bin" timeout 200 "$bin/llama-batched-bench" -m "$model" -ngl 99 -fa on -c 45056 -b 2048 -ub 512 \
+    -npp 512 -ntg 128 -npl 1,4,16,64 > "$OUT/peer_moe_batched.txt" 2> "$OUT/peer_moe_batched.err"
+  row "MoE llama-batched-bench 512+128 x 1/4/16/64" "rc=$? $(grep -E '^\|\s+512' "$OUT/peer_moe_batched.txt" | awk -F'|' '{printf "B=%s S_TG=%s; ", $4, $9}')"
+}
+
 # The peer built here, where 16 cores take minutes and this project's two take hours: its
 # source (.gpu/llama-src.tar.xz, `tools/llamacpp_cuda.sh --source`: the sdist's llama.cpp less
 # its models and docs; the machine's image has CMake and ninja). At low priority beside the
@@ -584,6 +623,7 @@ case "${1:-tests}" in
               phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"
               phase_bench; wait "$build"; PEER_DEPTH=0 phase_peer ;;
   peer-build) phase_peer_build "${2:-540}" ;;
+  moe-side) phase_moe_side "${2:-330}" ;;
   bench8b) phase_bench8b ;;
   *) echo "usage: $0 tests|quick|serve|bench|profile|kernels [FILTER]|sanitize FILTER|work|final|peer-build S|peer|bench8b|part N|real" >&2; exit 2 ;;
 esac

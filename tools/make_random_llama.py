@@ -517,6 +517,8 @@ def main(argv=None) -> int:
     ap.add_argument("--head-dim", type=int, help="written as key_length/value_length (default d_model/heads)")
     ap.add_argument("--ffn", type=int)
     ap.add_argument("--layers", type=int)
+    ap.add_argument("--experts", type=int, help="qwen3moe/qwen35moe: experts per layer (--ffn is then each one's width)")
+    ap.add_argument("--experts-used", type=int, help="and how many each token is routed to")
     ap.add_argument("--rope-base", type=float)
     ap.add_argument("--context", type=int)
     ap.add_argument("--eps", type=float, help="RMSNorm epsilon (default 1e-5; qwen 1e-3)")
@@ -535,8 +537,11 @@ def main(argv=None) -> int:
         "d_model": args.d_model, "heads": args.heads, "kv_heads": args.kv_heads, "head_dim": args.head_dim,
         "ffn": args.ffn, "layers": args.layers, "rope_base": args.rope_base, "context": args.context,
         "eps": args.eps, "rope_scaling": args.rope_scaling, "rope_scale": args.rope_scale,
-        "rope_original_context": args.rope_original_context,
+        "rope_original_context": args.rope_original_context, "experts": args.experts,
+        "experts_used": args.experts_used,
     }.items() if v is not None}})
+    if (args.experts or args.experts_used) and not shape.experts:
+        sys.exit(f"--experts / --experts-used: {args.arch} has no mixture of experts")
     try:
         types = tensor_types(args.mix, args.all, dict(item.partition("=")[::2] for item in args.set), shape.layers)
         template = None

@@ -40,8 +40,9 @@ constexpr Family kFamilies[] = {
     // llama + per-head q/k norms, NEOX RoPE
     {"qwen3", llama::load_llama, llama::estimate_llama_memory,
      SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda)},
-    // qwen3 attention + a mixture-of-experts FFN in every layer (CPU only so far)
-    {"qwen3moe", llama::load_llama, llama::estimate_llama_memory, nullptr, nullptr},
+    // qwen3 attention + a mixture-of-experts FFN in every layer
+    {"qwen3moe", llama::load_llama, llama::estimate_llama_memory,
+     SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda)},
     // Qwen3.5: Gated DeltaNet layers (a recurrent state per sequence) between gated
     // full-attention layers with partial RoPE (CPU only so far)
     {"qwen35", llama::load_llama, llama::estimate_llama_memory, nullptr, nullptr},

@@ -5,12 +5,15 @@
 // type, decode and causal prefill, across context splits; the best tokens of logits rows.
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <tuple>
 
+#include "common/error.h"
 #include "gpu_fixture.h"
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/kv_layout.h"
 #include "kernels/cpu/quant_formats.h"
+#include "kernels/cuda/experts.h"
 #include "kernels/cuda/ops.h"
 #include "model/model.h"
 
@@ -750,6 +753,145 @@ INSTANTIATE_TEST_SUITE_P(KvTypes, CudaAttentionTest,
                                            AttentionCase{cu::KvElement::I8, 64, false, 2e-2, 12, 1},
                                            AttentionCase{cu::KvElement::F16, 64, true, 2e-3, 9, 3},
                                            AttentionCase{cu::KvElement::I8, 128, true, 2e-2, 16, 1}));
+
+class CudaExpertsTest : public GpuTest {};
+
+// The routing, exactly as the CPU path's (llama_model.cpp mixture_of_experts): each row's
+// exp(logit - max) with NaN as -infinity, the `used` largest by std::partial_sort with equal
+// ones by the lower expert, renormalised. Rows with ties, NaNs, an infinity, all NaN; expert
+// counts that are and are not multiples of the warp. Ids exact, weights within 1e-6 (expf
+// against std::exp).
+TEST_F(CudaExpertsTest, RoutingPicksTheCpuPathsExperts) {
+  cu::Stream stream;
+  for (const auto& [experts, used] : {std::pair{128, 8}, std::pair{160, 6}, std::pair{8, 2}, std::pair{1024, 32}}) {
+    const int n = 37;
+    auto logits = random_floats(rng_, static_cast<size_t>(n) * experts, 2.0f);
+    std::uniform_int_distribution<int> pick(0, experts - 1);
+    for (int t = 0; t < n; ++t) {
+      float* row = logits.data() + static_cast<size_t>(t) * experts;
+      if (t % 3 == 0) row[pick(rng_)] = row[pick(rng_)];          // a tie
+      if (t % 4 == 1) row[pick(rng_)] = NAN;                       // routes nowhere
+      if (t % 5 == 2) std::fill(row, row + experts, row[0]);       // all equal: the lowest ids
+      if (t == 7) std::fill(row, row + experts, NAN);              // nothing to choose by
+      if (t == 8) row[pick(rng_)] = INFINITY;                      // one certain expert
+    }
+    std::vector<int32_t> ref_ids(static_cast<size_t>(n) * used);
+    std::vector<double> ref_weights(ref_ids.size());
+    for (int t = 0; t < n; ++t) {
+      std::vector<float> p(logits.begin() + static_cast<size_t>(t) * experts, logits.begin() + static_cast<size_t>(t + 1) * experts);
+      for (auto& v : p)
+        if (std::isnan(v)) v = -INFINITY;
+      const float top = *std::max_element(p.begin(), p.end());
+      for (auto& v : p) v = std::isinf(top) ? (top < 0 ? 1.0f : (v == top ? 1.0f : 0.0f)) : std::exp(v - top);
+      std::vector<int> order(experts);
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + used, order.end(),
+                        [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+      float sum = 0.0f;
+      for (int k = 0; k < used; ++k) sum += p[order[k]];
+      for (int k = 0; k < used; ++k) {
+        ref_ids[static_cast<size_t>(t) * used + k] = order[k];
+        ref_weights[static_cast<size_t>(t) * used + k] = p[order[k]] / sum;
+      }
+    }
+    const auto d_logits = to_device(logits);
+    cu::DeviceBuffer ids(ref_ids.size() * sizeof(int32_t)), weights(ref_ids.size() * sizeof(float));
+    cu::route_experts(d_logits.as<float>(), n, experts, used, ids.as<int32_t>(), weights.as<float>(), stream);
+    stream.synchronize("route_experts");
+    EXPECT_EQ(to_host<int32_t>(ids, ref_ids.size()), ref_ids) << experts << " experts, " << used << " used";
+    EXPECT_LT(relative_error(to_host<float>(weights, ref_ids.size()), ref_weights), 1e-6) << experts << " experts";
+  }
+  EXPECT_THROW(cu::route_experts(nullptr, 1, 1025, 8, nullptr, nullptr, stream), Error);
+  EXPECT_THROW(cu::route_experts(nullptr, 1, 8, 9, nullptr, nullptr, stream), Error);
+}
+
+// The router's float logits against float64 (1e-6), for each float type a router may have.
+TEST_F(CudaExpertsTest, RouterLogitsAgainstFloat64) {
+  cu::Stream stream;
+  const int experts = 70, cols = 512, n = 5;
+  for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
+    const auto bytes = random_matrix(type, experts, cols, rng_);
+    const auto w = dequantized(type, bytes, experts, cols);
+    const auto device_bytes = packed_on_device(type, bytes, experts, cols);
+    const auto x = random_floats(rng_, static_cast<size_t>(n) * cols);
+    std::vector<double> ref(static_cast<size_t>(n) * experts);
+    for (int t = 0; t < n; ++t)
+      for (int e = 0; e < experts; ++e)
+        for (int c = 0; c < cols; ++c)
+          ref[static_cast<size_t>(t) * experts + e] += w[static_cast<size_t>(e) * cols + c] * x[static_cast<size_t>(t) * cols + c];
+    const auto dx = to_device(x);
+    cu::DeviceBuffer logits(ref.size() * sizeof(float));
+    cu::router_logits({type, device_bytes.as<uint8_t>(), experts, cols}, dx.as<float>(), cols, n, logits.as<float>(), stream);
+    stream.synchronize("router_logits");
+    EXPECT_LT(relative_error(to_host<float>(logits, ref.size()), ref), 1e-6) << type_name(type);
+  }
+}
+
+// Each (token, expert) pair's matmul against float64 with the expert the pair names: the
+// pairs of a token reading its row (x_divisor = used) and pairs reading rows of their own
+// (x_divisor = 1). Integer types within 1e-5 of the int8 activations they read; float types
+// within 1e-5. Rows not a multiple of a thread block's.
+TEST_F(CudaExpertsTest, ExpertMatmulAgainstFloat64) {
+  cu::Stream stream;
+  cu::MatmulScratch scratch;
+  const int experts = 5, rows = 100, cols = 512, used = 2, n = 3;
+  const std::vector<int32_t> ids{4, 0, 2, 4, 1, 3};  // token 0: experts 4, 0; token 1: 2, 4; token 2: 1, 3
+  const int pairs = static_cast<int>(ids.size());
+  const auto d_ids = to_device(ids);
+  for (const GgmlType type : kWeightTypes) {
+    const auto bytes = random_matrix(type, experts * rows, cols, rng_);
+    const auto w = dequantized(type, bytes, experts * rows, cols);
+    const auto device_bytes = packed_on_device(type, bytes, experts * rows, cols);
+    const cu::ExpertWeights stack{type, device_bytes.as<uint8_t>(), experts, rows, cols};
+    for (const int divisor : {used, 1}) {
+      const int x_rows = divisor == 1 ? pairs : n;
+      const auto x = random_floats(rng_, static_cast<size_t>(x_rows) * cols);
+      const auto xs = is_float_type(type) ? std::vector<double>(x.begin(), x.end()) : int8_activations(x, x_rows, cols);
+      std::vector<double> ref(static_cast<size_t>(pairs) * rows);
+      for (int p = 0; p < pairs; ++p)
+        for (int r = 0; r < rows; ++r) {
+          double sum = 0.0;
+          for (int c = 0; c < cols; ++c)
+            sum += w[(static_cast<size_t>(ids[p]) * rows + r) * cols + c] * xs[static_cast<size_t>(p / divisor) * cols + c];
+          ref[static_cast<size_t>(p) * rows + r] = sum;
+        }
+      const auto dx = to_device(x);
+      auto dy = to_device(std::vector<float>(ref.size(), NAN));
+      std::optional<cu::QuantizedRows> xq;
+      if (!is_float_type(type)) xq = cu::quantize_rows(dx.as<float>(), cols, x_rows, cols, scratch.activations_q8, stream);
+      cu::expert_matmul(stack, dx.as<float>(), cols, xq ? &*xq : nullptr, divisor, d_ids.as<int32_t>(), pairs,
+                        dy.as<float>(), rows, stream);
+      stream.synchronize("expert_matmul");
+      EXPECT_LT(relative_error(to_host<float>(dy, ref.size()), ref), 1e-5) << type_name(type) << " divisor " << divisor;
+    }
+  }
+}
+
+// x += the pairs' weighted rows, in ascending expert order whatever the pairs' order, with
+// and without a map from pairs to rows (the prompt path's sorted rows): within 1e-6.
+TEST_F(CudaExpertsTest, CombineAddsThePairsWeightedRows) {
+  cu::Stream stream;
+  const int n = 3, used = 3, d = 300, pairs = n * used;
+  const std::vector<int32_t> ids{7, 2, 5, 0, 1, 9, 4, 3, 8};
+  const std::vector<int32_t> rows{8, 0, 4, 2, 6, 1, 7, 3, 5};  // pair p's row of y
+  const auto weights = random_floats(rng_, pairs);
+  const auto y = random_floats(rng_, static_cast<size_t>(pairs) * d);
+  const auto x0 = random_floats(rng_, static_cast<size_t>(n) * d);
+  const auto d_ids = to_device(ids), d_rows = to_device(rows), d_weights = to_device(weights), d_y = to_device(y);
+  for (const bool mapped : {false, true}) {
+    std::vector<double> ref(x0.begin(), x0.end());
+    for (int t = 0; t < n; ++t)
+      for (int k = 0; k < used; ++k) {
+        const int p = t * used + k, row = mapped ? rows[p] : p;
+        for (int j = 0; j < d; ++j) ref[static_cast<size_t>(t) * d + j] += weights[p] * y[static_cast<size_t>(row) * d + j];
+      }
+    auto dx = to_device(x0);
+    cu::combine_experts(d_y.as<float>(), d, mapped ? d_rows.as<int32_t>() : nullptr, d_ids.as<int32_t>(),
+                        d_weights.as<float>(), n, used, d, dx.as<float>(), stream);
+    stream.synchronize("combine_experts");
+    EXPECT_LT(relative_error(to_host<float>(dx, ref.size()), ref), 1e-6) << (mapped ? "mapped" : "in order");
+  }
+}
 
 }  // namespace
 }  // namespace splash::testing

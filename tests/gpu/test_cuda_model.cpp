@@ -86,6 +86,39 @@ TEST_F(CudaModelTest, RandomModelsMatchTheCpuPath) {
   }
 }
 
+// A mixture of experts' prompt path (more than kSmallGemmLargestBatch tokens: the pairs
+// brought back, grouped by expert, each expert's rows one matmul) against the CPU path,
+// with the decode steps after it on the pair-by-pair path, at the tolerance above.
+TEST_F(CudaModelTest, MixtureOfExpertsPromptPathMatchesTheCpuPath) {
+  int models = 0;
+  for (const auto& path : fixture_models()) {
+    if (path.find("moe") == std::string::npos) continue;
+    SCOPED_TRACE(path);
+    ++models;
+    const auto file = gguf::File::open(path);
+    auto cpu = model::load_model(file, options(model::Device::Cpu, model::KvType::F32));
+    auto gpu = model::load_model(file, options(model::Device::Cuda, model::KvType::F32));
+    model::Sequence cpu_seq(*cpu), gpu_seq(*gpu);
+    std::vector<int32_t> prompt(kernels::cuda::kSmallGemmLargestBatch + 37);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 104729 + 7) % cpu->info().vocab);
+    auto ref = cpu_seq.forward(prompt);
+    std::vector<float> ref_copy(ref.begin(), ref.end());
+    double worst = logits_error(gpu_seq.forward(prompt), ref_copy);
+    EXPECT_LT(worst, 3e-2) << "prompt";
+    for (int step = 0; step < 4; ++step) {
+      const int32_t next = argmax(ref_copy);
+      ref = cpu_seq.forward({&next, 1});
+      ref_copy.assign(ref.begin(), ref.end());
+      const double error = logits_error(gpu_seq.forward({&next, 1}), ref_copy);
+      worst = std::max(worst, error);
+      EXPECT_LT(error, 3e-2) << "decode step " << step;
+    }
+    std::printf("[ info ] %s: worst logits error vs CPU after a %zu-token prompt %.2e\n",
+                std::filesystem::path(path).filename().c_str(), prompt.size(), worst);
+  }
+  if (models == 0) GTEST_SKIP() << "SPLASH_GPU_FIXTURES names no random-*moe*.gguf";
+}
+
 // Continuous batching: two sequences in one pass give each one's logits alone (same kernels,
 // rows independent: 1e-5). Alone and together they stay within the streamed small GEMM's
 // rows (above the GEMV's, up to kSmallGemmStreamedLargestBatch), so all take the same path

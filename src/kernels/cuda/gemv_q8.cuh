@@ -79,6 +79,14 @@ __device__ __forceinline__ void warp_dot_q8(const Rows<T>& w, const int (&row)[R
   if (!waited) wait_for_inputs();  // (a row shorter than one pass)
 }
 
+// Rows first .. first + count - 1 of a quantized copy, as a copy of their own.
+__host__ __device__ inline QuantizedRows offset_rows(QuantizedRows q, int first, int count) {
+  const int groups = q.cols / kQ8Group;
+  return {q.codes + static_cast<size_t>(first) * q.cols, q.scales + static_cast<size_t>(first) * groups,
+          q.sums + static_cast<size_t>(first) * groups, count, q.cols,
+          q.sumsq ? q.sumsq + static_cast<size_t>(first) * groups : nullptr, q.norm_eps};
+}
+
 // Sums each lane's shares over the warp (every lane ends with the sums).
 template <int M, int R>
 __device__ __forceinline__ void warp_sum_all(float (&acc)[M][R]) {

@@ -243,13 +243,6 @@ int default_variant(int bucket, const DeviceWeight& w) {
   return bucket == 1 ? 5 : bucket == 2 ? 7 : 8;
 }
 
-QuantizedRows offset_rows(QuantizedRows q, int first, int count) {
-  const int groups = q.cols / kGroup;
-  return {q.codes + static_cast<size_t>(first) * q.cols, q.scales + static_cast<size_t>(first) * groups,
-          q.sums + static_cast<size_t>(first) * groups, count, q.cols,
-          q.sumsq ? q.sumsq + static_cast<size_t>(first) * groups : nullptr, q.norm_eps};
-}
-
 template <GgmlType T, int I>
 void launch_q8_variant(const DeviceWeight& w, const QuantizedRows& x, float* y, int ldy, int accumulate, cudaStream_t s) {
   constexpr GemvVariant v = kVariants[I];

@@ -1,4 +1,4 @@
-// The llama family (llama, qwen2, qwen3) on the GPU. The same forward pass as
+// The llama family (llama, qwen2, qwen3, qwen3moe) on the GPU. The same forward pass as
 // llama_model.cpp, over kernels/cuda: weights uploaded once and repacked on the GPU into the
 // kernels' layout (GGUF's exact values; the matrices of one type stacked as the CPU path
 // stacks them), the paged KV pool in device memory, activations float32 on the device, and
@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/experts.h"
 #include "kernels/cuda/ops.h"
 #include "model/cuda_gemv_tuning.h"
 #include "model/llama/llama_hparams.h"
@@ -44,9 +45,21 @@ cu::KvElement kv_element(KvType type) {
   return cu::KvElement::I8;
 }
 
-// The tensors of one layer, as the file names them.
+// The tensors of one layer, as the file names them: a dense FFN's three matrices, or a
+// mixture of experts' router and stacks [experts][rows][cols] (each expert's gate and up
+// apart, or as one [gate; up] stack).
 struct LayerTensors {
-  const gguf::TensorInfo *q, *k, *v, *o, *gate, *up, *down;
+  const gguf::TensorInfo *q, *k, *v, *o;
+  const gguf::TensorInfo *gate = nullptr, *up = nullptr, *down = nullptr;
+  const gguf::TensorInfo *router = nullptr, *gate_exps = nullptr, *up_exps = nullptr, *gate_up_exps = nullptr,
+                         *down_exps = nullptr;
+  bool moe() const { return router != nullptr; }
+  std::vector<const gguf::TensorInfo*> matrices() const {
+    std::vector<const gguf::TensorInfo*> all;
+    for (const auto* t : {q, k, v, o, gate, up, down, router, gate_exps, up_exps, gate_up_exps, down_exps})
+      if (t) all.push_back(t);
+    return all;
+  }
 };
 
 LayerTensors layer_tensors(const gguf::File& file, const Hyperparameters& h, int layer) {
@@ -56,16 +69,36 @@ LayerTensors layer_tensors(const gguf::File& file, const Hyperparameters& h, int
   LayerTensors t{&matrix_tensor(file, p + "attn_q.weight", q, s.d_model),
                  &matrix_tensor(file, p + "attn_k.weight", kv, s.d_model),
                  &matrix_tensor(file, p + "attn_v.weight", kv, s.d_model),
-                 &matrix_tensor(file, p + "attn_output.weight", s.d_model, q),
-                 &matrix_tensor(file, p + "ffn_gate.weight", s.ffn, s.d_model),
-                 &matrix_tensor(file, p + "ffn_up.weight", s.ffn, s.d_model),
-                 &matrix_tensor(file, p + "ffn_down.weight", s.d_model, s.ffn)};
-  for (const auto* tensor : {t.q, t.k, t.v, t.o, t.gate, t.up, t.down})
+                 &matrix_tensor(file, p + "attn_output.weight", s.d_model, q)};
+  if (h.n_experts > 0) {
+    const int e = h.n_experts;
+    t.router = &matrix_tensor(file, p + "ffn_gate_inp.weight", e, s.d_model);
+    if (t.router->type != GgmlType::F32 && t.router->type != GgmlType::F16 && t.router->type != GgmlType::BF16)
+      fail("{}: tensor '{}' has type {}; a router must be F32, F16 or BF16", file.path(), t.router->name,
+           type_name(t.router->type));
+    if (file.find_tensor(p + "ffn_gate_up_exps.weight")) {
+      t.gate_up_exps = &matrix_stack_tensor(file, p + "ffn_gate_up_exps.weight", e, 2 * s.ffn, s.d_model);
+    } else {
+      t.gate_exps = &matrix_stack_tensor(file, p + "ffn_gate_exps.weight", e, s.ffn, s.d_model);
+      t.up_exps = &matrix_stack_tensor(file, p + "ffn_up_exps.weight", e, s.ffn, s.d_model);
+    }
+    t.down_exps = &matrix_stack_tensor(file, p + "ffn_down_exps.weight", e, s.d_model, s.ffn);
+  } else {
+    t.gate = &matrix_tensor(file, p + "ffn_gate.weight", s.ffn, s.d_model);
+    t.up = &matrix_tensor(file, p + "ffn_up.weight", s.ffn, s.d_model);
+    t.down = &matrix_tensor(file, p + "ffn_down.weight", s.d_model, s.ffn);
+  }
+  for (const auto* tensor : t.matrices())
     if (!cu::is_supported_weight_type(tensor->type))
       fail("{}: tensor '{}' has type {}, which has no CUDA kernel (supported: F32, F16, BF16, Q8_0, Q5_0, Q5_1, Q4_0, "
            "Q4_1, Q4_K, Q6_K)",
            file.path(), tensor->name, type_name(tensor->type));
   return t;
+}
+
+// The rows of a matrix or of a stack of them (all experts' rows, one after another).
+int stacked_rows(const gguf::TensorInfo& t) {
+  return static_cast<int>(t.dims[1] * (t.dims.size() > 2 ? t.dims[2] : 1));
 }
 
 const gguf::TensorInfo& output_tensor(const gguf::File& file, const Hyperparameters& h) {
@@ -78,7 +111,7 @@ const gguf::TensorInfo& output_tensor(const gguf::File& file, const Hyperparamet
 
 // A matrix's bytes in the GPU layout, with the arena's alignment.
 size_t gpu_bytes(const gguf::TensorInfo& t) {
-  return aligned(cu::weight_row_bytes(t.type, static_cast<int>(t.dims[0])) * t.dims[1]);
+  return aligned(cu::weight_row_bytes(t.type, static_cast<int>(t.dims[0])) * stacked_rows(t));
 }
 
 // The most tokens of one pass on the GPU. Each prefill pass turns every quantized matrix
@@ -99,11 +132,34 @@ struct ScratchSizes {
   size_t inputs = 0;       // token ids, positions, block tables
   size_t best_tokens = 0, best_tokens_scratch = 0;  // each wanted row's best tokens, their candidates
   size_t fused_q8 = 0;  // the fused batch-1 layer's int8 copies: the normed row (+ sums of squares), the hidden row
+  size_t experts = 0;   // a mixture of experts' routing and its (token, expert) pairs' rows (ExpertScratch)
   size_t total() const {
     return activations + weight_f16 + activations_f16 + activations_q8 + split_k + attention + inputs + best_tokens +
-           best_tokens_scratch + fused_q8;
+           best_tokens_scratch + fused_q8 + experts;
   }
 };
+
+// A mixture of experts' scratch for a pass of `tokens` tokens: the router's logits, each
+// pair's expert and weight, where the prompt path put each pair (its token, sorted by
+// expert; the pair's row there), and the pairs' rows: gathered inputs, [gate | up], the
+// SwiGLU's output (and its int8 copy, decode-sized passes) and the expert's output.
+struct ExpertScratchSizes {
+  size_t logits, ids, weights, index, rows_in, gate_up, hidden, hidden_q8, out;
+  size_t total() const { return logits + ids + weights + index + rows_in + gate_up + hidden + hidden_q8 + out; }
+};
+ExpertScratchSizes expert_scratch_sizes(const Hyperparameters& h, int tokens) {
+  const auto& s = h.shapes;
+  const size_t pairs = static_cast<size_t>(tokens) * h.n_experts_used;
+  return {aligned(sizeof(float) * tokens * h.n_experts),
+          aligned(sizeof(int32_t) * pairs),
+          aligned(sizeof(float) * pairs),
+          aligned(sizeof(int32_t) * 2 * pairs),
+          aligned(sizeof(float) * pairs * s.d_model),
+          aligned(sizeof(float) * pairs * 2 * s.ffn),
+          aligned(sizeof(float) * pairs * s.ffn),
+          aligned(cu::quantized_activation_bytes(kMaxBatchSequences * h.n_experts_used, s.ffn)),
+          aligned(sizeof(float) * pairs * s.d_model)};
+}
 
 ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
   const auto& s = h.shapes;
@@ -127,6 +183,7 @@ ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
   sizes.best_tokens_scratch = cu::best_tokens_scratch_bytes(kMaxBatchSequences, s.vocab);
   sizes.fused_q8 = cu::quantized_activation_bytes(1, s.d_model) + sizeof(float) * (s.d_model / 16) +
                    cu::quantized_activation_bytes(1, s.ffn);
+  if (h.n_experts > 0) sizes.experts = expert_scratch_sizes(h, kCudaMaxBatchTokens).total();
   return sizes;
 }
 
@@ -136,6 +193,12 @@ struct CudaLayer {
   cu::DeviceWeight attn_output;
   std::vector<cu::DeviceWeight> gate_up;  // [gate; up] stacked, or apart when their types differ
   cu::DeviceWeight down;
+  // A mixture of experts instead (qwen3moe): the router, each expert's [gate; up] (one stack
+  // or two) and down.
+  bool moe = false;
+  cu::DeviceWeight router;
+  std::vector<cu::ExpertWeights> gate_up_exps;
+  cu::ExpertWeights down_exps;
 };
 
 class LlamaCudaModel final : public Model {
@@ -224,7 +287,7 @@ class LlamaCudaModel final : public Model {
     size_t staging = 0;  // the largest matrix as the file holds it
     auto place_matrix = [&](const gguf::TensorInfo* t) {
       const size_t offset = arena;
-      const size_t bytes = cu::weight_row_bytes(t->type, static_cast<int>(t->dims[0])) * t->dims[1];
+      const size_t bytes = cu::weight_row_bytes(t->type, static_cast<int>(t->dims[0])) * stacked_rows(*t);
       uploads.push_back({offset, t->data, t->n_bytes, t});
       staging = std::max<size_t>(staging, t->n_bytes);
       arena += bytes;  // a whole number of 16-byte rows
@@ -247,11 +310,18 @@ class LlamaCudaModel final : public Model {
       }
       return group;
     };
+    // A stack of experts' matrices, repacked as one matrix of all their rows (rows: one expert's).
+    auto place_stack = [&](const gguf::TensorInfo* t) {
+      const size_t offset = arena;
+      place_matrix(t);
+      arena = offset + aligned(arena - offset);
+      return Planned{t->type, offset, static_cast<int>(t->dims[1]), static_cast<int>(t->dims[0])};
+    };
 
     struct PlannedLayer {
       size_t attn_norm, ffn_norm, bias = 0, q_norm = 0, k_norm = 0;
-      std::vector<Planned> qkv, gate_up;
-      Planned o, down;
+      std::vector<Planned> qkv, gate_up, gate_up_exps;
+      Planned o, down, router, down_exps;
     };
     std::vector<PlannedLayer> planned(s.n_layers);
     std::vector<std::vector<float>> vectors;  // norms and biases, kept alive until uploaded
@@ -281,8 +351,17 @@ class LlamaCudaModel final : public Model {
       }
       pl.qkv = place_group({t.q, t.k, t.v});
       pl.o = place_group({t.o})[0];
-      pl.gate_up = place_group({t.gate, t.up});
-      pl.down = place_group({t.down})[0];
+      if (t.moe()) {
+        pl.router = place_group({t.router})[0];
+        if (t.gate_up_exps)
+          pl.gate_up_exps = {place_stack(t.gate_up_exps)};
+        else
+          pl.gate_up_exps = {place_stack(t.gate_exps), place_stack(t.up_exps)};
+        pl.down_exps = place_stack(t.down_exps);
+      } else {
+        pl.gate_up = place_group({t.gate, t.up});
+        pl.down = place_group({t.down})[0];
+      }
     }
     const size_t output_norm = place_vector(vector_weight(file_, "output_norm.weight", s.d_model));
     const auto& embedding = file_.tensor("token_embd.weight");
@@ -305,7 +384,7 @@ class LlamaCudaModel final : public Model {
           continue;
         }
         stream_.copy_to_device(stage.data(), u.from, u.bytes);
-        cu::pack_weight(u.matrix->type, static_cast<int>(u.matrix->dims[1]), static_cast<int>(u.matrix->dims[0]),
+        cu::pack_weight(u.matrix->type, stacked_rows(*u.matrix), static_cast<int>(u.matrix->dims[0]),
                         stage.data(), weights_.as<uint8_t>() + u.offset, stream_);
       }
       stream_.synchronize("uploading the weights");
@@ -324,11 +403,24 @@ class LlamaCudaModel final : public Model {
       if (h_.qk_norm) layer.q_norm = vec(pl.q_norm), layer.k_norm = vec(pl.k_norm);
       for (const auto& m : pl.qkv) layer.qkv.push_back(mat(m));
       layer.attn_output = mat(pl.o);
-      for (const auto& m : pl.gate_up) layer.gate_up.push_back(mat(m));
-      layer.down = mat(pl.down);
       for (const auto& w : layer.qkv) info_.decode_read_bytes += w.bytes();
-      for (const auto& w : layer.gate_up) info_.decode_read_bytes += w.bytes();
-      info_.decode_read_bytes += layer.attn_output.bytes() + layer.down.bytes();
+      info_.decode_read_bytes += layer.attn_output.bytes();
+      layer.moe = !pl.gate_up_exps.empty();
+      if (layer.moe) {
+        auto stack = [&](const Planned& p) { return cu::ExpertWeights{p.type, base + p.offset, h_.n_experts, p.rows, p.cols}; };
+        layer.router = mat(pl.router);
+        for (const auto& m : pl.gate_up_exps) layer.gate_up_exps.push_back(stack(m));
+        layer.down_exps = stack(pl.down_exps);
+        // A token reads its n_experts_used experts of each layer.
+        size_t expert_bytes = layer.down_exps.expert_bytes();
+        for (const auto& w : layer.gate_up_exps) expert_bytes += w.expert_bytes();
+        info_.decode_read_bytes += layer.router.bytes() + expert_bytes * h_.n_experts_used;
+      } else {
+        for (const auto& m : pl.gate_up) layer.gate_up.push_back(mat(m));
+        layer.down = mat(pl.down);
+        for (const auto& w : layer.gate_up) info_.decode_read_bytes += w.bytes();
+        info_.decode_read_bytes += layer.down.bytes();
+      }
     }
     output_norm_ = vec(output_norm);
     embedding_ = {embedding.type, base + embedding_offset, s.vocab, s.d_model};
@@ -385,6 +477,7 @@ class LlamaCudaModel final : public Model {
     matmul_scratch_.activations_f16.resize(sizes.activations_f16);
     matmul_scratch_.activations_q8.resize(sizes.activations_q8);
     cu::reserve_small_gemm(matmul_scratch_, std::max({qkv_width(), 2 * s.ffn, s.d_model, s.vocab}), stream_);
+    if (h_.n_experts > 0) allocate_experts();
     cu::reserve_attention(attention_scratch_, s.head_dim, stream_);
     // RoPE's frequencies (plain or stretched), computed once on the host as the CPU path does.
     const RopeFrequencies rope = rope_frequencies(h_.rope_base, s.head_dim, h_.rope_scaling);
@@ -494,7 +587,7 @@ class LlamaCudaModel final : public Model {
       for (auto& w : layer.qkv) weights.push_back(&w);
       for (auto& w : layer.gate_up) weights.push_back(&w);
       weights.push_back(&layer.attn_output);
-      weights.push_back(&layer.down);
+      if (!layer.moe) weights.push_back(&layer.down);
     }
     weights.push_back(&output_);
     uint64_t hash = 1469598103934665603ull;  // FNV-1a over names, types and shapes
@@ -685,6 +778,114 @@ class LlamaCudaModel final : public Model {
     }
   }
 
+  // The mixture of experts' scratch (expert_scratch_sizes), carved out of one buffer.
+  void allocate_experts() {
+    const ExpertScratchSizes sizes = expert_scratch_sizes(h_, kCudaMaxBatchTokens);
+    experts_.resize(sizes.total());
+    auto* at = experts_.as<uint8_t>();
+    auto take = [&](size_t bytes) {
+      auto* here = at;
+      at += bytes;
+      return here;
+    };
+    router_logits_ = reinterpret_cast<float*>(take(sizes.logits));
+    route_ids_ = reinterpret_cast<int32_t*>(take(sizes.ids));
+    route_weights_ = reinterpret_cast<float*>(take(sizes.weights));
+    pair_index_ = reinterpret_cast<int32_t*>(take(sizes.index));
+    pair_in_ = reinterpret_cast<float*>(take(sizes.rows_in));
+    pair_gate_up_ = reinterpret_cast<float*>(take(sizes.gate_up));
+    pair_hidden_ = reinterpret_cast<float*>(take(sizes.hidden));
+    pair_out_ = reinterpret_cast<float*>(take(sizes.out));
+    pair_hidden_q8_.resize(sizes.hidden_q8);  // (apart: quantize_rows writes into a buffer of its own)
+    const size_t pairs = static_cast<size_t>(kCudaMaxBatchTokens) * h_.n_experts_used;
+    route_host_.resize(sizeof(int32_t) * pairs);
+    pair_index_host_.resize(sizeof(int32_t) * 2 * pairs);
+    info_.kernel_shapes += "; mixture of experts: decode pair by pair on the device, prompts grouped by expert";
+  }
+
+  // Layer l's mixture of experts on the n rows of normed_, added into x_: the router's
+  // logits in float, each token's n_experts_used experts and weights (route_experts), then
+  // each (token, expert) pair's SwiGLU expert and the weighted sum. Decode-sized passes run
+  // the pairs as they come, on the device (a recorded pass cannot wait for the host; each
+  // pair reads its expert's rows, which L2 shares between the tokens of one expert); prompt
+  // passes bring the choice back, sort the pairs by expert and give each expert's rows one
+  // matmul (the tensor cores from a few dozen rows).
+  void launch_experts(const CudaLayer& layer, int n) {
+    const auto& s = h_.shapes;
+    const int used = h_.n_experts_used, pairs = n * used;
+    const float* normed = normed_.as<float>();
+    float* x = x_.as<float>();
+    cu::router_logits(layer.router, normed, s.d_model, n, router_logits_, stream_);
+    cu::route_experts(router_logits_, n, h_.n_experts, used, route_ids_, route_weights_, stream_);
+    mark("router, top-k");
+    if (n <= cu::kSmallGemmLargestBatch) {
+      std::optional<cu::QuantizedRows> normed_q8;
+      if (cu::small_gemm_reads(layer.gate_up_exps[0].type) || cu::small_gemm_reads(layer.gate_up_exps.back().type))
+        normed_q8 = cu::quantize_rows(normed, s.d_model, n, s.d_model, matmul_scratch_.activations_q8, stream_);
+      int column = 0;
+      for (const auto& w : layer.gate_up_exps) {
+        cu::expert_matmul(w, normed, s.d_model, normed_q8 ? &*normed_q8 : nullptr, used, route_ids_, pairs,
+                          pair_gate_up_ + column, 2 * s.ffn, stream_);
+        column += w.rows;
+      }
+      mark("experts' gate_up");
+      cu::silu_mul(pair_gate_up_, pair_hidden_, pairs, s.ffn, stream_);
+      std::optional<cu::QuantizedRows> hidden_rows;
+      if (cu::small_gemm_reads(layer.down_exps.type))
+        hidden_rows = cu::quantize_rows(pair_hidden_, s.ffn, pairs, s.ffn, pair_hidden_q8_, stream_);
+      cu::expert_matmul(layer.down_exps, pair_hidden_, s.ffn, hidden_rows ? &*hidden_rows : nullptr, 1, route_ids_,
+                        pairs, pair_out_, s.d_model, stream_);
+      mark("experts' silu_mul, down");
+      cu::combine_experts(pair_out_, s.d_model, nullptr, route_ids_, route_weights_, n, used, s.d_model, x, stream_);
+      mark("experts' sum");
+      return;
+    }
+    // The pairs sorted by expert (counting sort, stable): the rows expert e takes are
+    // [start[e], start[e + 1]) of pair_in_; pair p's output lands in row place[p].
+    auto* ids = route_host_.as<int32_t>();
+    stream_.copy_to_host(ids, route_ids_, sizeof(int32_t) * pairs);
+    stream_.synchronize("routing a prompt's tokens to their experts");
+    std::vector<int> start(h_.n_experts + 1, 0);
+    for (int p = 0; p < pairs; ++p) {
+      if (ids[p] < 0 || ids[p] >= h_.n_experts) fail("route_experts chose expert {} of {}", ids[p], h_.n_experts);
+      ++start[ids[p] + 1];
+    }
+    for (int e = 0; e < h_.n_experts; ++e) start[e + 1] += start[e];
+    int32_t* token_of_row = pair_index_host_.as<int32_t>();
+    int32_t* place = token_of_row + pairs;
+    std::vector<int> next(start.begin(), start.end() - 1);
+    for (int p = 0; p < pairs; ++p) {
+      const int row = next[ids[p]]++;
+      token_of_row[row] = p / used;
+      place[p] = row;
+    }
+    stream_.copy_to_device(pair_index_, token_of_row, sizeof(int32_t) * 2 * pairs);
+    cu::gather_rows(normed, pair_index_, pairs, s.d_model, pair_in_, stream_);
+    for (int e = 0; e < h_.n_experts; ++e) {
+      const int first = start[e], rows = start[e + 1] - first;
+      if (rows == 0) continue;
+      int column = 0;
+      for (const auto& w : layer.gate_up_exps) {
+        cu::matmul(w.expert(e), pair_in_ + static_cast<size_t>(first) * s.d_model, s.d_model, rows,
+                   pair_gate_up_ + static_cast<size_t>(first) * 2 * s.ffn + column, 2 * s.ffn, false, matmul_scratch_,
+                   stream_);
+        column += w.rows;
+      }
+    }
+    mark("experts' gate_up");
+    cu::silu_mul(pair_gate_up_, pair_hidden_, pairs, s.ffn, stream_);
+    for (int e = 0; e < h_.n_experts; ++e) {
+      const int first = start[e], rows = start[e + 1] - first;
+      if (rows == 0) continue;
+      cu::matmul(layer.down_exps.expert(e), pair_hidden_ + static_cast<size_t>(first) * s.ffn, s.ffn, rows,
+                 pair_out_ + static_cast<size_t>(first) * s.d_model, s.d_model, false, matmul_scratch_, stream_);
+    }
+    mark("experts' silu_mul, down");
+    cu::combine_experts(pair_out_, s.d_model, pair_index_ + pairs, route_ids_, route_weights_, n, used, s.d_model, x,
+                        stream_);
+    mark("experts' sum");
+  }
+
   // The layers kernel by kernel (any pass): RMSNorm; the QKV matmul; qkv_post (biases, q/k
   // norms, RoPE, KV append); attention; the output matmul into the residual; RMSNorm;
   // gate/up; SwiGLU; down into the residual.
@@ -713,6 +914,10 @@ class LlamaCudaModel final : public Model {
       mark("attn_output matmul");
       cu::rms_norm(x, layer.ffn_norm, normed, n, s.d_model, h_.rms_eps, stream_, normed_out);
       mark("ffn_norm");
+      if (layer.moe) {
+        launch_experts(layer, n);
+        continue;
+      }
       matmul_group(layer.gate_up, normed, s.d_model, n, gate_up_.as<float>(), 2 * s.ffn, normed_in);
       mark("gate_up matmul");
       cu::silu_mul(gate_up_.as<float>(), hidden_.as<float>(), n, s.ffn, stream_, hidden_out);
@@ -750,6 +955,14 @@ class LlamaCudaModel final : public Model {
   bool fused_ = false;
   cu::DeviceBuffer fused_normed_q8_, fused_hidden_q8_;
   cu::QuantizedRowsBuffer fused_normed_{}, fused_hidden_{};
+  // A mixture of experts' scratch (allocate_experts), and the host's copies of the routing
+  // and of the prompt path's pair order.
+  cu::DeviceBuffer experts_;
+  float *router_logits_ = nullptr, *route_weights_ = nullptr, *pair_in_ = nullptr, *pair_gate_up_ = nullptr,
+        *pair_hidden_ = nullptr, *pair_out_ = nullptr;
+  int32_t *route_ids_ = nullptr, *pair_index_ = nullptr;
+  cu::DeviceBuffer pair_hidden_q8_;
+  cu::PinnedBuffer route_host_, pair_index_host_;
   // Recorded decode passes by (tokens, context bucket); SPLASH_CUDA_GRAPHS=0 turns them off
   // (to compare, or to debug kernel by kernel).
   bool use_graphs_ = graphs_enabled();
@@ -779,7 +992,7 @@ MemoryNeeds estimate_llama_memory_cuda(const gguf::File& file, KvType kv_type) {
   MemoryNeeds needs;
   for (int l = 0; l < s.n_layers; ++l) {
     const LayerTensors t = layer_tensors(file, h, l);
-    for (const auto* tensor : {t.q, t.k, t.v, t.o, t.gate, t.up, t.down}) needs.weight_bytes += gpu_bytes(*tensor);
+    for (const auto* tensor : t.matrices()) needs.weight_bytes += gpu_bytes(*tensor);
     needs.weight_bytes += (2 * s.d_model + (h.qkv_bias ? s.n_heads + 2 * s.n_kv_heads : 0) * s.head_dim +
                            (h.qk_norm ? 2 * s.head_dim : 0)) * sizeof(float) + 5 * kAlignment;
   }
@@ -802,6 +1015,9 @@ MemoryNeeds estimate_llama_memory_cuda(const gguf::File& file, KvType kv_type) {
 std::unique_ptr<Model> load_llama_cuda(const gguf::File& file, const LoadOptions& options) {
   const DeviceChoice device = resolve_device(Device::Cuda);
   Hyperparameters h = read_hyperparameters(file);
+  if (h.shared_expert_ffn > 0 || h.hybrid())
+    fail("{}: the CUDA backend has no Gated DeltaNet or shared-expert kernels yet; run it with --device cpu",
+         file.path());
   fit_rope_to_context(h, options.max_context);
   return std::make_unique<LlamaCudaModel>(file, h, options, device);
 }

@@ -1,0 +1,207 @@
+// The mixture-of-experts FFN's kernels (experts.h): router logits in float, the top-k
+// routing, the experts' matmuls pair by pair, and the weighted sum back into the residual.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "kernels/cuda/cuda_error.h"
+#include "kernels/cuda/experts.h"
+#include "kernels/cuda/gemv_q8.cuh"
+#include "kernels/cuda/quant_blocks.cuh"
+
+namespace splash::kernels::cuda {
+namespace {
+
+cudaStream_t raw(Stream& stream) { return static_cast<cudaStream_t>(stream.handle()); }
+
+constexpr int kWarps = 4;              // warps of a thread block
+constexpr int kPairRows = 2;           // weight rows a warp computes for one pair (sharing its x loads)
+constexpr int kPairParts = 4;          // 32-weight parts a lane loads before decoding any
+constexpr int kMostExperts = 32 * 32;  // route_experts: a lane keeps a bit for each of its experts
+constexpr int kMostUsed = 32;
+
+// A warp's dot product of weight row `row` (a float type) with the float row x, each lane
+// walking the row's 32-weight blocks 32 apart; every lane ends with the sum (the same order
+// on every run).
+template <GgmlType T>
+__device__ __forceinline__ float warp_dot_float(const Rows<T>& w, int row, int cols, const float* __restrict__ x,
+                                                int lane) {
+  using B = Block<T>;
+  float sum = 0.0f;
+  for (int block = lane; block < cols / B::kElements; block += 32) {
+    Run a, b;
+    B::decode(w.quants(row, block), w.header(row, block), 0, a, b);
+    const float* xb = x + block * B::kElements;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) sum = fmaf(a.q[j], xb[j], sum);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) sum = fmaf(b.q[j], xb[16 + j], sum);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
+  return sum;
+}
+
+// A warp per (expert, token): blockIdx.y is the token.
+template <GgmlType T>
+__global__ void __launch_bounds__(kWarps * 32)
+    router_kernel(Rows<T> w, int experts, int cols, const float* __restrict__ x, int ldx, float* __restrict__ logits) {
+  const int e = blockIdx.x * kWarps + threadIdx.x / 32, t = blockIdx.y, lane = threadIdx.x % 32;
+  if (e >= experts) return;
+  const float sum = warp_dot_float<T>(w, e, cols, x + static_cast<size_t>(t) * ldx, lane);
+  if (lane == 0) logits[static_cast<size_t>(t) * experts + e] = sum;
+}
+
+// A warp per token. The probabilities exp(logit - max) (the softmax's sum cancels in the
+// renormalisation, as on the CPU); `used` rounds of a warp-wide arg max over the experts not
+// yet taken, each lane keeping a bit per expert of its own (expert lane + 32 i).
+__global__ void route_kernel(const float* __restrict__ logits, int n, int experts, int used, int32_t* __restrict__ ids,
+                             float* __restrict__ weights) {
+  const int t = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (t >= n) return;
+  const float* row = logits + static_cast<size_t>(t) * experts;
+  auto logit = [&](int e) {
+    const float v = row[e];
+    return isnan(v) ? -INFINITY : v;
+  };
+  float top = -INFINITY;
+  for (int e = lane; e < experts; e += 32) top = fmaxf(top, logit(e));
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) top = fmaxf(top, __shfl_xor_sync(0xFFFFFFFFu, top, offset));
+  // (a max of +-infinity would make exp's argument NaN: then the infinite ones, or all, alike)
+  auto probability = [&](int e) {
+    if (top == -INFINITY) return 1.0f;
+    if (top == INFINITY) return logit(e) == INFINITY ? 1.0f : 0.0f;
+    return expf(logit(e) - top);
+  };
+  uint32_t taken = 0;
+  float chosen[kMostUsed];
+  float sum = 0.0f;
+  for (int k = 0; k < used; ++k) {
+    float best = -1.0f;
+    int best_e = experts;
+    for (int i = 0, e = lane; e < experts; ++i, e += 32) {
+      if (taken >> i & 1u) continue;
+      const float p = probability(e);
+      if (p > best) best = p, best_e = e;  // (a lane's experts ascend: the first of equals stays)
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const float other = __shfl_xor_sync(0xFFFFFFFFu, best, offset);
+      const int other_e = __shfl_xor_sync(0xFFFFFFFFu, best_e, offset);
+      if (other > best || (other == best && other_e < best_e)) best = other, best_e = other_e;
+    }
+    if (best_e % 32 == lane) taken |= 1u << (best_e / 32);
+    chosen[k] = best;
+    sum += best;
+    if (lane == 0) ids[static_cast<size_t>(t) * used + k] = best_e;
+  }
+  if (lane != 0) return;
+  for (int k = 0; k < used; ++k) weights[static_cast<size_t>(t) * used + k] = chosen[k] / sum;
+}
+
+// Integer types: a warp computes kPairRows rows of pair blockIdx.y's expert against its
+// activation row's int8 copy (the GEMV's loop, gemv_q8.cuh).
+template <GgmlType T>
+__global__ void __launch_bounds__(kWarps * 32)
+    expert_q8_kernel(const uint8_t* __restrict__ data, size_t expert_bytes, int rows, QuantizedRows x, int x_divisor,
+                     const int32_t* __restrict__ ids, float* __restrict__ y, int ldy) {
+  const int pair = blockIdx.y, lane = threadIdx.x % 32;
+  const int row0 = (blockIdx.x * kWarps + threadIdx.x / 32) * kPairRows;
+  if (row0 >= rows) return;
+  const Rows<T> w{data + expert_bytes * ids[pair], RowLayout<T>::row_bytes(x.cols), RowLayout<T>::quant_bytes(x.cols)};
+  int row[kPairRows];
+#pragma unroll
+  for (int r = 0; r < kPairRows; ++r) row[r] = min(row0 + r, rows - 1);
+  float acc[1][kPairRows];
+  warp_dot_q8<T, 1, kPairRows, kPairParts>(w, row, offset_rows(x, pair / x_divisor, 1), 1, lane, acc);
+  warp_sum_all(acc);
+  if (lane != 0) return;
+#pragma unroll
+  for (int r = 0; r < kPairRows; ++r)
+    if (row0 + r < rows) y[static_cast<size_t>(pair) * ldy + row0 + r] = acc[0][r];
+}
+
+// Float types: a warp per row of pair blockIdx.y's expert.
+template <GgmlType T>
+__global__ void __launch_bounds__(kWarps * 32)
+    expert_float_kernel(const uint8_t* __restrict__ data, size_t expert_bytes, int rows, int cols,
+                        const float* __restrict__ x, int ldx, int x_divisor, const int32_t* __restrict__ ids,
+                        float* __restrict__ y, int ldy) {
+  const int pair = blockIdx.y, lane = threadIdx.x % 32, row = blockIdx.x * kWarps + threadIdx.x / 32;
+  if (row >= rows) return;
+  const Rows<T> w{data + expert_bytes * ids[pair], RowLayout<T>::row_bytes(cols), RowLayout<T>::quant_bytes(cols)};
+  const float sum = warp_dot_float<T>(w, row, cols, x + static_cast<size_t>(pair / x_divisor) * ldx, lane);
+  if (lane == 0) y[static_cast<size_t>(pair) * ldy + row] = sum;
+}
+
+// A thread per (token, column): x += the pairs' weighted rows, in ascending expert order.
+__global__ void combine_kernel(const float* __restrict__ y, int ldy, const int32_t* __restrict__ y_rows,
+                               const int32_t* __restrict__ ids, const float* __restrict__ weights, int used, int d,
+                               float* __restrict__ x) {
+  const int t = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= d) return;
+  const int32_t* mine = ids + static_cast<size_t>(t) * used;
+  float* out = x + static_cast<size_t>(t) * d + j;
+  float acc = *out;
+  int previous = -1;
+  for (int step = 0; step < used; ++step) {
+    int k = -1;  // the pair of the smallest expert id above the previous one
+    for (int i = 0; i < used; ++i)
+      if (mine[i] > previous && (k < 0 || mine[i] < mine[k])) k = i;
+    if (k < 0) break;
+    previous = mine[k];
+    const int pair = t * used + k;
+    const int row = y_rows ? y_rows[pair] : pair;
+    acc += weights[pair] * y[static_cast<size_t>(row) * ldy + j];
+  }
+  *out = acc;
+}
+
+}  // namespace
+
+void router_logits(const DeviceWeight& router, const float* x, int ldx, int n, float* logits, Stream& stream) {
+  if (n <= 0) return;
+  if (router.type != GgmlType::F32 && router.type != GgmlType::F16 && router.type != GgmlType::BF16)
+    cuda_fail("router_logits: a router must be F32, F16 or BF16");
+  const dim3 grid((router.rows + kWarps - 1) / kWarps, n);
+  dispatch_weight_type(router.type, [&]<GgmlType T>() {
+    if constexpr (!Block<T>::kPacked)
+      router_kernel<T><<<grid, kWarps * 32, 0, raw(stream)>>>(rows_of<T>(router), router.rows, router.cols, x, ldx, logits);
+  });
+}
+
+void route_experts(const float* logits, int n, int experts, int used, int32_t* ids, float* weights, Stream& stream) {
+  if (n <= 0) return;
+  if (experts < 1 || experts > kMostExperts || used < 1 || used > kMostUsed || used > experts)
+    cuda_fail("route_experts: " + std::to_string(used) + " of " + std::to_string(experts) +
+              " experts (at most 32 of 1024)");
+  route_kernel<<<(n + kWarps - 1) / kWarps, kWarps * 32, 0, raw(stream)>>>(logits, n, experts, used, ids, weights);
+}
+
+void expert_matmul(const ExpertWeights& w, const float* x, int ldx, const QuantizedRows* xq, int x_divisor,
+                   const int32_t* ids, int pairs, float* y, int ldy, Stream& stream) {
+  if (pairs <= 0) return;
+  dispatch_weight_type(w.type, [&]<GgmlType T>() {
+    if constexpr (Block<T>::kPacked) {
+      if (!xq || xq->cols != w.cols || xq->sumsq) cuda_fail("expert_matmul: the int8 activations do not match");
+      const int per_block = kWarps * kPairRows;
+      expert_q8_kernel<T><<<dim3((w.rows + per_block - 1) / per_block, pairs), kWarps * 32, 0, raw(stream)>>>(
+          w.data, w.expert_bytes(), w.rows, *xq, x_divisor, ids, y, ldy);
+    } else {
+      expert_float_kernel<T><<<dim3((w.rows + kWarps - 1) / kWarps, pairs), kWarps * 32, 0, raw(stream)>>>(
+          w.data, w.expert_bytes(), w.rows, w.cols, x, ldx, x_divisor, ids, y, ldy);
+    }
+  });
+}
+
+void combine_experts(const float* y, int ldy, const int32_t* y_rows, const int32_t* ids, const float* weights, int n,
+                     int used, int d, float* x, Stream& stream) {
+  if (n <= 0) return;
+  constexpr int kThreads = 256;
+  combine_kernel<<<dim3((d + kThreads - 1) / kThreads, n), kThreads, 0, raw(stream)>>>(y, ldy, y_rows, ids, weights,
+                                                                                        used, d, x);
+}
+
+}  // namespace splash::kernels::cuda
