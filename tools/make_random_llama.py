@@ -540,8 +540,10 @@ def main(argv=None) -> int:
         "rope_original_context": args.rope_original_context, "experts": args.experts,
         "experts_used": args.experts_used,
     }.items() if v is not None}})
-    if (args.experts or args.experts_used) and not shape.experts:
+    if (args.experts or args.experts_used) and not QWEN_SHAPES.get(args.arch, Shape()).experts:
         sys.exit(f"--experts / --experts-used: {args.arch} has no mixture of experts")
+    if shape.experts_used > shape.experts:
+        sys.exit(f"--experts-used {shape.experts_used} is more than the {shape.experts} experts")
     try:
         types = tensor_types(args.mix, args.all, dict(item.partition("=")[::2] for item in args.set), shape.layers)
         template = None

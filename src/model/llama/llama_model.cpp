@@ -634,7 +634,11 @@ class LlamaModel final : public Model {
       for (auto& p : probs)  // a NaN would break the ordering below; it routes nowhere
         if (std::isnan(p)) p = -std::numeric_limits<float>::infinity();
       const float top = *std::max_element(probs.begin(), probs.end());
-      for (auto& p : probs) p = std::exp(p - top);  // the softmax's sum cancels in the renormalisation
+      // The softmax's sum cancels in the renormalisation. An infinite maximum would make
+      // exp's argument NaN: then the infinite logits share the weight (all logits, when every
+      // one is -infinity or NaN), as the GPU's route_experts does.
+      constexpr float kInfinity = std::numeric_limits<float>::infinity();
+      for (auto& p : probs) p = top == -kInfinity ? 1.0f : top == kInfinity ? (p == kInfinity ? 1.0f : 0.0f) : std::exp(p - top);
       for (int e = 0; e < experts; ++e) order[e] = e;
       std::partial_sort(order.begin(), order.begin() + used, order.end(),
                         [&](int a, int b) { return probs[a] > probs[b] || (probs[a] == probs[b] && a < b); });
