@@ -107,6 +107,7 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::Lo
     planned.kv_blocks = plan.kv_blocks;
   }
   planned.state_slots = loaded->plan.state_slots;
+  planned.state_snapshots = loaded->plan.state_snapshots;
   // The model keeps a reference to the file (embedding rows are read from the mapping), so
   // it is loaded only once the file sits at its final address inside LoadedModel.
   loaded->model = model::load_model(loaded->file, planned);

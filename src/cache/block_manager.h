@@ -7,8 +7,8 @@
 // only; a partly filled block is shared by copying it (copy-on-write). Blocks nobody holds
 // stay cached and are evicted least-recently-used, only when a fresh block is needed.
 //
-// Room for hybrid models: a block boundary is where a recurrent-state snapshot would be
-// attached (one per published block), so prefix reuse works the same for them.
+// Hybrid models publish their blocks too; their prefix hits end where a recurrent-state
+// snapshot is kept (state_snapshots.h), which this index does not need to know.
 #include <cstdint>
 #include <functional>
 #include <set>

@@ -2,8 +2,8 @@
 // A hybrid model's recurrent-state slots (model.h: ModelInfo::state_slots): the cache
 // layer's bookkeeping of which are free. A running sequence holds one from admission to its
 // end or preemption; the state itself lives in the model, like the KV blocks' contents.
-// Slots are not shared and not kept after their sequence: a prefix hit on a hybrid model
-// would need the state at the hit's end, which needs snapshots (not kept yet).
+// Slots are not shared and not kept after their sequence: a prefix hit resumes from a
+// snapshot (state_snapshots.h) copied into the new sequence's slot.
 #include <cstdint>
 #include <vector>
 

@@ -32,6 +32,7 @@ struct EngineService::Running {
   DraftBudget draft_budget;             // guesses its next step may verify
   int draft_tokens = 0, accepted_draft_tokens = 0;
   int state_slot = -1;                  // a hybrid model's recurrent-state slot (-1: none held)
+  int snapshot_at = -1;                 // and where its prompt is cut for a snapshot (-1: nowhere)
 
   int pending() const { return static_cast<int>(tokens.size()) - computed; }
 };
@@ -98,7 +99,12 @@ EngineService::EngineService(model::Model& model, const tokenizer::Tokenizer& to
       token_trie_(build_token_trie(tokenizer)),
       blocks_(model.info().kv_blocks, [&model](int from, int to, int tokens) { model.copy_kv_block(from, to, tokens); }),
       states_(model.info().state_slots),
-      worker_([this] { worker_loop(); }) {}
+      snapshots_(model.info().state_snapshots),
+      worker_([this] { worker_loop(); }) {
+  std::lock_guard lock(mutex_);
+  counters_.snapshots = snapshots_.counters();
+  counters_.snapshot_bytes = model.info().recurrent_state_bytes;
+}
 
 EngineService::~EngineService() {
   shut_down();
@@ -310,8 +316,23 @@ bool EngineService::admit(Running& sequence) {
   const bool recurrent = states_.total() > 0;
   if (recurrent && states_.available() == 0) return false;  // a running sequence frees one (there is one)
   // At least the last token is computed: its logits pick the next one. A hybrid model's
-  // state is known only from the sequence's start.
-  cache::PrefixMatch match = blocks_.acquire_prefix(sequence.tokens, recurrent ? 0 : size - 1);
+  // state is known only where a snapshot holds it: its prefix ends at the deepest snapshot
+  // whose KV blocks are all still cached.
+  cache::PrefixMatch match;
+  int resume_from = -1;  // the snapshot a hybrid sequence resumes from
+  if (!recurrent) {
+    match = blocks_.acquire_prefix(sequence.tokens, size - 1);
+  } else {
+    for (const auto& candidate : snapshots_.candidates(sequence.tokens, size - 1)) {
+      match = blocks_.acquire_prefix(sequence.tokens, candidate.tokens);
+      if (match.tokens == candidate.tokens) {
+        resume_from = candidate.snapshot;
+        break;
+      }
+      blocks_.release(match.blocks, std::span(sequence.tokens).first(match.tokens), true);
+      match = {};
+    }
+  }
   const int needed = (size + cache::kBlockTokens - 1) / cache::kBlockTokens - static_cast<int>(match.blocks.size());
   if (needed > blocks_.available()) {
     blocks_.release(match.blocks, std::span(sequence.tokens).first(match.tokens), true);
@@ -324,7 +345,30 @@ bool EngineService::admit(Running& sequence) {
   }
   sequence.blocks = std::move(match.blocks);
   sequence.computed = match.tokens;
-  if (recurrent) sequence.state_slot = states_.acquire();
+  if (recurrent) {
+    sequence.state_slot = states_.acquire();
+    if (resume_from >= 0) {
+      try {
+        model_.restore_state(resume_from, sequence.state_slot, match.tokens);
+        snapshots_.use(resume_from);
+      } catch (const std::exception&) {  // (the snapshot is not what its entry says: start afresh)
+        snapshots_.discard(resume_from);
+        blocks_.release(sequence.blocks, std::span(sequence.tokens).first(match.tokens), true);
+        sequence.blocks.clear();
+        sequence.computed = match.tokens = 0;
+      }
+      std::lock_guard lock(mutex_);
+      counters_.snapshots = snapshots_.counters();
+    }
+    // A snapshot a few tokens before the prompt's end (not yet replying: a sequence taken
+    // back after preemption has its own): the next turn's prompt (the same conversation, the
+    // template's header for the reply left out) resumes there.
+    const int cut = size - kSnapshotBeforePromptEnd;
+    sequence.snapshot_at = snapshots_.counters().total > 0 && sequence.generation->result().tokens.empty() &&
+                                   cut > sequence.computed && !snapshots_.holds(std::span(sequence.tokens).first(cut))
+                               ? cut
+                               : -1;
+  }
   sequence.published = match.tokens / cache::kBlockTokens;
   sequence.keys.assign(1, cache::kEmptyPrefix);
   for (int i = 0; i < sequence.published; ++i)
@@ -341,6 +385,7 @@ bool EngineService::admit(Running& sequence) {
       counters_.prompt_tokens += size - match.tokens;
       counters_.reused_prompt_tokens += match.tokens;
       if (match.tokens > 0) ++counters_.cache_hits;
+      counters_.snapshots = snapshots_.counters();
       // Running before its client hears it started (publish_occupancy settles the counts).
       ++counters_.requests_running;
       if (counters_.requests_queued > 0) --counters_.requests_queued;
@@ -362,7 +407,7 @@ bool EngineService::admit(Running& sequence) {
 }
 
 bool EngineService::sibling_computing_prefix(const Running& waiting) const {
-  if (states_.total() > 0) return false;  // a hybrid model takes no cached prefix: nothing to wait for
+  if (states_.total() > 0) return false;  // a hybrid model's prefix ends at a snapshot, not at a sibling's blocks
   for (const auto& sibling : running_) {
     if (sibling->pending() <= 1) continue;  // decoding: its prompt is computed and published
     const auto [a, b] = std::mismatch(waiting.tokens.begin(), waiting.tokens.end(), sibling->tokens.begin(),
@@ -383,13 +428,26 @@ bool EngineService::grow(Running& sequence, int positions) {
 }
 
 void EngineService::publish_full_blocks(Running& sequence) {
-  if (states_.total() > 0) return;  // a hybrid model reuses no prefix: nothing to publish
   while ((sequence.published + 1) * cache::kBlockTokens <= sequence.computed) {
     const int i = sequence.published++;
     const auto tokens = std::span(sequence.tokens).subspan(i * cache::kBlockTokens, cache::kBlockTokens);
     blocks_.publish(sequence.blocks[i], sequence.keys[i], i, tokens);
     sequence.keys.push_back(cache::extend_prefix(sequence.keys[i], tokens));
   }
+}
+
+void EngineService::save_snapshot(Running& sequence) {
+  const int computed = std::min(sequence.computed, static_cast<int>(sequence.tokens.size()));
+  if (sequence.state_slot < 0 || computed <= 0 || stopping_.load()) return;
+  const int snapshot = snapshots_.store(std::span(sequence.tokens).first(computed));
+  if (snapshot < 0) return;  // one holds it already
+  try {
+    model_.save_state(sequence.state_slot, snapshot);
+  } catch (const std::exception&) {  // (a slot whose state is unknown: nothing to keep)
+    snapshots_.discard(snapshot);
+  }
+  std::lock_guard lock(mutex_);
+  counters_.snapshots = snapshots_.counters();
 }
 
 void EngineService::release_state(Running& sequence) {
@@ -402,6 +460,7 @@ void EngineService::preempt(Running& sequence) {
   // Its computed blocks stay cached: when it is admitted again, the prefix index gives back
   // whatever was not evicted meanwhile and only the rest is recomputed.
   blocks_.release(sequence.blocks, std::span(sequence.tokens).first(sequence.computed), true);
+  save_snapshot(sequence);  // a hybrid's state too, so it resumes where it stopped
   release_state(sequence);
   sequence.blocks.clear();
   sequence.keys.clear();
@@ -414,6 +473,8 @@ void EngineService::preempt(Running& sequence) {
 
 void EngineService::finish(Running& sequence, bool keep_blocks) {
   sequence.ended = true;
+  // The state after the reply (a coding agent's next turn extends this conversation).
+  if (keep_blocks && sequence.started) save_snapshot(sequence);
   blocks_.release(sequence.blocks, std::span(sequence.tokens).first(std::min<size_t>(sequence.computed, sequence.tokens.size())),
                   keep_blocks);
   release_state(sequence);
@@ -636,7 +697,9 @@ EngineService::Pass EngineService::schedule() {
         drafted = 0;
       }
       draft_room -= drafted;
-      const int count = std::min(decode_pass ? sequence.pending() : shares[i], budget);
+      int count = std::min(decode_pass ? sequence.pending() : shares[i], budget);
+      if (!decode_pass && sequence.snapshot_at > sequence.computed)  // the chunk ends where the snapshot is taken
+        count = std::min(count, sequence.snapshot_at - sequence.computed);
       bool fits = grow(sequence, sequence.computed + count);
       while (!fits) {
         Running* victim = newest_victim(&sequence);
@@ -732,8 +795,12 @@ void EngineService::apply(const Pass& pass, std::span<const float> logits) {
     }
     s.computed += slot.count;
     publish_full_blocks(s);
+    if (s.computed == s.snapshot_at) {
+      save_snapshot(s);
+      s.snapshot_at = -1;
+    }
     if (rows.empty()) continue;
-    // The prompt's end (a hybrid model never replays one: its prefix is not reused)
+    // The prompt's end (a hybrid model keeps none: a replay resumes from a snapshot before it)
     if (s.generation->result().tokens.empty() && !s.generation->done() && states_.total() == 0)
       prompt_logits_.store(s.tokens, rows);
     LogitsRow whole(rows);

@@ -22,6 +22,7 @@
 
 #include "cache/block_manager.h"
 #include "cache/state_slots.h"
+#include "cache/state_snapshots.h"
 #include "chat/chat_format.h"
 #include "engine/chat_request.h"
 #include "engine/drafter.h"
@@ -87,7 +88,17 @@ struct EngineCounters {
   // those, the ones whose best tokens could not decide (the whole row was read back).
   uint64_t best_token_rows = 0;
   uint64_t whole_rows_read = 0;
+  // A hybrid model's recurrent-state snapshots (cache::StateSnapshots): kept, saved, and
+  // the requests that resumed from one (also counted in cache_hits).
+  cache::SnapshotCounters snapshots;
+  size_t snapshot_bytes = 0;  // of each
 };
+
+// Where a hybrid model's sequence saves its state before its prompt's end: this many tokens
+// before it, so that the reply's header (ChatML's `<|im_start|>assistant\n`, Qwen3.5's
+// `<think>\n` after it), which the next turn's prompt renders differently or not at all, lies
+// after the snapshot.
+inline constexpr int kSnapshotBeforePromptEnd = 8;
 
 // How the engine decodes.
 struct EngineOptions {
@@ -172,6 +183,9 @@ class EngineService {
   void preempt(Running& sequence);
   void finish(Running& sequence, bool keep_blocks);
   void publish_full_blocks(Running& sequence);
+  // A hybrid model's state after the sequence's computed tokens into a snapshot (unless one
+  // holds it already).
+  void save_snapshot(Running& sequence);
   void on_logits(Running& sequence, LogitsRow& logits);
   // The sequence's next token from `logits` (streamed by its generation), or nothing when
   // the generation ended (the sequence is then finished).
@@ -197,9 +211,11 @@ class EngineService {
   std::shared_ptr<const grammar::TokenTrie> token_trie_;  // for constrained decoding
   // Worker thread only:
   cache::BlockManager blocks_;
-  // A hybrid model's recurrent-state slots; its sequences reuse no cached prefix (their state
-  // at the prefix's end is not kept), and a preempted one starts again from its first token.
+  // A hybrid model's recurrent-state slots, and the snapshots a sequence resumes from: such
+  // a sequence reuses a cached prefix only up to a snapshot's end (a state cannot be
+  // rewound), and a preempted one starts again from its deepest snapshot or its first token.
   cache::StateSlots states_;
+  cache::StateSnapshots snapshots_;
   void release_state(Running& sequence);
   std::deque<std::unique_ptr<Running>> waiting_;   // admitted in order; preempted ones first
   std::vector<std::unique_ptr<Running>> running_;  // in admission order

@@ -39,6 +39,9 @@ std::string MemoryPlan::table() const {
   if (state_slots > 0)
     row("recurrent states", state_bytes,
         fmt::format("{} sequence(s) at once, {} each", state_slots, human(state_bytes / state_slots)));
+  if (state_snapshots > 0)
+    row("state snapshots", snapshot_bytes,
+        fmt::format("{} for prefix hits (a prompt's end, a reply's end)", state_snapshots));
   row("KV cache", kv_bytes,
       fmt::format("{} blocks of {} tokens ({}): {} sequence(s) at the full {}-token context", kv_blocks,
                   kBlockTokens, kv_type, max_sequences, max_context));
@@ -99,6 +102,16 @@ MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memor
         std::clamp<size_t>(room / 2 / needs.recurrent_state_bytes, 1, static_cast<size_t>(std::max(1, sequences))));
     plan.state_bytes = plan.state_slots * needs.recurrent_state_bytes;
     room = room > plan.state_bytes ? room - plan.state_bytes : 0;
+    // A server's snapshots: two a sequence, within a quarter of what one full context's KV
+    // leaves (so they never shorten the context; none when that is short). A one-sequence
+    // command continues its own state and keeps none.
+    const size_t one_context = (static_cast<size_t>(wanted) + kBlockTokens - 1) / kBlockTokens * needs.kv_bytes_per_block;
+    const size_t spare = room > one_context ? room - one_context : 0;
+    plan.state_snapshots = sequences > 1 ? static_cast<int>(std::min<size_t>(
+                                               spare / 4 / needs.recurrent_state_bytes, static_cast<size_t>(2 * plan.state_slots)))
+                                         : 0;
+    plan.snapshot_bytes = plan.state_snapshots * needs.recurrent_state_bytes;
+    room = room > plan.snapshot_bytes ? room - plan.snapshot_bytes : 0;
   }
   const size_t per_block = std::max<size_t>(needs.kv_bytes_per_block, 1);
   const size_t wanted_blocks = (static_cast<size_t>(wanted) + kBlockTokens - 1) / kBlockTokens;

@@ -31,6 +31,10 @@ struct MemoryPlan {
   // A hybrid model's recurrent states: one slot per sequence that runs at once.
   size_t state_bytes = 0;
   int state_slots = 0;
+  // And snapshots of such states for prefix hits (two a sequence: before its prompt's end,
+  // at its reply's end).
+  size_t snapshot_bytes = 0;
+  int state_snapshots = 0;
   std::vector<CacheBudget> caches;  // host memory: inside the budget on the CPU, beside it on a GPU
   bool caches_in_budget = true;
   int batch_tokens = 0;  // the tokens of the pass the activations are sized for
@@ -43,7 +47,8 @@ struct MemoryPlan {
 
   size_t cache_bytes() const;  // those counted in the budget
   size_t total_bytes() const {
-    return weight_bytes + mapped_bytes + activation_bytes + runtime_bytes + cache_bytes() + state_bytes + kv_bytes;
+    return weight_bytes + mapped_bytes + activation_bytes + runtime_bytes + cache_bytes() + state_bytes + snapshot_bytes +
+           kv_bytes;
   }
   std::string table() const;
 };

@@ -62,6 +62,9 @@ struct ModelInfo {
   int recurrent_layers = 0;
   int state_slots = 0;
   size_t recurrent_state_bytes = 0;
+  // And snapshots of such states (Model::save_state / restore_state), fp32 like the states:
+  // a sequence resumed from one gives the tokens one computed from the start gives.
+  int state_snapshots = 0;
 };
 
 using kernels::KvType;
@@ -85,6 +88,8 @@ struct LoadOptions {
   std::string tuning_cache_dir = {};
   // Recurrent-state slots of a hybrid model (sequences that can run at once); 0: one.
   int state_slots = 0;
+  // Snapshots of those states the model keeps (0: none).
+  int state_snapshots = 0;
 };
 
 // The most sequences in one pass (bounds the logits buffer).
@@ -168,6 +173,14 @@ class Model {
   // Copies the first `tokens` positions of a block into another (copy-on-write of a shared,
   // partly filled block).
   virtual void copy_kv_block(int from, int to, int tokens) = 0;
+  // A hybrid model's snapshots (ModelInfo::state_snapshots): save_state copies the state a
+  // slot holds (after the positions its slices have run) into a snapshot, with that count;
+  // restore_state copies a snapshot into a slot, which then continues at `positions`, which
+  // must be the snapshot's count (a state cannot be rewound). Throw splash::Error for a model
+  // without snapshots, an index out of range, a slot whose state is unknown, or a restore at
+  // another position.
+  virtual void save_state(int slot, int snapshot);
+  virtual void restore_state(int snapshot, int slot, int positions);
 };
 
 // The device a model will run on, with its memory when it is a GPU.

@@ -52,6 +52,9 @@ constexpr Family kFamilies[] = {
 
 }  // namespace
 
+void Model::save_state(int, int) { fail("save_state: this model keeps no recurrent-state snapshots"); }
+void Model::restore_state(int, int, int) { fail("restore_state: this model keeps no recurrent-state snapshots"); }
+
 std::string supported_architectures() {
   std::string names;
   for (const auto& family : kFamilies) names += (names.empty() ? "" : ", ") + std::string(family.architecture);

@@ -273,6 +273,12 @@ void HttpServer::register_routes() {
                               {"reused_prompt_tokens", counters.reused_prompt_tokens},
                               {"replays_from_logits", counters.replays_from_logits},
                               {"evictions", counters.blocks.evictions}};
+    if (counters.snapshots.total > 0)  // a hybrid model's recurrent-state snapshots (prefix hits resume from them)
+      status["state_snapshots"] = {{"total", counters.snapshots.total},
+                                   {"held", counters.snapshots.held},
+                                   {"bytes_each", counters.snapshot_bytes},
+                                   {"saved", counters.snapshots.saved},
+                                   {"hits", counters.snapshots.hits}};
     status["kv_blocks"] = {{"total", counters.blocks.total},
                            {"in_use", counters.blocks.in_use},
                            {"cached", counters.blocks.cached},

@@ -9,6 +9,7 @@
 
 #include "cache/block_manager.h"
 #include "cache/state_slots.h"
+#include "cache/state_snapshots.h"
 #include "common/error.h"
 
 namespace splash::cache {
@@ -185,6 +186,53 @@ TEST(StateSlots, EachSlotHasOneHolderAndComesBack) {
   StateSlots none(0);
   EXPECT_EQ(none.acquire(), -1);
   EXPECT_EQ(none.total(), 0);
+}
+
+// Snapshots are found by the prefixes a prompt extends, deepest first, only up to the
+// limit; a prefix is stored once; the least recently used (stored or hit) is replaced.
+TEST(StateSnapshots, FindsThePrefixesAPromptExtendsDeepestFirst) {
+  StateSnapshots snapshots(3);
+  const std::vector<int32_t> prompt{5, 6, 7, 8, 9, 10, 11, 12};
+  EXPECT_TRUE(snapshots.candidates(prompt, 8).empty());
+  const int a = snapshots.store(std::span(prompt).first(3));
+  const int b = snapshots.store(std::span(prompt).first(6));
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(snapshots.store(std::span(prompt).first(6)), -1) << "held already";
+  EXPECT_TRUE(snapshots.holds(std::span(prompt).first(3)));
+  EXPECT_FALSE(snapshots.holds(std::span(prompt).first(4)));
+  const auto found = snapshots.candidates(prompt, 7);
+  ASSERT_EQ(found.size(), 2u);
+  EXPECT_EQ(found[0].snapshot, b);
+  EXPECT_EQ(found[0].tokens, 6);
+  EXPECT_EQ(found[1].snapshot, a);
+  EXPECT_EQ(found[1].tokens, 3);
+  EXPECT_EQ(snapshots.candidates(prompt, 5).size(), 1u) << "the limit";
+  const std::vector<int32_t> other{5, 6, 99, 8, 9, 10};
+  EXPECT_TRUE(snapshots.candidates(other, 6).empty()) << "a prompt that leaves the prefix";
+  const std::vector<int32_t> shorter{5, 6, 7};
+  EXPECT_EQ(snapshots.candidates(shorter, 10).size(), 1u);
+  // Full: the least recently used goes (a, unless a hit renews it).
+  snapshots.use(a);
+  const int c = snapshots.store(std::span(prompt).first(1));
+  const int d = snapshots.store(std::span(prompt).first(8));
+  EXPECT_EQ(d, b) << "b was the least recently used";
+  EXPECT_FALSE(snapshots.holds(std::span(prompt).first(6)));
+  EXPECT_TRUE(snapshots.holds(std::span(prompt).first(3)));
+  EXPECT_NE(c, a);
+  const auto counters = snapshots.counters();
+  EXPECT_EQ(counters.total, 3);
+  EXPECT_EQ(counters.held, 3);
+  EXPECT_EQ(counters.saved, 4u);
+  EXPECT_EQ(counters.hits, 1u);
+  snapshots.discard(d);
+  EXPECT_FALSE(snapshots.holds(prompt));
+  EXPECT_EQ(snapshots.counters().held, 2);
+  EXPECT_EQ(snapshots.store(prompt), d) << "the emptied one is taken first";
+  StateSnapshots none(0);
+  EXPECT_EQ(none.store(prompt), -1);
+  EXPECT_TRUE(none.candidates(prompt, 8).empty());
 }
 
 }  // namespace splash::cache

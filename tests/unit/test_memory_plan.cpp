@@ -97,22 +97,34 @@ TEST(MemoryPlan, RecurrentStatesAreSetAsideBeforeTheKvPool) {
   EXPECT_EQ(roomy.state_bytes, kServerStateSlots * 60 * MiB);
   EXPECT_LE(roomy.total_bytes(), roomy.budget_bytes);
   EXPECT_NE(roomy.table().find("recurrent states"), std::string::npos) << roomy.table();
+  // Snapshots for prefix hits: two a sequence at most (16 GiB), fewer when a quarter of what
+  // one full context's KV leaves is short of them (8 GiB), and never at the context's cost.
+  EXPECT_GT(roomy.state_snapshots, kServerStateSlots);
+  EXPECT_LT(roomy.state_snapshots, 2 * kServerStateSlots);
+  EXPECT_EQ(roomy.snapshot_bytes, roomy.state_snapshots * 60 * MiB);
+  EXPECT_NE(roomy.table().find("state snapshots"), std::string::npos) << roomy.table();
+  EXPECT_EQ(plan_memory(needs, size_t{16} << 30, 0).state_snapshots, 2 * kServerStateSlots);
   // 1 GiB: ~760 MiB left after the model, runtime and caches: 6 states (half of it), the rest KV.
   const auto tight = plan_memory(needs, size_t{1} << 30, 0);
-  const size_t fixed = tight.total_bytes() - tight.state_bytes - tight.kv_bytes;
+  const size_t fixed = tight.total_bytes() - tight.state_bytes - tight.snapshot_bytes - tight.kv_bytes;
   EXPECT_EQ(tight.state_slots, static_cast<int>((tight.budget_bytes - fixed) / 2 / (60 * MiB)));
   EXPECT_GT(tight.state_slots, 1);
   EXPECT_LT(tight.state_slots, kServerStateSlots);
+  // Snapshots only from what a full context leaves: never a shorter context for them.
+  EXPECT_TRUE(tight.state_snapshots == 0 || tight.max_context == needs.native_context) << tight.table();
+  EXPECT_TRUE(roomy.max_context == needs.native_context) << roomy.table();
   EXPECT_LE(tight.total_bytes(), tight.budget_bytes);
   // One sequence: one state, and more context than the server's plan leaves.
   const auto single = plan_memory(needs, size_t{1} << 30, 0, std::nullopt, engine_caches(false), 1);
   EXPECT_EQ(single.state_slots, 1);
   EXPECT_EQ(single.state_bytes, 60 * MiB);
+  EXPECT_EQ(single.state_snapshots, 0);
   EXPECT_GT(single.kv_blocks, tight.kv_blocks);
   // Too little for a useful context beside one state: refused, the state named.
-  const size_t model_bytes = roomy.total_bytes() - roomy.state_bytes - roomy.kv_bytes;
+  const size_t model_bytes = roomy.total_bytes() - roomy.state_bytes - roomy.snapshot_bytes - roomy.kv_bytes;
   const auto none = plan_memory(needs, model_bytes + 70 * MiB, 0, std::nullopt, engine_caches(false), 1);
   EXPECT_FALSE(none.fits);
+  EXPECT_EQ(none.state_snapshots, 0);
   EXPECT_NE(none.problem.find("recurrent state"), std::string::npos) << none.problem;
 }
 

@@ -381,6 +381,37 @@ class LlamaModel final : public Model {
     states_ = std::make_unique<kernels::LazyMemory>(info_.recurrent_state_bytes * info_.state_slots);
     info_.decode_read_bytes += 2 * info_.recurrent_state_bytes;  // a decode step reads and writes its state
     state_positions_.assign(info_.state_slots, 0);
+    info_.state_snapshots = std::max(0, options.state_snapshots);
+    if (info_.state_snapshots > 0)
+      snapshots_ = std::make_unique<kernels::LazyMemory>(info_.recurrent_state_bytes * info_.state_snapshots);
+    snapshot_positions_.assign(info_.state_snapshots, -1);
+  }
+
+  uint8_t* snapshot_bytes(int snapshot) {
+    if (snapshot < 0 || snapshot >= info_.state_snapshots)
+      fail("state snapshot {} outside the model's {}", snapshot, info_.state_snapshots);
+    return snapshots_->data() + static_cast<size_t>(snapshot) * info_.recurrent_state_bytes;
+  }
+  uint8_t* slot_bytes(int slot) {
+    if (slot < 0 || slot >= info_.state_slots) fail("recurrent-state slot {} outside the model's {}", slot, info_.state_slots);
+    return states_->data() + static_cast<size_t>(slot) * info_.recurrent_state_bytes;
+  }
+
+  void save_state(int slot, int snapshot) override {
+    uint8_t* to = snapshot_bytes(snapshot);
+    const uint8_t* from = slot_bytes(slot);
+    if (state_positions_[slot] < 0) fail("save_state: slot {} holds no known state (its last pass failed)", slot);
+    std::memcpy(to, from, info_.recurrent_state_bytes);
+    snapshot_positions_[snapshot] = state_positions_[slot];
+  }
+
+  void restore_state(int snapshot, int slot, int positions) override {
+    const uint8_t* from = snapshot_bytes(snapshot);
+    if (positions != snapshot_positions_[snapshot])
+      fail("restore_state: snapshot {} holds the state after {} tokens, not {}", snapshot, snapshot_positions_[snapshot],
+           positions);
+    std::memcpy(slot_bytes(slot), from, info_.recurrent_state_bytes);
+    state_positions_[slot] = positions;
   }
 
   float* layer_state(int slot, int state_index) {
@@ -717,6 +748,8 @@ class LlamaModel final : public Model {
   AlignedBuffer mixed_;           // Qwen3.5: [tokens][mixed_width], a DeltaNet layer's in-projection
   int kv_layers_ = 0;             // layers with attention (all but a hybrid's recurrent ones)
   std::unique_ptr<kernels::LazyMemory> states_;  // a hybrid's recurrent states, per slot
+  std::unique_ptr<kernels::LazyMemory> snapshots_;  // and its snapshots of them
+  std::vector<int> snapshot_positions_;             // the tokens each snapshot's state has seen (-1: none)
   std::vector<int> state_positions_;             // the tokens each slot's state has seen (-1: unknown)
   AlignedBuffer expert_rows_;     // the rows routed to one expert, gathered
   AlignedBuffer router_logits_;   // [tokens][experts]
