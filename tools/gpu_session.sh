@@ -102,6 +102,10 @@ phase_fixtures() {
     --out "$KEEP/fixtures/random-qwen3moe.gguf" 2>/dev/null
   python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen3moe --all Q4_K \
     --out "$KEEP/fixtures/random-qwen3moe-q4k.gguf" 2>/dev/null
+  # ... and mix a with float experts in layer 1 (F16 gate beside Q8_0 up, F32 down: the
+  # float ones take expert_matmul row by row)
+  python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen3moe --mix a --set blk.1.ffn_gate=F16 --set blk.1.ffn_down=F32 \
+    --out "$KEEP/fixtures/random-qwen3moe-mix-a.gguf" 2>/dev/null
   ls -la "$KEEP/fixtures"
 }
 
@@ -171,7 +175,7 @@ phase_sanitize() {  # phase_sanitize FILTER
       --error-exitcode 9 .gpu/bin/splash_gpu_tests --gtest_filter="$1" > "$OUT/sanitize_$tool.log" 2>&1
     local rc=$?
     tail -n 4 "$OUT/sanitize_$tool.log"
-    row "$tool ($1)" "rc=$rc ($(grep -c 'Invalid\|uninitialized\|Race reported\|hazard' "$OUT/sanitize_$tool.log") error lines)"
+    row "$tool ($1)" "rc=$rc ($(grep -v 'SUMMARY' "$OUT/sanitize_$tool.log" | grep -c 'Invalid\|uninitialized\|Race reported\|hazard') error lines)"
     record "sanitize_$tool" "{\"rc\": $rc}"
   done
 }
@@ -412,11 +416,30 @@ make_moe() {
   ls -la "$model"
 }
 
+# That mixture of experts, the previous build (.gpu/old/splash.xz) against this one, taking
+# turns: prefill 512/4096, decode, aggregate decode of 1/4/16/64 sequences.
+phase_moe_ab() {
+  [ -f .gpu/old/splash.xz ] || { row moe-ab "skipped: no .gpu/old/splash.xz carried"; return; }
+  local model=$KEEP/qwen3-30b-a3b-shape-8-layers.gguf i b
+  make_moe "$model" || { row moe-ab "failed to make the model"; return; }
+  xz -dkf .gpu/old/splash.xz && chmod +x .gpu/old/splash
+  for i in 1 2; do
+    for b in old bin; do
+      LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/$b/splash bench --device cuda -m "$model" --prompt-sizes 512,4096 \
+        --decode-tokens 128 --repetitions 2 --parallel 1,4,16,64 > "$OUT/moe_ab_${b}_$i.txt" 2>&1
+      row "moe-ab $b $i" "rc=$?; $(grep -E 'prefill|decode' "$OUT/moe_ab_${b}_$i.txt" | tr -s ' ' | tr '\n' ';')"
+    done
+  done
+}
+
 # That mixture of experts, splash and llama.cpp on the same file, one lease: the peer builds
 # beside the model's making and splash's benchmark, then runs alone.
 phase_moe_side() {
   local model=$KEEP/qwen3-30b-a3b-shape-8-layers.gguf bin=$KEEP/llama
   phase_peer_build "${1:-330}" & local build=$!
+  # The model tests with every pass of experts grouped on the device (decode graphs too).
+  phase_fixtures > /dev/null
+  gtest gpu_tests_moe_grouped 'CudaModelTest.*:CudaExpertsTest.*' SPLASH_GPU_FIXTURES="$KEEP/fixtures" SPLASH_CUDA_MOE_PAIRS=0
   make_moe "$model" || { row moe "failed to make the model"; return; }
   splash bench --device cuda -m "$model" --prompt-sizes 512,4096 --decode-tokens 128 --repetitions 3 \
     --parallel 1,4,16,64 --json > "$OUT/bench_moe.txt" 2> "$OUT/bench_moe.err"
@@ -624,6 +647,7 @@ case "${1:-tests}" in
               phase_bench; wait "$build"; PEER_DEPTH=0 phase_peer ;;
   peer-build) phase_peer_build "${2:-540}" ;;
   moe-side) phase_moe_side "${2:-330}" ;;
+  moe-ab) phase_moe_ab ;;
   bench8b) phase_bench8b ;;
   *) echo "usage: $0 tests|quick|serve|bench|profile|kernels [FILTER]|sanitize FILTER|work|final|peer-build S|peer|bench8b|part N|real" >&2; exit 2 ;;
 esac

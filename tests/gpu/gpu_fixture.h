@@ -44,6 +44,16 @@ std::vector<T> to_host(const cu::DeviceBuffer& buffer, size_t count) {
   return host;
 }
 
+// The same from a device pointer into a larger buffer.
+template <typename T>
+std::vector<T> to_host_at(const T* device, size_t count) {
+  std::vector<T> host(count);
+  cu::Stream stream;
+  stream.copy_to_host(host.data(), device, count * sizeof(T));
+  stream.synchronize("test download");
+  return host;
+}
+
 // Relative L2 error; NaN anywhere (an unwritten, poisoned output) gives +inf.
 inline double relative_error(const std::vector<float>& out, const std::vector<double>& ref) {
   double diff = 0.0, norm = 0.0;

@@ -661,15 +661,18 @@ TEST_P(CudaAttentionTest, PrefillAndDecodeAgainstFloat64) {
     const auto ref = reference(t);
     expected.insert(expected.end(), ref.begin(), ref.end());
   }
+  // Each sequence's last token's row of `rows` (n rows of qkv_w), in sequence order.
+  const auto last_token_rows = [&](const std::vector<float>& rows) {
+    std::vector<float> gathered;
+    for (size_t s = 0; s < lengths.size(); ++s) {
+      const int t = first_token[s] + lengths[s] - 1;
+      gathered.insert(gathered.end(), rows.begin() + static_cast<size_t>(t) * qkv_w,
+                      rows.begin() + static_cast<size_t>(t + 1) * qkv_w);
+    }
+    return gathered;
+  };
   // The rotated q rows of those tokens, as qkv_post left them on the device.
-  const auto rotated = to_host<float>(d_qkv, static_cast<size_t>(n) * qkv_w);
-  std::vector<float> decode_qkv;
-  for (size_t s = 0; s < lengths.size(); ++s) {
-    const int t = first_token[s] + lengths[s] - 1;
-    decode_qkv.insert(decode_qkv.end(), rotated.begin() + static_cast<size_t>(t) * qkv_w,
-                      rotated.begin() + static_cast<size_t>(t + 1) * qkv_w);
-  }
-  const auto dq = to_device(decode_qkv);
+  const auto dq = to_device(last_token_rows(to_host<float>(d_qkv, static_cast<size_t>(n) * qkv_w)));
   const DeviceBatch decode_batch(d_pos, d_off, tables, singles, n_heads, n_kv, hd);
   const cu::BatchLayout& decode = decode_batch.layout;
   cu::DeviceBuffer decode_out(3 * n_heads * hd * sizeof(float));
@@ -696,12 +699,7 @@ TEST_P(CudaAttentionTest, PrefillAndDecodeAgainstFloat64) {
     EXPECT_TRUE(pool.element == cu::KvElement::F32 || hd == 256) << "the tensor-core decode takes the epilogue";
     return;
   }
-  std::vector<float> raw_rows;
-  for (size_t s = 0; s < lengths.size(); ++s) {
-    const int t = first_token[s] + lengths[s] - 1;
-    raw_rows.insert(raw_rows.end(), qkv.begin() + static_cast<size_t>(t) * qkv_w,
-                    qkv.begin() + static_cast<size_t>(t + 1) * qkv_w);
-  }
+  const auto raw_rows = last_token_rows(qkv);
   const auto d_raw = to_device(raw_rows);
   const size_t element = pool.element_bytes();
   const auto kv_bytes = to_host<uint8_t>(data, pool.bytes());
@@ -834,7 +832,7 @@ TEST_F(CudaExpertsTest, RouterLogitsAgainstFloat64) {
 TEST_F(CudaExpertsTest, ExpertMatmulAgainstFloat64) {
   cu::Stream stream;
   cu::MatmulScratch scratch;
-  const int experts = 5, rows = 100, cols = 512, used = 2, n = 3;
+  const int experts = 5, rows = 101, cols = 512, used = 2, n = 3;  // (odd rows: a warp's second row clamped)
   const std::vector<int32_t> ids{4, 0, 2, 4, 1, 3};  // token 0: experts 4, 0; token 1: 2, 4; token 2: 1, 3
   const int pairs = static_cast<int>(ids.size());
   const auto d_ids = to_device(ids);
@@ -867,8 +865,87 @@ TEST_F(CudaExpertsTest, ExpertMatmulAgainstFloat64) {
   }
 }
 
-// x += the pairs' weighted rows, in ascending expert order whatever the pairs' order, with
-// and without a map from pairs to rows (the prompt path's sorted rows): within 1e-6.
+// The pairs grouped by expert on the device (every pair placed once, each expert's rows
+// contiguous in expert order, tiles covering them in order), then every tile's matmul in one
+// launch, against float64 with the expert each pair names: f16 operands, 3e-3 (as the small
+// GEMM). Tiles of 8, 16, 32 and 64 rows; an expert with no pairs, one with more than a tile
+// of any size (every token's first); the output in the right half of wider rows (as up's
+// rows lie after gate's).
+TEST_F(CudaExpertsTest, GroupedExpertMatmulAgainstFloat64) {
+  cu::Stream stream;
+  cu::MatmulScratch scratch;
+  cu::reserve_small_gemm(scratch, 256, stream);
+  const int experts = 6, rows = 200, cols = 512, used = 3, n = 70, pairs = n * used, ldy = 2 * rows;
+  std::vector<int32_t> ids(pairs);
+  std::uniform_int_distribution<int> pick(0, experts - 2);  // expert 5 takes nothing
+  for (int t = 0; t < n; ++t)
+    for (int k = 0; k < used; ++k) ids[t * used + k] = k == 0 ? 0 : pick(rng_);  // expert 0: every token
+  const auto d_ids = to_device(ids);
+  cu::DeviceBuffer groups_buffer(cu::expert_groups_bytes(pairs, experts, 8));
+  scratch.activations_f16.resize(sizeof(uint16_t) * pairs * cols);
+  const auto x = random_floats(rng_, static_cast<size_t>(n) * cols);
+  for (const GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_1}) {
+    const auto bytes = random_matrix(type, experts * rows, cols, rng_);
+    const auto w = dequantized(type, bytes, experts * rows, cols);
+    const auto device_bytes = packed_on_device(type, bytes, experts * rows, cols);
+    const cu::ExpertWeights stack{type, device_bytes.as<uint8_t>(), experts, rows, cols};
+    for (const int tile_rows : {8, 16, 32, 64}) {
+      SCOPED_TRACE(std::string(type_name(type)) + ", tiles of " + std::to_string(tile_rows));
+      const cu::ExpertGroups groups = cu::expert_groups_in(groups_buffer.data(), pairs, experts, tile_rows);
+      cu::group_pairs(d_ids.as<int32_t>(), pairs, experts, used, tile_rows, groups, stream);
+      stream.synchronize("group_pairs");
+      const auto start = to_host_at<int32_t>(groups.start, experts + 1);
+      const auto token_of_row = to_host_at<int32_t>(groups.token_of_row, pairs);
+      const auto place = to_host_at<int32_t>(groups.place, pairs);
+      const int tile_count = to_host_at<int32_t>(groups.tile_count, 1)[0];
+      const auto tiles = to_host_at<int32_t>(groups.tiles, 4 * static_cast<size_t>(tile_count));
+      std::vector<int> seen(pairs, 0);
+      for (int p = 0; p < pairs; ++p) {
+        ASSERT_GE(place[p], start[ids[p]]);
+        ASSERT_LT(place[p], start[ids[p] + 1]);
+        ++seen[place[p]];
+        EXPECT_EQ(token_of_row[place[p]], p / used);
+      }
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), pairs) << "every row holds one pair";
+      int covered = 0;
+      for (int i = 0; i < tile_count; ++i) {
+        const int e = tiles[4 * i], first = tiles[4 * i + 1], count = tiles[4 * i + 2];
+        EXPECT_EQ(first, covered) << "tile " << i;
+        EXPECT_TRUE(count >= 1 && count <= tile_rows && first >= start[e] && first + count <= start[e + 1]) << "tile " << i;
+        covered += count;
+      }
+      EXPECT_EQ(covered, pairs);
+      EXPECT_GT(tile_count, experts - 1) << "expert 0's rows span more than one tile";
+      EXPECT_EQ(start[experts - 1], start[experts]) << "the unchosen expert has no rows";
+      // The sorted rows' inputs, as the model gathers them.
+      std::vector<float> sorted(static_cast<size_t>(pairs) * cols);
+      for (int r = 0; r < pairs; ++r)
+        std::copy_n(x.begin() + static_cast<size_t>(token_of_row[r]) * cols, cols, sorted.begin() + static_cast<size_t>(r) * cols);
+      const auto d_sorted = to_device(sorted);
+      auto dy = to_device(std::vector<float>(static_cast<size_t>(pairs) * ldy, NAN));
+      cu::grouped_expert_matmul(stack, d_sorted.as<float>(), cols, pairs, groups, tile_rows, dy.as<float>() + rows, ldy,
+                                scratch, stream);
+      stream.synchronize("grouped_expert_matmul");
+      const auto out = to_host<float>(dy, static_cast<size_t>(pairs) * ldy);
+      std::vector<float> by_pair(static_cast<size_t>(pairs) * rows);
+      std::vector<double> ref(by_pair.size());
+      for (int p = 0; p < pairs; ++p)
+        for (int r = 0; r < rows; ++r) {
+          by_pair[static_cast<size_t>(p) * rows + r] = out[static_cast<size_t>(place[p]) * ldy + rows + r];
+          EXPECT_TRUE(std::isnan(out[static_cast<size_t>(place[p]) * ldy + r])) << "the left half untouched";
+          double sum = 0.0;
+          for (int c = 0; c < cols; ++c)
+            sum += w[(static_cast<size_t>(ids[p]) * rows + r) * cols + c] * x[static_cast<size_t>(p / used) * cols + c];
+          ref[static_cast<size_t>(p) * rows + r] = sum;
+        }
+      EXPECT_LT(relative_error(by_pair, ref), 3e-3);
+    }
+  }
+}
+
+// x += the pairs' weighted rows, in ascending expert order whatever the pairs' order (the
+// CPU path's order: bit for bit a float sum in that order, each step one fused multiply-add),
+// with and without a map from pairs to rows (the grouped path's sorted rows).
 TEST_F(CudaExpertsTest, CombineAddsThePairsWeightedRows) {
   cu::Stream stream;
   const int n = 3, used = 3, d = 300, pairs = n * used;
@@ -879,17 +956,24 @@ TEST_F(CudaExpertsTest, CombineAddsThePairsWeightedRows) {
   const auto x0 = random_floats(rng_, static_cast<size_t>(n) * d);
   const auto d_ids = to_device(ids), d_rows = to_device(rows), d_weights = to_device(weights), d_y = to_device(y);
   for (const bool mapped : {false, true}) {
-    std::vector<double> ref(x0.begin(), x0.end());
-    for (int t = 0; t < n; ++t)
-      for (int k = 0; k < used; ++k) {
-        const int p = t * used + k, row = mapped ? rows[p] : p;
-        for (int j = 0; j < d; ++j) ref[static_cast<size_t>(t) * d + j] += weights[p] * y[static_cast<size_t>(row) * d + j];
+    std::vector<float> ref(x0);
+    for (int t = 0; t < n; ++t) {
+      std::vector<int> order(used);  // the token's pairs by expert id
+      std::iota(order.begin(), order.end(), t * used);
+      std::sort(order.begin(), order.end(), [&](int a, int b) { return ids[a] < ids[b]; });
+      for (const int p : order) {
+        const int row = mapped ? rows[p] : p;
+        for (int j = 0; j < d; ++j) {
+          float& out = ref[static_cast<size_t>(t) * d + j];
+          out = std::fma(weights[p], y[static_cast<size_t>(row) * d + j], out);
+        }
       }
+    }
     auto dx = to_device(x0);
     cu::combine_experts(d_y.as<float>(), d, mapped ? d_rows.as<int32_t>() : nullptr, d_ids.as<int32_t>(),
                         d_weights.as<float>(), n, used, d, dx.as<float>(), stream);
     stream.synchronize("combine_experts");
-    EXPECT_LT(relative_error(to_host<float>(dx, ref.size()), ref), 1e-6) << (mapped ? "mapped" : "in order");
+    EXPECT_EQ(to_host<float>(dx, ref.size()), ref) << (mapped ? "mapped" : "in order");
   }
 }
 

@@ -86,9 +86,9 @@ TEST_F(CudaModelTest, RandomModelsMatchTheCpuPath) {
   }
 }
 
-// A mixture of experts' prompt path (more than kSmallGemmLargestBatch tokens: the pairs
-// brought back, grouped by expert, each expert's rows one matmul) against the CPU path,
-// with the decode steps after it on the pair-by-pair path, at the tolerance above.
+// A mixture of experts' longer prompt (a hundred tokens: 202 pairs grouped by expert in
+// tiles of 32 rows; the 40-token prompt above takes tiles of 16) against the CPU path, with
+// the decode steps after it on the pair-by-pair path, at the tolerance above.
 TEST_F(CudaModelTest, MixtureOfExpertsPromptPathMatchesTheCpuPath) {
   int models = 0;
   for (const auto& path : fixture_models()) {

@@ -2,6 +2,7 @@
 // routing, the experts' matmuls pair by pair, and the weighted sum back into the residual.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -18,8 +19,8 @@ cudaStream_t raw(Stream& stream) { return static_cast<cudaStream_t>(stream.handl
 constexpr int kWarps = 4;              // warps of a thread block
 constexpr int kPairRows = 2;           // weight rows a warp computes for one pair (sharing its x loads)
 constexpr int kPairParts = 4;          // 32-weight parts a lane loads before decoding any
-constexpr int kMostExperts = 32 * 32;  // route_experts: a lane keeps a bit for each of its experts
-constexpr int kMostUsed = 32;
+static_assert(kMostExperts <= 32 * 32);  // route_experts: a lane keeps a bit for each of its experts
+constexpr int kMostUsed = kMostExpertsUsed;
 
 // A warp's dot product of weight row `row` (a float type) with the float row x, each lane
 // walking the row's 32-weight blocks 32 apart; every lane ends with the sum (the same order
@@ -106,8 +107,8 @@ __global__ void route_kernel(const float* __restrict__ logits, int n, int expert
 template <GgmlType T>
 __global__ void __launch_bounds__(kWarps * 32)
     expert_q8_kernel(const uint8_t* __restrict__ data, size_t expert_bytes, int rows, QuantizedRows x, int x_divisor,
-                     const int32_t* __restrict__ ids, float* __restrict__ y, int ldy) {
-  const int pair = blockIdx.y, lane = threadIdx.x % 32;
+                     const int32_t* __restrict__ ids, float* __restrict__ y, int ldy, int first_pair) {
+  const int pair = first_pair + blockIdx.y, lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * kWarps + threadIdx.x / 32) * kPairRows;
   if (row0 >= rows) return;
   const Rows<T> w{data + expert_bytes * ids[pair], RowLayout<T>::row_bytes(x.cols), RowLayout<T>::quant_bytes(x.cols)};
@@ -128,8 +129,8 @@ template <GgmlType T>
 __global__ void __launch_bounds__(kWarps * 32)
     expert_float_kernel(const uint8_t* __restrict__ data, size_t expert_bytes, int rows, int cols,
                         const float* __restrict__ x, int ldx, int x_divisor, const int32_t* __restrict__ ids,
-                        float* __restrict__ y, int ldy) {
-  const int pair = blockIdx.y, lane = threadIdx.x % 32, row = blockIdx.x * kWarps + threadIdx.x / 32;
+                        float* __restrict__ y, int ldy, int first_pair) {
+  const int pair = first_pair + blockIdx.y, lane = threadIdx.x % 32, row = blockIdx.x * kWarps + threadIdx.x / 32;
   if (row >= rows) return;
   const Rows<T> w{data + expert_bytes * ids[pair], RowLayout<T>::row_bytes(cols), RowLayout<T>::quant_bytes(cols)};
   const float sum = warp_dot_float<T>(w, row, cols, x + static_cast<size_t>(pair / x_divisor) * ldx, lane);
@@ -154,12 +155,75 @@ __global__ void combine_kernel(const float* __restrict__ y, int ldy, const int32
     previous = mine[k];
     const int pair = t * used + k;
     const int row = y_rows ? y_rows[pair] : pair;
-    acc += weights[pair] * y[static_cast<size_t>(row) * ldy + j];
+    acc = fmaf(weights[pair], y[static_cast<size_t>(row) * ldy + j], acc);
   }
   *out = acc;
 }
 
+// One block of kGroupThreads: counts a row per pair in shared memory, turns the counts
+// into starts and tiles (thread 0: a few hundred entries), then places every pair.
+constexpr int kGroupThreads = 1024;
+__global__ void __launch_bounds__(kGroupThreads)
+    group_kernel(const int32_t* __restrict__ ids, int pairs, int experts, int used, int tile_rows, ExpertGroups g) {
+  __shared__ int count[kMostExperts], cursor[kMostExperts];
+  for (int e = threadIdx.x; e < experts; e += kGroupThreads) count[e] = 0;
+  __syncthreads();
+  for (int p = threadIdx.x; p < pairs; p += kGroupThreads) atomicAdd(&count[ids[p]], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int start = 0, tiles = 0;
+    for (int e = 0; e < experts; ++e) {
+      g.start[e] = cursor[e] = start;
+      for (int r = 0; r < count[e]; r += tile_rows, ++tiles) {
+        int32_t* tile = g.tiles + 4 * tiles;
+        tile[0] = e, tile[1] = start + r, tile[2] = min(tile_rows, count[e] - r), tile[3] = 0;
+      }
+      start += count[e];
+    }
+    g.start[experts] = start;
+    *g.tile_count = tiles;
+  }
+  __syncthreads();
+  for (int p = threadIdx.x; p < pairs; p += kGroupThreads) {
+    const int row = atomicAdd(&cursor[ids[p]], 1);
+    g.place[p] = row;
+    g.token_of_row[row] = p / used;
+    g.expert_of_row[row] = ids[p];
+  }
+}
+
 }  // namespace
+
+size_t expert_groups_bytes(int pairs, int experts, int tile_rows) {
+  return sizeof(int32_t) * (static_cast<size_t>(experts) + 1 + 3 * static_cast<size_t>(pairs) +
+                            4 * static_cast<size_t>(most_expert_tiles(pairs, experts, tile_rows)) + 1);
+}
+
+ExpertGroups expert_groups_in(void* buffer, int pairs, int experts, int tile_rows) {
+  auto* at = static_cast<int32_t*>(buffer);
+  ExpertGroups g;
+  g.tiles = at, at += 4 * static_cast<size_t>(most_expert_tiles(pairs, experts, tile_rows));  // (16-byte aligned)
+  g.start = at, at += experts + 1;
+  g.token_of_row = at, at += pairs;
+  g.expert_of_row = at, at += pairs;
+  g.place = at, at += pairs;
+  g.tile_count = at;
+  return g;
+}
+
+int expert_tile_rows(int pairs, int experts) {
+  const int per_expert = (pairs + experts - 1) / std::max(experts, 1);
+  return per_expert <= 8 ? 8 : per_expert <= 16 ? 16 : per_expert <= 32 ? 32 : 64;
+}
+
+void group_pairs(const int32_t* ids, int pairs, int experts, int used, int tile_rows, const ExpertGroups& groups,
+                 Stream& stream) {
+  if (pairs <= 0) return;
+  if (experts < 1 || experts > kMostExperts || used < 1 || tile_rows < 1)
+    cuda_fail("group_pairs: " + std::to_string(experts) + " experts (1 to 1024), " + std::to_string(used) +
+              " a token, tiles of " + std::to_string(tile_rows) + " rows");
+  group_kernel<<<1, kGroupThreads, 0, raw(stream)>>>(ids, pairs, experts, used, tile_rows, groups);
+}
 
 void router_logits(const DeviceWeight& router, const float* x, int ldx, int n, float* logits, Stream& stream) {
   if (n <= 0) return;
@@ -182,16 +246,19 @@ void route_experts(const float* logits, int n, int experts, int used, int32_t* i
 
 void expert_matmul(const ExpertWeights& w, const float* x, int ldx, const QuantizedRows* xq, int x_divisor,
                    const int32_t* ids, int pairs, float* y, int ldy, Stream& stream) {
-  if (pairs <= 0) return;
+  constexpr int kMostGridY = 65535;  // pairs a launch takes (grid.y)
   dispatch_weight_type(w.type, [&]<GgmlType T>() {
-    if constexpr (Block<T>::kPacked) {
-      if (!xq || xq->cols != w.cols || xq->sumsq) cuda_fail("expert_matmul: the int8 activations do not match");
-      const int per_block = kWarps * kPairRows;
-      expert_q8_kernel<T><<<dim3((w.rows + per_block - 1) / per_block, pairs), kWarps * 32, 0, raw(stream)>>>(
-          w.data, w.expert_bytes(), w.rows, *xq, x_divisor, ids, y, ldy);
-    } else {
-      expert_float_kernel<T><<<dim3((w.rows + kWarps - 1) / kWarps, pairs), kWarps * 32, 0, raw(stream)>>>(
-          w.data, w.expert_bytes(), w.rows, w.cols, x, ldx, x_divisor, ids, y, ldy);
+    for (int first = 0; first < pairs; first += kMostGridY) {
+      const int count = std::min(kMostGridY, pairs - first);
+      if constexpr (Block<T>::kPacked) {
+        if (!xq || xq->cols != w.cols || xq->sumsq) cuda_fail("expert_matmul: the int8 activations do not match");
+        const int per_block = kWarps * kPairRows;
+        expert_q8_kernel<T><<<dim3((w.rows + per_block - 1) / per_block, count), kWarps * 32, 0, raw(stream)>>>(
+            w.data, w.expert_bytes(), w.rows, *xq, x_divisor, ids, y, ldy, first);
+      } else {
+        expert_float_kernel<T><<<dim3((w.rows + kWarps - 1) / kWarps, count), kWarps * 32, 0, raw(stream)>>>(
+            w.data, w.expert_bytes(), w.rows, w.cols, x, ldx, x_divisor, ids, y, ldy, first);
+      }
     }
   });
 }

@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_error.h"
+#include "kernels/cuda/experts.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops.h"
@@ -149,6 +150,15 @@ __device__ __forceinline__ void finish_rows(const float (&acc)[NT][4], int row_b
   if (threadIdx.x == 0) arrivals[blockIdx.x] = 0;
 }
 
+// A grouped launch (grouped_expert_matmul): blockIdx.z is a tile of ExpertGroups, {expert,
+// first row, rows}; the block's matrix is that expert's and its activation and output rows
+// the tile's. Blocks past the tile count return at once.
+struct ExpertTiles {
+  const int4* tiles = nullptr;  // null: a plain launch
+  const int* count = nullptr;
+  size_t expert_bytes = 0;
+};
+
 // The pipeline: while the warps multiply tile t out of one stage, they decode tile t + 1
 // (whose loads were issued two tiles earlier) into the other; a tile's raw loads are issued
 // as soon as the registers they go to are decoded, so two tiles of weights are always in
@@ -158,10 +168,20 @@ template <GgmlType T, int NT>
 __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)  // as many as fit in shared memory
     small_gemm_kernel(Rows<T> w, int rows, int cols, const float* __restrict__ x, const __half* __restrict__ x16, int ldx, int n,
                       float* __restrict__ y, int ldy, int accumulate, int tiles_per_split, int splits,
-                      float* __restrict__ partials, unsigned* __restrict__ arrivals) {
+                      float* __restrict__ partials, unsigned* __restrict__ arrivals, ExpertTiles grouped) {
   using B = Block<T>;
   using Raw = typename B::Raw;
   extern __shared__ uint4 shared[];
+  if (grouped.tiles) {  // (the tiles come from the kernel before: wait for them first)
+    wait_for_inputs();
+    if (static_cast<int>(blockIdx.z) >= *grouped.count) return;
+    const int4 tile = grouped.tiles[blockIdx.z];
+    w.data += grouped.expert_bytes * tile.x;
+    x += static_cast<size_t>(tile.y) * ldx;
+    if (x16) x16 += static_cast<size_t>(tile.y) * cols;
+    y += static_cast<size_t>(tile.y) * ldy;
+    n = tile.z;
+  }
   __half* const stages[2] = {reinterpret_cast<__half*>(shared), reinterpret_cast<__half*>(shared) + stage_halves(NT)};
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row_base = blockIdx.x * kBlockRows;
@@ -634,7 +654,35 @@ void launch_small_gemm(const DeviceWeight& w, const float* x, int ldx, int n, fl
   launch_dependent_shared(small_gemm_kernel<T, NT>, dim3(k.row_blocks, k.splits), dim3(kThreads), shared_bytes(NT), s,
                           rows_of<T>(w), w.rows, w.cols, x, x16, ldx, n, y, ldy,
                           accumulate ? 1 : 0, k.tiles_per_split, k.splits, scratch.split_partials.as<float>(),
-                          scratch.split_arrivals.as<unsigned>());
+                          scratch.split_arrivals.as<unsigned>(), ExpertTiles{});
+}
+
+// Every tile of an expert grouping in one launch of the staged kernel: no split of K (the
+// tiles fill the GPU), a z block per possible tile.
+template <GgmlType T, int NT>
+void launch_grouped(const ExpertWeights& w, const float* x, int ldx, int pairs, const ExpertGroups& groups,
+                    int tile_rows, float* y, int ldy, MatmulScratch& scratch, Stream& stream) {
+  static const bool configured = [] {
+    return cudaFuncSetAttribute(small_gemm_kernel<T, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(shared_bytes(NT))) == cudaSuccess;
+  }();
+  if (!configured) cuda_fail("small_gemm: the shared memory the kernel needs is not available");
+  const auto s = static_cast<cudaStream_t>(stream.handle());
+  const __half* x16 = nullptr;
+  if constexpr (kHalfActivations<NT>) {
+    const size_t bytes = sizeof(__half) * static_cast<size_t>(pairs) * w.cols;
+    if (scratch.activations_f16.size() < bytes) cuda_fail("grouped_expert_matmul: the f16 activations' scratch is short");
+    const size_t threads = static_cast<size_t>(pairs) * (w.cols / 8);
+    launch_dependent(activations_to_f16_kernel, dim3(static_cast<unsigned>((threads + 255) / 256)), dim3(256), s, x, ldx,
+                     pairs, w.cols, scratch.activations_f16.as<__half>());
+    x16 = scratch.activations_f16.as<__half>();
+  }
+  const int k_tiles = (w.cols + kTileCols - 1) / kTileCols;
+  const dim3 grid((w.rows + kBlockRows - 1) / kBlockRows, 1, most_expert_tiles(pairs, w.experts, tile_rows));
+  const ExpertTiles tiles{reinterpret_cast<const int4*>(groups.tiles), groups.tile_count, w.expert_bytes()};
+  launch_dependent_shared(small_gemm_kernel<T, NT>, grid, dim3(kThreads), shared_bytes(NT), s, rows_of<T>(w.expert(0)),
+                          w.rows, w.cols, x, x16, ldx, pairs, y, ldy, 0, k_tiles, 1, scratch.split_partials.as<float>(),
+                          scratch.split_arrivals.as<unsigned>(), tiles);
 }
 
 // The streamed kernel's shared memory: enough for a forced split of up to 11 super-blocks at 16 rows.
@@ -697,6 +745,26 @@ void streamed(const DeviceWeight& w, const float* x, int ldx, int n, float* y, i
 }
 
 }  // namespace
+
+void grouped_expert_matmul(const ExpertWeights& w, const float* x, int ldx, int pairs, const ExpertGroups& groups,
+                           int tile_rows, float* y, int ldy, MatmulScratch& scratch, Stream& stream) {
+  if (pairs <= 0) return;
+  if (ldx % 4 != 0) cuda_fail("grouped_expert_matmul: activation rows must be 16-byte aligned");
+  if (most_expert_tiles(pairs, w.experts, tile_rows) > 65535) cuda_fail("grouped_expert_matmul: too many tiles");
+  dispatch_weight_type(w.type, [&]<GgmlType T>() {
+    if constexpr (!Block<T>::kPacked) {
+      cuda_fail("grouped_expert_matmul: float experts take expert_matmul");
+    } else {
+      switch (tile_rows) {
+        case 8: return launch_grouped<T, 1>(w, x, ldx, pairs, groups, tile_rows, y, ldy, scratch, stream);
+        case 16: return launch_grouped<T, 2>(w, x, ldx, pairs, groups, tile_rows, y, ldy, scratch, stream);
+        case 32: return launch_grouped<T, 4>(w, x, ldx, pairs, groups, tile_rows, y, ldy, scratch, stream);
+        case 64: return launch_grouped<T, 8>(w, x, ldx, pairs, groups, tile_rows, y, ldy, scratch, stream);
+        default: cuda_fail("grouped_expert_matmul: tiles of 8, 16, 32 or 64 rows");
+      }
+    }
+  });
+}
 
 bool small_gemm_reads(GgmlType type) {
   bool packed = false;

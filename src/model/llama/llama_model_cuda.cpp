@@ -139,25 +139,41 @@ struct ScratchSizes {
   }
 };
 
+// Up to this many (token, expert) pairs a mixture of experts runs pair by pair (a GEMV of
+// the pair's expert each: batch-1 decode's 8 pairs read 8 experts); more are grouped by
+// expert on the device, each chosen expert read once. SPLASH_CUDA_MOE_PAIRS=N moves the
+// boundary (to compare).
+constexpr int kMaxPairsOneByOne = 512;
+int pairs_one_by_one() {
+  static const int most = [] {
+    const char* value = std::getenv("SPLASH_CUDA_MOE_PAIRS");
+    return value ? std::clamp(std::atoi(value), 0, kMaxPairsOneByOne) : 32;
+  }();
+  return most;
+}
+
 // A mixture of experts' scratch for a pass of `tokens` tokens: the router's logits, each
-// pair's expert and weight, where the prompt path put each pair (its token, sorted by
-// expert; the pair's row there), and the pairs' rows: gathered inputs, [gate | up], the
-// SwiGLU's output (and its int8 copy, decode-sized passes) and the expert's output.
+// pair's expert and weight, the pairs grouped by expert (cu::ExpertGroups; tiles of 8 rows
+// are the most), and the pairs' rows: gathered inputs, [gate | up], the SwiGLU's output (and
+// its int8 copy, for the pairs taken one by one) and the expert's output.
 struct ExpertScratchSizes {
-  size_t logits, ids, weights, index, rows_in, gate_up, hidden, hidden_q8, out;
-  size_t total() const { return logits + ids + weights + index + rows_in + gate_up + hidden + hidden_q8 + out; }
+  size_t logits, ids, weights, groups, rows_in, gate_up, hidden, hidden_q8, out;
+  size_t total() const { return logits + ids + weights + groups + rows_in + gate_up + hidden + hidden_q8 + out; }
 };
+// (decode-sized passes quantize their rows into the matmuls' int8 scratch, sized for
+// kMaxBatchSequences rows: a recorded pass must not grow it)
+static_assert(cu::kSmallGemmLargestBatch <= kMaxBatchSequences);
 ExpertScratchSizes expert_scratch_sizes(const Hyperparameters& h, int tokens) {
   const auto& s = h.shapes;
   const size_t pairs = static_cast<size_t>(tokens) * h.n_experts_used;
   return {aligned(sizeof(float) * tokens * h.n_experts),
           aligned(sizeof(int32_t) * pairs),
           aligned(sizeof(float) * pairs),
-          aligned(sizeof(int32_t) * 2 * pairs),
+          aligned(cu::expert_groups_bytes(static_cast<int>(pairs), h.n_experts, 8)),
           aligned(sizeof(float) * pairs * s.d_model),
           aligned(sizeof(float) * pairs * 2 * s.ffn),
           aligned(sizeof(float) * pairs * s.ffn),
-          aligned(cu::quantized_activation_bytes(kMaxBatchSequences * h.n_experts_used, s.ffn)),
+          aligned(cu::quantized_activation_bytes(kMaxPairsOneByOne, s.ffn)),
           aligned(sizeof(float) * pairs * s.d_model)};
 }
 
@@ -172,6 +188,9 @@ ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
   sizes.weight_f16 = largest * 2;
   const int widest = static_cast<int>(std::max<size_t>({size_t(s.d_model), size_t(s.ffn), q}));
   sizes.activations_f16 = static_cast<size_t>(kCudaMaxBatchTokens) * widest * 2;
+  if (h.n_experts > 0)  // (the grouped expert matmul converts all pairs' rows at once)
+    sizes.activations_f16 = std::max(sizes.activations_f16, static_cast<size_t>(kCudaMaxBatchTokens) * h.n_experts_used *
+                                                                std::max(s.d_model, s.ffn) * 2);
   sizes.activations_q8 = cu::quantized_activation_bytes(kMaxBatchSequences, widest);
   // (the output head is the widest matrix the small GEMM takes: batched decode's logits)
   sizes.split_k = cu::small_gemm_scratch_bytes(std::max({static_cast<int>(q + 2 * kv), 2 * s.ffn, s.d_model, s.vocab}));
@@ -781,7 +800,7 @@ class LlamaCudaModel final : public Model {
   // The mixture of experts' scratch (expert_scratch_sizes), carved out of one buffer.
   void allocate_experts() {
     const ExpertScratchSizes sizes = expert_scratch_sizes(h_, kCudaMaxBatchTokens);
-    experts_.resize(sizes.total());
+    experts_.resize(sizes.total() - sizes.hidden_q8);  // (the int8 copy has a buffer of its own, below)
     auto* at = experts_.as<uint8_t>();
     auto take = [&](size_t bytes) {
       auto* here = at;
@@ -791,25 +810,23 @@ class LlamaCudaModel final : public Model {
     router_logits_ = reinterpret_cast<float*>(take(sizes.logits));
     route_ids_ = reinterpret_cast<int32_t*>(take(sizes.ids));
     route_weights_ = reinterpret_cast<float*>(take(sizes.weights));
-    pair_index_ = reinterpret_cast<int32_t*>(take(sizes.index));
+    groups_ = cu::expert_groups_in(take(sizes.groups), kCudaMaxBatchTokens * h_.n_experts_used, h_.n_experts, 8);
     pair_in_ = reinterpret_cast<float*>(take(sizes.rows_in));
     pair_gate_up_ = reinterpret_cast<float*>(take(sizes.gate_up));
     pair_hidden_ = reinterpret_cast<float*>(take(sizes.hidden));
     pair_out_ = reinterpret_cast<float*>(take(sizes.out));
     pair_hidden_q8_.resize(sizes.hidden_q8);  // (apart: quantize_rows writes into a buffer of its own)
-    const size_t pairs = static_cast<size_t>(kCudaMaxBatchTokens) * h_.n_experts_used;
-    route_host_.resize(sizeof(int32_t) * pairs);
-    pair_index_host_.resize(sizeof(int32_t) * 2 * pairs);
-    info_.kernel_shapes += "; mixture of experts: decode pair by pair on the device, prompts grouped by expert";
+    info_.kernel_shapes += fmt::format(
+        "; mixture of experts: up to {} (token, expert) pairs one by one, more grouped by expert (on the device)",
+        pairs_one_by_one());
   }
 
   // Layer l's mixture of experts on the n rows of normed_, added into x_: the router's
   // logits in float, each token's n_experts_used experts and weights (route_experts), then
-  // each (token, expert) pair's SwiGLU expert and the weighted sum. Decode-sized passes run
-  // the pairs as they come, on the device (a recorded pass cannot wait for the host; each
-  // pair reads its expert's rows, which L2 shares between the tokens of one expert); prompt
-  // passes bring the choice back, sort the pairs by expert and give each expert's rows one
-  // matmul (the tensor cores from a few dozen rows).
+  // each (token, expert) pair's SwiGLU expert and the weighted sum, all on the device (a
+  // recorded pass cannot wait for the host). A few pairs run one by one, each a GEMV of its
+  // expert's rows; more are grouped by expert and each expert's rows go through one tile of
+  // the small GEMM, all tiles in one launch (cu::grouped_expert_matmul).
   void launch_experts(const CudaLayer& layer, int n) {
     const auto& s = h_.shapes;
     const int used = h_.n_experts_used, pairs = n * used;
@@ -818,7 +835,7 @@ class LlamaCudaModel final : public Model {
     cu::router_logits(layer.router, normed, s.d_model, n, router_logits_, stream_);
     cu::route_experts(router_logits_, n, h_.n_experts, used, route_ids_, route_weights_, stream_);
     mark("router, top-k");
-    if (n <= cu::kSmallGemmLargestBatch) {
+    if (n <= cu::kSmallGemmLargestBatch && pairs <= pairs_one_by_one()) {
       std::optional<cu::QuantizedRows> normed_q8;
       if (cu::small_gemm_reads(layer.gate_up_exps[0].type) || cu::small_gemm_reads(layer.gate_up_exps.back().type))
         normed_q8 = cu::quantize_rows(normed, s.d_model, n, s.d_model, matmul_scratch_.activations_q8, stream_);
@@ -831,7 +848,7 @@ class LlamaCudaModel final : public Model {
       mark("experts' gate_up");
       cu::silu_mul(pair_gate_up_, pair_hidden_, pairs, s.ffn, stream_);
       std::optional<cu::QuantizedRows> hidden_rows;
-      if (cu::small_gemm_reads(layer.down_exps.type))
+      if (cu::small_gemm_reads(layer.down_exps.type))  // (pairs <= kMaxPairsOneByOne: the buffer's size)
         hidden_rows = cu::quantize_rows(pair_hidden_, s.ffn, pairs, s.ffn, pair_hidden_q8_, stream_);
       cu::expert_matmul(layer.down_exps, pair_hidden_, s.ffn, hidden_rows ? &*hidden_rows : nullptr, 1, route_ids_,
                         pairs, pair_out_, s.d_model, stream_);
@@ -840,48 +857,28 @@ class LlamaCudaModel final : public Model {
       mark("experts' sum");
       return;
     }
-    // The pairs sorted by expert (counting sort, stable): the rows expert e takes are
-    // [start[e], start[e + 1]) of pair_in_; pair p's output lands in row place[p].
-    auto* ids = route_host_.as<int32_t>();
-    stream_.copy_to_host(ids, route_ids_, sizeof(int32_t) * pairs);
-    stream_.synchronize("routing a prompt's tokens to their experts");
-    std::vector<int> start(h_.n_experts + 1, 0);
-    for (int p = 0; p < pairs; ++p) {
-      if (ids[p] < 0 || ids[p] >= h_.n_experts) fail("route_experts chose expert {} of {}", ids[p], h_.n_experts);
-      ++start[ids[p] + 1];
-    }
-    for (int e = 0; e < h_.n_experts; ++e) start[e + 1] += start[e];
-    int32_t* token_of_row = pair_index_host_.as<int32_t>();
-    int32_t* place = token_of_row + pairs;
-    std::vector<int> next(start.begin(), start.end() - 1);
-    for (int p = 0; p < pairs; ++p) {
-      const int row = next[ids[p]]++;
-      token_of_row[row] = p / used;
-      place[p] = row;
-    }
-    stream_.copy_to_device(pair_index_, token_of_row, sizeof(int32_t) * 2 * pairs);
-    cu::gather_rows(normed, pair_index_, pairs, s.d_model, pair_in_, stream_);
-    for (int e = 0; e < h_.n_experts; ++e) {
-      const int first = start[e], rows = start[e + 1] - first;
-      if (rows == 0) continue;
-      int column = 0;
-      for (const auto& w : layer.gate_up_exps) {
-        cu::matmul(w.expert(e), pair_in_ + static_cast<size_t>(first) * s.d_model, s.d_model, rows,
-                   pair_gate_up_ + static_cast<size_t>(first) * 2 * s.ffn + column, 2 * s.ffn, false, matmul_scratch_,
-                   stream_);
-        column += w.rows;
-      }
+    const int tile_rows = cu::expert_tile_rows(pairs, h_.n_experts);
+    cu::group_pairs(route_ids_, pairs, h_.n_experts, used, tile_rows, groups_, stream_);
+    cu::gather_rows(normed, groups_.token_of_row, pairs, s.d_model, pair_in_, stream_);
+    mark("experts' grouping");
+    // One matrix over the sorted rows: an integer type as tiles of the small GEMM; a float
+    // type (no such kernel) row by row, each row's expert read from the grouping.
+    auto grouped = [&](const cu::ExpertWeights& w, const float* in, int ld_in, float* out, int ld_out) {
+      if (cu::small_gemm_reads(w.type))
+        cu::grouped_expert_matmul(w, in, ld_in, pairs, groups_, tile_rows, out, ld_out, matmul_scratch_, stream_);
+      else
+        cu::expert_matmul(w, in, ld_in, nullptr, 1, groups_.expert_of_row, pairs, out, ld_out, stream_);
+    };
+    int column = 0;
+    for (const auto& w : layer.gate_up_exps) {
+      grouped(w, pair_in_, s.d_model, pair_gate_up_ + column, 2 * s.ffn);
+      column += w.rows;
     }
     mark("experts' gate_up");
     cu::silu_mul(pair_gate_up_, pair_hidden_, pairs, s.ffn, stream_);
-    for (int e = 0; e < h_.n_experts; ++e) {
-      const int first = start[e], rows = start[e + 1] - first;
-      if (rows == 0) continue;
-      cu::matmul(layer.down_exps.expert(e), pair_hidden_ + static_cast<size_t>(first) * s.ffn, s.ffn, rows,
-                 pair_out_ + static_cast<size_t>(first) * s.d_model, s.d_model, false, matmul_scratch_, stream_);
-    }
+    grouped(layer.down_exps, pair_hidden_, s.ffn, pair_out_, s.d_model);
     mark("experts' silu_mul, down");
-    cu::combine_experts(pair_out_, s.d_model, pair_index_ + pairs, route_ids_, route_weights_, n, used, s.d_model, x,
+    cu::combine_experts(pair_out_, s.d_model, groups_.place, route_ids_, route_weights_, n, used, s.d_model, x,
                         stream_);
     mark("experts' sum");
   }
@@ -955,14 +952,13 @@ class LlamaCudaModel final : public Model {
   bool fused_ = false;
   cu::DeviceBuffer fused_normed_q8_, fused_hidden_q8_;
   cu::QuantizedRowsBuffer fused_normed_{}, fused_hidden_{};
-  // A mixture of experts' scratch (allocate_experts), and the host's copies of the routing
-  // and of the prompt path's pair order.
+  // A mixture of experts' scratch (allocate_experts).
   cu::DeviceBuffer experts_;
   float *router_logits_ = nullptr, *route_weights_ = nullptr, *pair_in_ = nullptr, *pair_gate_up_ = nullptr,
         *pair_hidden_ = nullptr, *pair_out_ = nullptr;
-  int32_t *route_ids_ = nullptr, *pair_index_ = nullptr;
+  int32_t* route_ids_ = nullptr;
+  cu::ExpertGroups groups_;
   cu::DeviceBuffer pair_hidden_q8_;
-  cu::PinnedBuffer route_host_, pair_index_host_;
   // Recorded decode passes by (tokens, context bucket); SPLASH_CUDA_GRAPHS=0 turns them off
   // (to compare, or to debug kernel by kernel).
   bool use_graphs_ = graphs_enabled();
@@ -1015,6 +1011,9 @@ MemoryNeeds estimate_llama_memory_cuda(const gguf::File& file, KvType kv_type) {
 std::unique_ptr<Model> load_llama_cuda(const gguf::File& file, const LoadOptions& options) {
   const DeviceChoice device = resolve_device(Device::Cuda);
   Hyperparameters h = read_hyperparameters(file);
+  if (h.n_experts_used > cu::kMostExpertsUsed || h.n_experts > cu::kMostExperts)
+    fail("{}: {} of {} experts a token; the CUDA kernels route at most {} of {}", file.path(), h.n_experts_used,
+         h.n_experts, cu::kMostExpertsUsed, cu::kMostExperts);
   if (h.shared_expert_ffn > 0 || h.hybrid())
     fail("{}: the CUDA backend has no Gated DeltaNet or shared-expert kernels yet; run it with --device cpu",
          file.path());
