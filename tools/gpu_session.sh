@@ -14,6 +14,8 @@
 #   SWEEP="..." tools/gpu_session.sh depth-sweep  decode at 8K and 32K under each environment
 #   SWEEP="..." tools/gpu_session.sh sweep-tests F  the GPU tests F names under each environment
 #   tools/gpu_session.sh ab        decode, the previous build (.gpu/old/splash.xz) against this one
+#   tools/gpu_session.sh moe-ab    the same on the 30B-A3B-shape MoE: prefill, decode, 1-64 sequences
+#   tools/gpu_session.sh tests-only [F]  the GPU tests (those F names) and nothing else
 #   tools/gpu_session.sh gtests    GPU unit tests and serving through HTTP
 #   tools/gpu_session.sh peer-build-tests S   the same beside a peer build of at most S seconds
 #   tools/gpu_session.sh work      GPU tests, kernel timings, the 8B benchmark and the profile
@@ -258,6 +260,24 @@ phase_bench() {
 
 # Where a decode step's GPU time goes, step by step (SPLASH_CUDA_PROFILE=1: an event after
 # each step, kernel by kernel), at one sequence and at 16 and 64 together.
+# Where the MoE's decode step goes, step by step, at 1, 4 and 16 sequences, the previous
+# build (.gpu/old, where carried) and this one (moe_profile_*.txt).
+phase_moe_profile() {
+  local model=$KEEP/qwen3-30b-a3b-shape-8-layers.gguf b n
+  make_moe "$model" || { row moe-profile "failed to make the model"; return; }
+  [ -f .gpu/old/splash.xz ] && xz -dkf .gpu/old/splash.xz && chmod +x .gpu/old/splash
+  for b in old bin; do
+    [ -x .gpu/$b/splash ] || continue
+    for n in 1 4 16; do
+      SPLASH_CUDA_PROFILE=1 LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/$b/splash bench --device cuda -m "$model" --prompt-sizes 1 \
+        --decode-tokens 64 --repetitions 1 $([ $n -gt 1 ] && echo "--parallel $n --parallel-prompt 16") \
+        > "$OUT/moe_profile_${b}_$n.txt" 2>&1
+      echo "== $b, $n sequences"; grep -A12 "GPU time by step" "$OUT/moe_profile_${b}_$n.txt" | head -13
+    done
+  done
+  row moe-profile "MoE decode step by step at 1, 4 and 16 sequences: moe_profile_*.txt"
+}
+
 phase_profile() {
   [ -x .gpu/bin/splash ] || { row profile "skipped: no splash binary carried"; return; }
   local model=$KEEP/qwen3-8b-q4km.gguf
@@ -316,16 +336,9 @@ PY
 )"
 }
 
-phase_ncu_decode() {
-  local model=$KEEP/qwen3-8b-q4km.gguf
-  make_8b "$model" || { row ncu-decode "failed to make the model"; return; }
-  splash bench --device cuda -m "$model" --prompt-sizes 16 --decode-tokens 8 --repetitions 1 > /dev/null 2>&1  # tunes
-  LD_LIBRARY_PATH="$SPLASH_LIBS" timeout 300 ncu --csv --page raw --print-units base --launch-skip 1200 --launch-count 480 \
-    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size,launch__registers_per_thread \
-    .gpu/bin/splash bench --device cuda -m "$model" --prompt-sizes 16 --decode-tokens 64 --repetitions 1 \
-    > "$OUT/ncu_decode.csv" 2> "$OUT/ncu_decode.err"
-  row ncu-decode "rc=$? ncu_decode.csv"
-  python3 - "$OUT/ncu_decode.csv" <<'PY' | tee "$OUT/ncu_decode.md"
+# ncu's CSV (--page raw, the metrics below) as a table, a row per kernel and launch shape.
+ncu_table() {
+  python3 - "$1" <<'PY'
 import csv, sys, collections
 lines = open(sys.argv[1]).read().splitlines()
 lines = lines[next(i for i, l in enumerate(lines) if l.startswith('"ID"')):]
@@ -343,6 +356,38 @@ for key, rs in sorted(by.items(), key=lambda kv: -sum(float(r["gpu__time_duratio
     b = sum(float(r["dram__bytes_read.sum"]) for r in rs) / len(rs)
     print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {len(rs)} | {t:.2f} | {b/1e6:.2f} | {b/t/1e3:.0f} |")
 PY
+}
+
+# The MoE's decode kernels alone under ncu, the previous build (.gpu/old) and this one, at
+# 1 and 4 sequences: each kernel's time, registers, DRAM bytes (ncu_moe_*.md).
+phase_moe_ncu() {
+  local model=$KEEP/qwen3-30b-a3b-shape-8-layers.gguf b n
+  make_moe "$model" || { row moe-ncu "failed to make the model"; return; }
+  [ -f .gpu/old/splash.xz ] && xz -dkf .gpu/old/splash.xz && chmod +x .gpu/old/splash
+  for b in old bin; do
+    [ -x .gpu/$b/splash ] || continue
+    for n in 1 4; do
+      LD_LIBRARY_PATH="$SPLASH_LIBS" timeout 120 ncu --csv --page raw --print-units base --launch-skip 600 --launch-count 200 \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size,launch__registers_per_thread \
+        .gpu/$b/splash bench --device cuda -m "$model" --prompt-sizes 1 --decode-tokens 64 --repetitions 1 \
+        $([ $n -gt 1 ] && echo "--parallel $n --parallel-prompt 16") > "$OUT/ncu_moe.csv" 2> /dev/null
+      echo "== $b, $n sequences"; ncu_table "$OUT/ncu_moe.csv" | tee "$OUT/ncu_moe_${b}_$n.md"
+    done
+  done
+  rm -f "$OUT/ncu_moe.csv"
+  row moe-ncu "ncu_moe_*.md"
+}
+
+phase_ncu_decode() {
+  local model=$KEEP/qwen3-8b-q4km.gguf
+  make_8b "$model" || { row ncu-decode "failed to make the model"; return; }
+  splash bench --device cuda -m "$model" --prompt-sizes 16 --decode-tokens 8 --repetitions 1 > /dev/null 2>&1  # tunes
+  LD_LIBRARY_PATH="$SPLASH_LIBS" timeout 300 ncu --csv --page raw --print-units base --launch-skip 1200 --launch-count 480 \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size,launch__registers_per_thread \
+    .gpu/bin/splash bench --device cuda -m "$model" --prompt-sizes 16 --decode-tokens 64 --repetitions 1 \
+    > "$OUT/ncu_decode.csv" 2> "$OUT/ncu_decode.err"
+  row ncu-decode "rc=$? ncu_decode.csv"
+  ncu_table "$OUT/ncu_decode.csv" | tee "$OUT/ncu_decode.md"
 }
 
 # `splash bench` on the 8B-shape model under each environment SWEEP names (space-separated;
@@ -648,6 +693,9 @@ case "${1:-tests}" in
   peer-build) phase_peer_build "${2:-540}" ;;
   moe-side) phase_moe_side "${2:-330}" ;;
   moe-ab) phase_moe_ab ;;
+  moe-profile) phase_moe_profile ;;
+  moe-ncu) phase_moe_ncu ;;
+  tests-only) phase_fixtures > /dev/null; gtest gpu_tests "${2:-*}" SPLASH_GPU_FIXTURES="$KEEP/fixtures" ;;
   bench8b) phase_bench8b ;;
   *) echo "usage: $0 tests|quick|serve|bench|profile|kernels [FILTER]|sanitize FILTER|work|final|peer-build S|peer|bench8b|part N|real" >&2; exit 2 ;;
 esac

@@ -309,11 +309,13 @@ TEST_F(CudaMatmulTest, SmallGemmAgainstFloat64) {
 }
 
 // rms_norm and silu_mul writing the int8 copy as they go: their float rows against float64
-// (1e-6), and the copy byte for byte what quantize_rows makes of those rows.
+// (1e-6), and the copy byte for byte what quantize_rows makes of those rows. silu_mul also
+// at 32 rows (a mixture of experts' pairs taken one by one).
 TEST_F(CudaMatmulTest, FusedQuantizedCopiesMatchQuantizeRows) {
-  const int n = cu::kGemvLargestBatch, d = 1024, ffn = 768;  // (the copies serve the GEMV)
+  const int d = 1024, ffn = 768;  // (the copies serve the GEMV)
   cu::Stream stream;
-  const auto compare_copies = [&](cu::DeviceBuffer& fused, const float* rows_on_device, int cols, const char* what) {
+  const auto compare_copies = [&](cu::DeviceBuffer& fused, const float* rows_on_device, int n, int cols,
+                                  const char* what) {
     cu::DeviceBuffer separate;
     cu::quantize_rows(rows_on_device, cols, n, cols, separate, stream);
     stream.synchronize(what);
@@ -321,6 +323,7 @@ TEST_F(CudaMatmulTest, FusedQuantizedCopiesMatchQuantizeRows) {
     EXPECT_EQ(to_host<uint8_t>(fused, bytes), to_host<uint8_t>(separate, bytes)) << what;
   };
   {
+    const int n = cu::kGemvLargestBatch;
     const auto x = random_floats(rng_, static_cast<size_t>(n) * d), weight = random_floats(rng_, d);
     const auto dx = to_device(x), dw = to_device(weight);
     cu::DeviceBuffer out(static_cast<size_t>(n) * d * sizeof(float)), copy;
@@ -335,9 +338,9 @@ TEST_F(CudaMatmulTest, FusedQuantizedCopiesMatchQuantizeRows) {
       for (int i = 0; i < d; ++i) ref[t * d + i] = x[t * d + i] * scale * weight[i];
     }
     EXPECT_LT(relative_error(to_host<float>(out, ref.size()), ref), 1e-6);
-    compare_copies(copy, out.as<float>(), d, "rms_norm");
+    compare_copies(copy, out.as<float>(), n, d, "rms_norm");
   }
-  {
+  for (const int n : {cu::kGemvLargestBatch, 32}) {
     const auto gate_up = random_floats(rng_, static_cast<size_t>(n) * 2 * ffn);
     const auto dg = to_device(gate_up);
     cu::DeviceBuffer out(static_cast<size_t>(n) * ffn * sizeof(float)), copy;
@@ -351,7 +354,7 @@ TEST_F(CudaMatmulTest, FusedQuantizedCopiesMatchQuantizeRows) {
         ref[t * ffn + i] = g / (1.0 + std::exp(-g)) * u;
       }
     EXPECT_LT(relative_error(to_host<float>(out, ref.size()), ref), 1e-6);
-    compare_copies(copy, out.as<float>(), ffn, "silu_mul");
+    compare_copies(copy, out.as<float>(), n, ffn, "silu_mul");
   }
 }
 
@@ -803,26 +806,49 @@ TEST_F(CudaExpertsTest, RoutingPicksTheCpuPathsExperts) {
   EXPECT_THROW(cu::route_experts(nullptr, 1, 8, 9, nullptr, nullptr, stream), Error);
 }
 
-// The router's float logits against float64 (1e-6), for each float type a router may have.
-TEST_F(CudaExpertsTest, RouterLogitsAgainstFloat64) {
+// The router and the routing in one launch: the logits against float64 (1e-6) for each float
+// type a router may have, the ids and weights bit for bit what route_experts makes of those
+// logits; run twice (the per-token counters the blocks meet at are left zero for the next
+// launch, as a replayed graph needs).
+TEST_F(CudaExpertsTest, RouteTokensAgainstFloat64AndTheRouting) {
   cu::Stream stream;
-  const int experts = 70, cols = 512, n = 5;
-  for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
-    const auto bytes = random_matrix(type, experts, cols, rng_);
-    const auto w = dequantized(type, bytes, experts, cols);
-    const auto device_bytes = packed_on_device(type, bytes, experts, cols);
-    const auto x = random_floats(rng_, static_cast<size_t>(n) * cols);
-    std::vector<double> ref(static_cast<size_t>(n) * experts);
-    for (int t = 0; t < n; ++t)
-      for (int e = 0; e < experts; ++e)
-        for (int c = 0; c < cols; ++c)
-          ref[static_cast<size_t>(t) * experts + e] += w[static_cast<size_t>(e) * cols + c] * x[static_cast<size_t>(t) * cols + c];
-    const auto dx = to_device(x);
-    cu::DeviceBuffer logits(ref.size() * sizeof(float));
-    cu::router_logits({type, device_bytes.as<uint8_t>(), experts, cols}, dx.as<float>(), cols, n, logits.as<float>(), stream);
-    stream.synchronize("router_logits");
-    EXPECT_LT(relative_error(to_host<float>(logits, ref.size()), ref), 1e-6) << type_name(type);
-  }
+  const int cols = 512, n = 5;
+  for (const auto& [experts, used] : {std::pair{70, 6}, std::pair{128, 8}, std::pair{1024, 32}})
+    for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
+      SCOPED_TRACE(std::string(type_name(type)) + ", " + std::to_string(experts) + " experts");
+      const auto bytes = random_matrix(type, experts, cols, rng_);
+      const auto w = dequantized(type, bytes, experts, cols);
+      const auto device_bytes = packed_on_device(type, bytes, experts, cols);
+      const auto x = random_floats(rng_, static_cast<size_t>(n) * cols);
+      std::vector<double> ref(static_cast<size_t>(n) * experts);
+      for (int t = 0; t < n; ++t)
+        for (int e = 0; e < experts; ++e)
+          for (int c = 0; c < cols; ++c)
+            ref[static_cast<size_t>(t) * experts + e] += w[static_cast<size_t>(e) * cols + c] * x[static_cast<size_t>(t) * cols + c];
+      const auto dx = to_device(x);
+      cu::DeviceBuffer logits(ref.size() * sizeof(float)), arrivals(n * sizeof(unsigned));
+      stream.fill(arrivals.data(), 0, arrivals.size());
+      const cu::RoutingScratch scratch{logits.as<float>(), arrivals.as<unsigned>(), n};
+      const size_t pairs = static_cast<size_t>(n) * used;
+      cu::DeviceBuffer ids(pairs * sizeof(int32_t)), weights(pairs * sizeof(float));
+      cu::DeviceBuffer ref_ids(pairs * sizeof(int32_t)), ref_weights(pairs * sizeof(float));
+      for (int run = 0; run < 2; ++run) {
+        stream.fill(ids.data(), 0xFF, ids.size());
+        cu::route_tokens({type, device_bytes.as<uint8_t>(), experts, cols}, dx.as<float>(), cols, n, used, scratch,
+                         ids.as<int32_t>(), weights.as<float>(), stream);
+        cu::route_experts(logits.as<float>(), n, experts, used, ref_ids.as<int32_t>(), ref_weights.as<float>(), stream);
+        stream.synchronize("route_tokens");
+        EXPECT_LT(relative_error(to_host<float>(logits, ref.size()), ref), 1e-6) << "run " << run;
+        EXPECT_EQ(to_host<int32_t>(ids, pairs), to_host<int32_t>(ref_ids, pairs)) << "run " << run;
+        EXPECT_EQ(to_host<float>(weights, pairs), to_host<float>(ref_weights, pairs)) << "run " << run;
+        EXPECT_EQ(to_host<unsigned>(arrivals, n), std::vector<unsigned>(n, 0u)) << "run " << run;
+      }
+    }
+  const cu::RoutingScratch none{nullptr, nullptr, 1};
+  EXPECT_THROW(cu::route_tokens({GgmlType::F32, nullptr, 8, 64}, nullptr, 64, 2, 2, none, nullptr, nullptr, stream), Error)
+      << "more tokens than the scratch holds";
+  EXPECT_THROW(cu::route_tokens({GgmlType::Q4_K, nullptr, 8, 256}, nullptr, 256, 1, 2, none, nullptr, nullptr, stream),
+               Error);
 }
 
 // Each (token, expert) pair's matmul against float64 with the expert the pair names: the

@@ -22,15 +22,15 @@ constexpr int kPairParts = 4;          // 32-weight parts a lane loads before de
 static_assert(kMostExperts <= 32 * 32);  // route_experts: a lane keeps a bit for each of its experts
 constexpr int kMostUsed = kMostExpertsUsed;
 
-// A warp's dot product of weight row `row` (a float type) with the float row x, each lane
-// walking the row's 32-weight blocks 32 apart; every lane ends with the sum (the same order
-// on every run).
+// A warp's dot product of weight row `row` (a float type) with the float row x over the
+// row's 32-weight blocks [first, last), each lane walking them 32 apart; every lane ends with
+// the sum (the same order on every run).
 template <GgmlType T>
-__device__ __forceinline__ float warp_dot_float(const Rows<T>& w, int row, int cols, const float* __restrict__ x,
-                                                int lane) {
+__device__ __forceinline__ float warp_dot_float(const Rows<T>& w, int row, int first, int last,
+                                                const float* __restrict__ x, int lane) {
   using B = Block<T>;
   float sum = 0.0f;
-  for (int block = lane; block < cols / B::kElements; block += 32) {
+  for (int block = first + lane; block < last; block += 32) {
     Run a, b;
     B::decode(w.quants(row, block), w.header(row, block), 0, a, b);
     const float* xb = x + block * B::kElements;
@@ -44,24 +44,14 @@ __device__ __forceinline__ float warp_dot_float(const Rows<T>& w, int row, int c
   return sum;
 }
 
-// A warp per (expert, token): blockIdx.y is the token.
-template <GgmlType T>
-__global__ void __launch_bounds__(kWarps * 32)
-    router_kernel(Rows<T> w, int experts, int cols, const float* __restrict__ x, int ldx, float* __restrict__ logits) {
-  const int e = blockIdx.x * kWarps + threadIdx.x / 32, t = blockIdx.y, lane = threadIdx.x % 32;
-  if (e >= experts) return;
-  const float sum = warp_dot_float<T>(w, e, cols, x + static_cast<size_t>(t) * ldx, lane);
-  if (lane == 0) logits[static_cast<size_t>(t) * experts + e] = sum;
-}
-
-// A warp per token. The probabilities exp(logit - max) (the softmax's sum cancels in the
-// renormalisation, as on the CPU); `used` rounds of a warp-wide arg max over the experts not
-// yet taken, each lane keeping a bit per expert of its own (expert lane + 32 i).
-__global__ void route_kernel(const float* __restrict__ logits, int n, int experts, int used, int32_t* __restrict__ ids,
-                             float* __restrict__ weights) {
-  const int t = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (t >= n) return;
-  const float* row = logits + static_cast<size_t>(t) * experts;
+// One token's routing by one warp, from its row of logits (global or shared memory): the
+// probabilities exp(logit - max) (the softmax's sum cancels in the renormalisation, as on
+// the CPU), computed once into p (`experts` floats of shared memory the warp has to itself:
+// each lane keeps those of its own experts, lane + 32 i); then `used` rounds of a warp-wide
+// arg max over the experts not yet taken, each lane keeping a bit per expert of its own.
+// Lane 0 writes the ids and weights.
+__device__ __forceinline__ void route_token(const float* row, float* p, int experts, int used, int lane,
+                                            int32_t* __restrict__ ids, float* __restrict__ weights) {
   auto logit = [&](int e) {
     const float v = row[e];
     return isnan(v) ? -INFINITY : v;
@@ -71,11 +61,8 @@ __global__ void route_kernel(const float* __restrict__ logits, int n, int expert
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) top = fmaxf(top, __shfl_xor_sync(0xFFFFFFFFu, top, offset));
   // (a max of +-infinity would make exp's argument NaN: then the infinite ones, or all, alike)
-  auto probability = [&](int e) {
-    if (top == -INFINITY) return 1.0f;
-    if (top == INFINITY) return logit(e) == INFINITY ? 1.0f : 0.0f;
-    return expf(logit(e) - top);
-  };
+  for (int e = lane; e < experts; e += 32)
+    p[e] = top == -INFINITY ? 1.0f : top == INFINITY ? (logit(e) == INFINITY ? 1.0f : 0.0f) : expf(logit(e) - top);
   uint32_t taken = 0;
   float chosen[kMostUsed];
   float sum = 0.0f;
@@ -84,8 +71,7 @@ __global__ void route_kernel(const float* __restrict__ logits, int n, int expert
     int best_e = experts;
     for (int i = 0, e = lane; e < experts; ++i, e += 32) {
       if (taken >> i & 1u) continue;
-      const float p = probability(e);
-      if (p > best) best = p, best_e = e;  // (a lane's experts ascend: the first of equals stays)
+      if (p[e] > best) best = p[e], best_e = e;  // (a lane's experts ascend: the first of equals stays)
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2) {
@@ -96,10 +82,59 @@ __global__ void route_kernel(const float* __restrict__ logits, int n, int expert
     if (best_e % 32 == lane) taken |= 1u << (best_e / 32);
     chosen[k] = best;
     sum += best;
-    if (lane == 0) ids[static_cast<size_t>(t) * used + k] = best_e;
+    if (lane == 0) ids[k] = best_e;
   }
   if (lane != 0) return;
-  for (int k = 0; k < used; ++k) weights[static_cast<size_t>(t) * used + k] = chosen[k] / sum;
+  for (int k = 0; k < used; ++k) weights[k] = chosen[k] / sum;
+}
+
+// A warp per token (route_experts).
+__global__ void __launch_bounds__(kWarps * 32)
+    route_kernel(const float* __restrict__ logits, int n, int experts, int used, int32_t* __restrict__ ids,
+                 float* __restrict__ weights) {
+  __shared__ float p[kWarps][kMostExperts];
+  const int warp = threadIdx.x / 32, t = blockIdx.x * kWarps + warp, lane = threadIdx.x % 32;
+  wait_for_inputs();
+  if (t >= n) return;
+  route_token(logits + static_cast<size_t>(t) * experts, p[warp], experts, used, lane,
+              ids + static_cast<size_t>(t) * used, weights + static_cast<size_t>(t) * used);
+}
+
+// The router's logits, a block per (expert, token) (blockIdx.y the token), its warps taking
+// a quarter of the row each (more of the GPU reads the router at once), then the token's
+// routing in the last of its blocks to finish: each block counts itself in arrivals[t] after
+// its logit is visible device-wide, and the one that brings the count to gridDim.x sets it
+// back to 0 (for the next pass, or the next replay of a recorded one) and routes the token
+// from its logits read past L1.
+template <GgmlType T>
+__global__ void __launch_bounds__(kWarps * 32)
+    route_tokens_kernel(Rows<T> w, int experts, int cols, const float* __restrict__ x, int ldx, float* logits,
+                        unsigned* __restrict__ arrivals, int used, int32_t* __restrict__ ids,
+                        float* __restrict__ weights) {
+  __shared__ float row[kMostExperts], p[kMostExperts], parts[kWarps];
+  __shared__ bool last;
+  const int e = blockIdx.x, t = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int blocks = cols / Block<T>::kElements, per_warp = (blocks + kWarps - 1) / kWarps;
+  wait_for_inputs();
+  float* token_logits = logits + static_cast<size_t>(t) * experts;
+  const float part = warp_dot_float<T>(w, e, min(warp * per_warp, blocks), min((warp + 1) * per_warp, blocks),
+                                       x + static_cast<size_t>(t) * ldx, lane);
+  if (lane == 0) parts[warp] = part;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float sum = parts[0];
+    for (int i = 1; i < kWarps; ++i) sum += parts[i];
+    token_logits[e] = sum;
+    __threadfence();
+    last = atomicAdd(&arrivals[t], 1u) == gridDim.x - 1;
+    if (last) arrivals[t] = 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  for (int i = threadIdx.x; i < experts; i += blockDim.x) row[i] = __ldcg(token_logits + i);
+  __syncthreads();
+  if (warp == 0)
+    route_token(row, p, experts, used, lane, ids + static_cast<size_t>(t) * used, weights + static_cast<size_t>(t) * used);
 }
 
 // Integer types: a warp computes kPairRows rows of pair blockIdx.y's expert against its
@@ -111,6 +146,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int pair = first_pair + blockIdx.y, lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * kWarps + threadIdx.x / 32) * kPairRows;
   if (row0 >= rows) return;
+  wait_for_inputs();  // (the expert's id is an input: nothing can be loaded before it)
   const Rows<T> w{data + expert_bytes * ids[pair], RowLayout<T>::row_bytes(x.cols), RowLayout<T>::quant_bytes(x.cols)};
   int row[kPairRows];
 #pragma unroll
@@ -132,30 +168,36 @@ __global__ void __launch_bounds__(kWarps * 32)
                         float* __restrict__ y, int ldy, int first_pair) {
   const int pair = first_pair + blockIdx.y, lane = threadIdx.x % 32, row = blockIdx.x * kWarps + threadIdx.x / 32;
   if (row >= rows) return;
+  wait_for_inputs();
   const Rows<T> w{data + expert_bytes * ids[pair], RowLayout<T>::row_bytes(cols), RowLayout<T>::quant_bytes(cols)};
-  const float sum = warp_dot_float<T>(w, row, cols, x + static_cast<size_t>(pair / x_divisor) * ldx, lane);
+  const float sum = warp_dot_float<T>(w, row, 0, cols / Block<T>::kElements, x + static_cast<size_t>(pair / x_divisor) * ldx,
+                                      lane);
   if (lane == 0) y[static_cast<size_t>(pair) * ldy + row] = sum;
 }
 
-// A thread per (token, column): x += the pairs' weighted rows, in ascending expert order.
+// A thread per (token, column): x += the pairs' weighted rows, in ascending expert order
+// (equal ids, which routing never makes, in pair order): the block's first threads rank the
+// token's pairs once, then each thread adds them up in that order.
 __global__ void combine_kernel(const float* __restrict__ y, int ldy, const int32_t* __restrict__ y_rows,
                                const int32_t* __restrict__ ids, const float* __restrict__ weights, int used, int d,
                                float* __restrict__ x) {
+  __shared__ int order[kMostUsed];
   const int t = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= d) return;
+  wait_for_inputs();
   const int32_t* mine = ids + static_cast<size_t>(t) * used;
+  if (threadIdx.x < used) {
+    const int k = threadIdx.x, id = mine[k];
+    int rank = 0;
+    for (int i = 0; i < used; ++i) rank += mine[i] < id || (mine[i] == id && i < k);
+    order[rank] = k;
+  }
+  __syncthreads();
+  if (j >= d) return;
   float* out = x + static_cast<size_t>(t) * d + j;
   float acc = *out;
-  int previous = -1;
   for (int step = 0; step < used; ++step) {
-    int k = -1;  // the pair of the smallest expert id above the previous one
-    for (int i = 0; i < used; ++i)
-      if (mine[i] > previous && (k < 0 || mine[i] < mine[k])) k = i;
-    if (k < 0) break;
-    previous = mine[k];
-    const int pair = t * used + k;
-    const int row = y_rows ? y_rows[pair] : pair;
-    acc = fmaf(weights[pair], y[static_cast<size_t>(row) * ldy + j], acc);
+    const int pair = t * used + order[step];
+    acc = fmaf(weights[pair], y[static_cast<size_t>(y_rows ? y_rows[pair] : pair) * ldy + j], acc);
   }
   *out = acc;
 }
@@ -166,6 +208,7 @@ constexpr int kGroupThreads = 1024;
 __global__ void __launch_bounds__(kGroupThreads)
     group_kernel(const int32_t* __restrict__ ids, int pairs, int experts, int used, int tile_rows, ExpertGroups g) {
   __shared__ int count[kMostExperts], cursor[kMostExperts];
+  wait_for_inputs();
   for (int e = threadIdx.x; e < experts; e += kGroupThreads) count[e] = 0;
   __syncthreads();
   for (int p = threadIdx.x; p < pairs; p += kGroupThreads) atomicAdd(&count[ids[p]], 1);
@@ -190,6 +233,11 @@ __global__ void __launch_bounds__(kGroupThreads)
     g.token_of_row[row] = p / used;
     g.expert_of_row[row] = ids[p];
   }
+}
+
+void check_routing(int experts, int used) {
+  if (experts < 1 || experts > kMostExperts || used < 1 || used > kMostUsed || used > experts)
+    cuda_fail("routing: " + std::to_string(used) + " of " + std::to_string(experts) + " experts (at most 32 of 1024)");
 }
 
 }  // namespace
@@ -222,26 +270,29 @@ void group_pairs(const int32_t* ids, int pairs, int experts, int used, int tile_
   if (experts < 1 || experts > kMostExperts || used < 1 || tile_rows < 1)
     cuda_fail("group_pairs: " + std::to_string(experts) + " experts (1 to 1024), " + std::to_string(used) +
               " a token, tiles of " + std::to_string(tile_rows) + " rows");
-  group_kernel<<<1, kGroupThreads, 0, raw(stream)>>>(ids, pairs, experts, used, tile_rows, groups);
+  launch_dependent(group_kernel, dim3(1), dim3(kGroupThreads), raw(stream), ids, pairs, experts, used, tile_rows, groups);
 }
 
-void router_logits(const DeviceWeight& router, const float* x, int ldx, int n, float* logits, Stream& stream) {
+void route_tokens(const DeviceWeight& router, const float* x, int ldx, int n, int used, const RoutingScratch& scratch,
+                  int32_t* ids, float* weights, Stream& stream) {
   if (n <= 0) return;
   if (router.type != GgmlType::F32 && router.type != GgmlType::F16 && router.type != GgmlType::BF16)
-    cuda_fail("router_logits: a router must be F32, F16 or BF16");
-  const dim3 grid((router.rows + kWarps - 1) / kWarps, n);
+    cuda_fail("route_tokens: a router must be F32, F16 or BF16");
+  check_routing(router.rows, used);
+  if (n > scratch.tokens) cuda_fail("route_tokens: " + std::to_string(n) + " tokens, scratch for " + std::to_string(scratch.tokens));
+  const dim3 grid(router.rows, n);
   dispatch_weight_type(router.type, [&]<GgmlType T>() {
     if constexpr (!Block<T>::kPacked)
-      router_kernel<T><<<grid, kWarps * 32, 0, raw(stream)>>>(rows_of<T>(router), router.rows, router.cols, x, ldx, logits);
+      launch_dependent(route_tokens_kernel<T>, grid, dim3(kWarps * 32), raw(stream), rows_of<T>(router), router.rows,
+                       router.cols, x, ldx, scratch.logits, scratch.arrivals, used, ids, weights);
   });
 }
 
 void route_experts(const float* logits, int n, int experts, int used, int32_t* ids, float* weights, Stream& stream) {
   if (n <= 0) return;
-  if (experts < 1 || experts > kMostExperts || used < 1 || used > kMostUsed || used > experts)
-    cuda_fail("route_experts: " + std::to_string(used) + " of " + std::to_string(experts) +
-              " experts (at most 32 of 1024)");
-  route_kernel<<<(n + kWarps - 1) / kWarps, kWarps * 32, 0, raw(stream)>>>(logits, n, experts, used, ids, weights);
+  check_routing(experts, used);
+  launch_dependent(route_kernel, dim3((n + kWarps - 1) / kWarps), dim3(kWarps * 32), raw(stream), logits, n, experts,
+                   used, ids, weights);
 }
 
 void expert_matmul(const ExpertWeights& w, const float* x, int ldx, const QuantizedRows* xq, int x_divisor,
@@ -253,11 +304,11 @@ void expert_matmul(const ExpertWeights& w, const float* x, int ldx, const Quanti
       if constexpr (Block<T>::kPacked) {
         if (!xq || xq->cols != w.cols || xq->sumsq) cuda_fail("expert_matmul: the int8 activations do not match");
         const int per_block = kWarps * kPairRows;
-        expert_q8_kernel<T><<<dim3((w.rows + per_block - 1) / per_block, count), kWarps * 32, 0, raw(stream)>>>(
-            w.data, w.expert_bytes(), w.rows, *xq, x_divisor, ids, y, ldy, first);
+        launch_dependent(expert_q8_kernel<T>, dim3((w.rows + per_block - 1) / per_block, count), dim3(kWarps * 32),
+                         raw(stream), w.data, w.expert_bytes(), w.rows, *xq, x_divisor, ids, y, ldy, first);
       } else {
-        expert_float_kernel<T><<<dim3((w.rows + kWarps - 1) / kWarps, count), kWarps * 32, 0, raw(stream)>>>(
-            w.data, w.expert_bytes(), w.rows, w.cols, x, ldx, x_divisor, ids, y, ldy, first);
+        launch_dependent(expert_float_kernel<T>, dim3((w.rows + kWarps - 1) / kWarps, count), dim3(kWarps * 32),
+                         raw(stream), w.data, w.expert_bytes(), w.rows, w.cols, x, ldx, x_divisor, ids, y, ldy, first);
       }
     }
   });
@@ -266,9 +317,10 @@ void expert_matmul(const ExpertWeights& w, const float* x, int ldx, const Quanti
 void combine_experts(const float* y, int ldy, const int32_t* y_rows, const int32_t* ids, const float* weights, int n,
                      int used, int d, float* x, Stream& stream) {
   if (n <= 0) return;
+  if (used < 1 || used > kMostUsed) cuda_fail("combine_experts: " + std::to_string(used) + " pairs a token (1 to 32)");
   constexpr int kThreads = 256;
-  combine_kernel<<<dim3((d + kThreads - 1) / kThreads, n), kThreads, 0, raw(stream)>>>(y, ldy, y_rows, ids, weights,
-                                                                                        used, d, x);
+  launch_dependent(combine_kernel, dim3((d + kThreads - 1) / kThreads, n), dim3(kThreads), raw(stream), y, ldy, y_rows,
+                   ids, weights, used, d, x);
 }
 
 }  // namespace splash::kernels::cuda

@@ -23,14 +23,26 @@ struct ExpertWeights {
   DeviceWeight expert(int e) const { return {type, data + expert_bytes() * e, rows, cols}; }
 };
 
-// logits[t][e] = router[e] . x[t] in float (router: F32, F16 or BF16 [experts][cols]), for t < n.
-void router_logits(const DeviceWeight& router, const float* x, int ldx, int n, float* logits, Stream& stream);
+constexpr int kMostExperts = 1024, kMostExpertsUsed = 32;
 
 // For each of n rows of `experts` logits: the `used` largest (a NaN counts as -infinity;
 // equal ones by the lower expert), their softmax renormalised over the chosen (weights sum
 // to 1). ids[t * used + k] and weights[t * used + k], best first.
-constexpr int kMostExperts = 1024, kMostExpertsUsed = 32;
 void route_experts(const float* logits, int n, int experts, int used, int32_t* ids, float* weights, Stream& stream);
+
+// Where route_tokens leaves each token's logits, and a counter per token its thread blocks
+// meet at (zeroed once when allocated; every launch leaves them zero again), for up to
+// `tokens` tokens.
+struct RoutingScratch {
+  float* logits = nullptr;       // [tokens][experts]
+  unsigned* arrivals = nullptr;  // [tokens]
+  int tokens = 0;
+};
+// The router and the routing in one launch: logits[t][e] = router[e] . x[t] in float
+// (router: F32, F16 or BF16 [experts][cols]), then route_experts on each token's logits,
+// by the last of the token's thread blocks to finish its logits.
+void route_tokens(const DeviceWeight& router, const float* x, int ldx, int n, int used, const RoutingScratch& scratch,
+                  int32_t* ids, float* weights, Stream& stream);
 
 // y[p] = w.expert(ids[p]) . x[p / x_divisor] for each pair p < pairs (x_divisor = `used`:
 // the pairs of one token read its row; 1: pair p reads row p, e.g. the grouped rows with

@@ -155,8 +155,7 @@ void silu_mul(const float* gate_up, float* out, int n, int ffn, Stream& stream, 
   const size_t elements = static_cast<size_t>(n) * ffn;
   if (elements == 0) return;
   if (quantized) {
-    if (ffn % kQ8Group != 0 || n > kGemvLargestBatch)
-      cuda_fail("silu_mul: an int8 copy needs at most kGemvLargestBatch rows whose width is a multiple of 16");
+    if (ffn % kQ8Group != 0) cuda_fail("silu_mul: an int8 copy needs rows whose width is a multiple of 16");
     const size_t threads = elements / kQ8Group;
     launch_dependent(silu_mul_q8_kernel, dim3(static_cast<unsigned>((threads + 127) / 128)), dim3(128), raw(stream),
                      gate_up, out, n, ffn, *quantized);

@@ -154,8 +154,8 @@ bool gemv_fused_reads(const DeviceWeight& w);
 // (n <= kGemvLargestBatch, d a multiple of 16), also writes out's int8 copy there.
 void rms_norm(const float* x, const float* weight, float* out, int n, int d, float eps, Stream& stream,
               const QuantizedRowsBuffer* quantized = nullptr);
-// out[t][i] = silu(gate_up[t][i]) * gate_up[t][ffn + i]; with `quantized`, also out's int8
-// copy (as rms_norm).
+// out[t][i] = silu(gate_up[t][i]) * gate_up[t][ffn + i]; with `quantized` (laid out for n
+// rows of ffn: quantized_rows_in; ffn a multiple of 16), also out's int8 copy.
 void silu_mul(const float* gate_up, float* out, int n, int ffn, Stream& stream,
               const QuantizedRowsBuffer* quantized = nullptr);
 // x[t] = row ids[t] of the table, dequantized.

@@ -152,13 +152,15 @@ int pairs_one_by_one() {
   return most;
 }
 
-// A mixture of experts' scratch for a pass of `tokens` tokens: the router's logits, each
-// pair's expert and weight, the pairs grouped by expert (cu::ExpertGroups; tiles of 8 rows
+// A mixture of experts' scratch for a pass of `tokens` tokens: the router's logits and a
+// counter a token (cu::RoutingScratch), each pair's expert and weight, the pairs grouped by expert (cu::ExpertGroups; tiles of 8 rows
 // are the most), and the pairs' rows: gathered inputs, [gate | up], the SwiGLU's output (and
 // its int8 copy, for the pairs taken one by one) and the expert's output.
 struct ExpertScratchSizes {
-  size_t logits, ids, weights, groups, rows_in, gate_up, hidden, hidden_q8, out;
-  size_t total() const { return logits + ids + weights + groups + rows_in + gate_up + hidden + hidden_q8 + out; }
+  size_t logits, arrivals, ids, weights, groups, rows_in, gate_up, hidden, hidden_q8, out;
+  size_t total() const {
+    return logits + arrivals + ids + weights + groups + rows_in + gate_up + hidden + hidden_q8 + out;
+  }
 };
 // (decode-sized passes quantize their rows into the matmuls' int8 scratch, sized for
 // kMaxBatchSequences rows: a recorded pass must not grow it)
@@ -167,6 +169,7 @@ ExpertScratchSizes expert_scratch_sizes(const Hyperparameters& h, int tokens) {
   const auto& s = h.shapes;
   const size_t pairs = static_cast<size_t>(tokens) * h.n_experts_used;
   return {aligned(sizeof(float) * tokens * h.n_experts),
+          aligned(sizeof(unsigned) * tokens),
           aligned(sizeof(int32_t) * pairs),
           aligned(sizeof(float) * pairs),
           aligned(cu::expert_groups_bytes(static_cast<int>(pairs), h.n_experts, 8)),
@@ -807,7 +810,10 @@ class LlamaCudaModel final : public Model {
       at += bytes;
       return here;
     };
-    router_logits_ = reinterpret_cast<float*>(take(sizes.logits));
+    routing_.logits = reinterpret_cast<float*>(take(sizes.logits));
+    routing_.arrivals = reinterpret_cast<unsigned*>(take(sizes.arrivals));
+    routing_.tokens = kCudaMaxBatchTokens;
+    stream_.fill(routing_.arrivals, 0, sizes.arrivals);  // (every launch of route_tokens leaves them 0)
     route_ids_ = reinterpret_cast<int32_t*>(take(sizes.ids));
     route_weights_ = reinterpret_cast<float*>(take(sizes.weights));
     groups_ = cu::expert_groups_in(take(sizes.groups), kCudaMaxBatchTokens * h_.n_experts_used, h_.n_experts, 8);
@@ -827,17 +833,19 @@ class LlamaCudaModel final : public Model {
   // recorded pass cannot wait for the host). A few pairs run one by one, each a GEMV of its
   // expert's rows; more are grouped by expert and each expert's rows go through one tile of
   // the small GEMM, all tiles in one launch (cu::grouped_expert_matmul).
-  void launch_experts(const CudaLayer& layer, int n) {
+  void launch_experts(const CudaLayer& layer, int n, const cu::QuantizedRows* normed_in) {
     const auto& s = h_.shapes;
     const int used = h_.n_experts_used, pairs = n * used;
     const float* normed = normed_.as<float>();
     float* x = x_.as<float>();
-    cu::router_logits(layer.router, normed, s.d_model, n, router_logits_, stream_);
-    cu::route_experts(router_logits_, n, h_.n_experts, used, route_ids_, route_weights_, stream_);
+    cu::route_tokens(layer.router, normed, s.d_model, n, used, routing_, route_ids_, route_weights_, stream_);
     mark("router, top-k");
     if (n <= cu::kSmallGemmLargestBatch && pairs <= pairs_one_by_one()) {
+      // (the ffn_norm wrote normed's int8 copy where the pass is small enough; else it is made here)
       std::optional<cu::QuantizedRows> normed_q8;
-      if (cu::small_gemm_reads(layer.gate_up_exps[0].type) || cu::small_gemm_reads(layer.gate_up_exps.back().type))
+      if (normed_in)
+        normed_q8 = *normed_in;
+      else if (cu::small_gemm_reads(layer.gate_up_exps[0].type) || cu::small_gemm_reads(layer.gate_up_exps.back().type))
         normed_q8 = cu::quantize_rows(normed, s.d_model, n, s.d_model, matmul_scratch_.activations_q8, stream_);
       int column = 0;
       for (const auto& w : layer.gate_up_exps) {
@@ -846,10 +854,11 @@ class LlamaCudaModel final : public Model {
         column += w.rows;
       }
       mark("experts' gate_up");
-      cu::silu_mul(pair_gate_up_, pair_hidden_, pairs, s.ffn, stream_);
-      std::optional<cu::QuantizedRows> hidden_rows;
-      if (cu::small_gemm_reads(layer.down_exps.type))  // (pairs <= kMaxPairsOneByOne: the buffer's size)
-        hidden_rows = cu::quantize_rows(pair_hidden_, s.ffn, pairs, s.ffn, pair_hidden_q8_, stream_);
+      // SwiGLU writing the int8 copy the down matmul reads (integer types)
+      std::optional<cu::QuantizedRowsBuffer> hidden_q8;
+      if (cu::small_gemm_reads(layer.down_exps.type)) hidden_q8 = cu::quantized_rows_in(pair_hidden_q8_, pairs, s.ffn);
+      cu::silu_mul(pair_gate_up_, pair_hidden_, pairs, s.ffn, stream_, hidden_q8 ? &*hidden_q8 : nullptr);
+      const auto hidden_rows = hidden_q8 ? std::optional<cu::QuantizedRows>(hidden_q8->view(pairs, s.ffn)) : std::nullopt;
       cu::expert_matmul(layer.down_exps, pair_hidden_, s.ffn, hidden_rows ? &*hidden_rows : nullptr, 1, route_ids_,
                         pairs, pair_out_, s.d_model, stream_);
       mark("experts' silu_mul, down");
@@ -912,7 +921,7 @@ class LlamaCudaModel final : public Model {
       cu::rms_norm(x, layer.ffn_norm, normed, n, s.d_model, h_.rms_eps, stream_, normed_out);
       mark("ffn_norm");
       if (layer.moe) {
-        launch_experts(layer, n);
+        launch_experts(layer, n, normed_in);
         continue;
       }
       matmul_group(layer.gate_up, normed, s.d_model, n, gate_up_.as<float>(), 2 * s.ffn, normed_in);
@@ -954,7 +963,8 @@ class LlamaCudaModel final : public Model {
   cu::QuantizedRowsBuffer fused_normed_{}, fused_hidden_{};
   // A mixture of experts' scratch (allocate_experts).
   cu::DeviceBuffer experts_;
-  float *router_logits_ = nullptr, *route_weights_ = nullptr, *pair_in_ = nullptr, *pair_gate_up_ = nullptr,
+  cu::RoutingScratch routing_;
+  float *route_weights_ = nullptr, *pair_in_ = nullptr, *pair_gate_up_ = nullptr,
         *pair_hidden_ = nullptr, *pair_out_ = nullptr;
   int32_t* route_ids_ = nullptr;
   cu::ExpertGroups groups_;
