@@ -258,16 +258,20 @@ phase_bench() {
   record bench_8b_whole_rows "$(tail -n 1 "$OUT/bench_8b_whole_rows.txt" | grep '^{' || echo '{}')"
 }
 
-# Where a decode step's GPU time goes, step by step (SPLASH_CUDA_PROFILE=1: an event after
-# each step, kernel by kernel), at one sequence and at 16 and 64 together.
+# The builds a comparing phase runs: the previous one (.gpu/old/splash.xz, unpacked), where
+# carried, and this one.
+compared_builds() {
+  [ -f .gpu/old/splash.xz ] && xz -dkf .gpu/old/splash.xz && chmod +x .gpu/old/splash
+  local b
+  for b in old bin; do [ -x .gpu/$b/splash ] && echo $b; done
+}
+
 # Where the MoE's decode step goes, step by step, at 1, 4 and 16 sequences, the previous
 # build (.gpu/old, where carried) and this one (moe_profile_*.txt).
 phase_moe_profile() {
   local model=$KEEP/qwen3-30b-a3b-shape-8-layers.gguf b n
   make_moe "$model" || { row moe-profile "failed to make the model"; return; }
-  [ -f .gpu/old/splash.xz ] && xz -dkf .gpu/old/splash.xz && chmod +x .gpu/old/splash
-  for b in old bin; do
-    [ -x .gpu/$b/splash ] || continue
+  for b in $(compared_builds); do
     for n in 1 4 16; do
       SPLASH_CUDA_PROFILE=1 LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/$b/splash bench --device cuda -m "$model" --prompt-sizes 1 \
         --decode-tokens 64 --repetitions 1 $([ $n -gt 1 ] && echo "--parallel $n --parallel-prompt 16") \
@@ -278,6 +282,8 @@ phase_moe_profile() {
   row moe-profile "MoE decode step by step at 1, 4 and 16 sequences: moe_profile_*.txt"
 }
 
+# Where a decode step's GPU time goes, step by step (SPLASH_CUDA_PROFILE=1: an event after
+# each step, kernel by kernel), at one sequence and at 16 and 64 together.
 phase_profile() {
   [ -x .gpu/bin/splash ] || { row profile "skipped: no splash binary carried"; return; }
   local model=$KEEP/qwen3-8b-q4km.gguf
@@ -363,9 +369,7 @@ PY
 phase_moe_ncu() {
   local model=$KEEP/qwen3-30b-a3b-shape-8-layers.gguf b n
   make_moe "$model" || { row moe-ncu "failed to make the model"; return; }
-  [ -f .gpu/old/splash.xz ] && xz -dkf .gpu/old/splash.xz && chmod +x .gpu/old/splash
-  for b in old bin; do
-    [ -x .gpu/$b/splash ] || continue
+  for b in $(compared_builds); do
     for n in 1 4; do
       LD_LIBRARY_PATH="$SPLASH_LIBS" timeout 120 ncu --csv --page raw --print-units base --launch-skip 600 --launch-count 200 \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size,launch__registers_per_thread \
@@ -425,7 +429,7 @@ phase_ab() {
   [ -f .gpu/old/splash.xz ] || { row ab "skipped: no .gpu/old/splash.xz carried"; return; }
   local model=$KEEP/qwen3-8b-q4km.gguf i b
   make_8b "$model" || { row ab "failed to make the model"; return; }
-  xz -dkf .gpu/old/splash.xz && chmod +x .gpu/old/splash
+  compared_builds > /dev/null
   splash bench --device cuda -m "$model" --prompt-sizes 16 --decode-tokens 8 --repetitions 1 > /dev/null 2>&1  # tunes
   for i in 1 2 3; do
     for b in old bin; do
@@ -467,7 +471,7 @@ phase_moe_ab() {
   [ -f .gpu/old/splash.xz ] || { row moe-ab "skipped: no .gpu/old/splash.xz carried"; return; }
   local model=$KEEP/qwen3-30b-a3b-shape-8-layers.gguf i b
   make_moe "$model" || { row moe-ab "failed to make the model"; return; }
-  xz -dkf .gpu/old/splash.xz && chmod +x .gpu/old/splash
+  compared_builds > /dev/null
   for i in 1 2; do
     for b in old bin; do
       LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/$b/splash bench --device cuda -m "$model" --prompt-sizes 512,4096 \
