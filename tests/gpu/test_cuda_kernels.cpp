@@ -832,8 +832,9 @@ TEST_F(CudaExpertsTest, RouteTokensAgainstFloat64AndTheRouting) {
       const size_t pairs = static_cast<size_t>(n) * used;
       cu::DeviceBuffer ids(pairs * sizeof(int32_t)), weights(pairs * sizeof(float));
       cu::DeviceBuffer ref_ids(pairs * sizeof(int32_t)), ref_weights(pairs * sizeof(float));
-      for (int run = 0; run < 2; ++run) {
+      for (int run = 0; run < 2; ++run) {  // (each run's logits start as NaN: a stale one would show)
         stream.fill(ids.data(), 0xFF, ids.size());
+        stream.fill(logits.data(), 0xFF, logits.size());
         cu::route_tokens({type, device_bytes.as<uint8_t>(), experts, cols}, dx.as<float>(), cols, n, used, scratch,
                          ids.as<int32_t>(), weights.as<float>(), stream);
         cu::route_experts(logits.as<float>(), n, experts, used, ref_ids.as<int32_t>(), ref_weights.as<float>(), stream);
@@ -854,39 +855,43 @@ TEST_F(CudaExpertsTest, RouteTokensAgainstFloat64AndTheRouting) {
 // Each (token, expert) pair's matmul against float64 with the expert the pair names: the
 // pairs of a token reading its row (x_divisor = used) and pairs reading rows of their own
 // (x_divisor = 1). Integer types within 1e-5 of the int8 activations they read; float types
-// within 1e-5. Rows not a multiple of a thread block's.
+// within 1e-5. Rows not a multiple of a thread block's; rows of 512, 1536 and 4096 columns
+// (each launch shape: 8 rows a warp for short rows, 4, then 2).
 TEST_F(CudaExpertsTest, ExpertMatmulAgainstFloat64) {
   cu::Stream stream;
   cu::MatmulScratch scratch;
-  const int experts = 5, rows = 101, cols = 512, used = 2, n = 3;  // (odd rows: a warp's second row clamped)
+  const int experts = 5, rows = 101, used = 2, n = 3;  // (odd rows: a warp's last rows clamped)
   const std::vector<int32_t> ids{4, 0, 2, 4, 1, 3};  // token 0: experts 4, 0; token 1: 2, 4; token 2: 1, 3
   const int pairs = static_cast<int>(ids.size());
   const auto d_ids = to_device(ids);
-  for (const GgmlType type : kWeightTypes) {
-    const auto bytes = random_matrix(type, experts * rows, cols, rng_);
-    const auto w = dequantized(type, bytes, experts * rows, cols);
-    const auto device_bytes = packed_on_device(type, bytes, experts * rows, cols);
-    const cu::ExpertWeights stack{type, device_bytes.as<uint8_t>(), experts, rows, cols};
-    for (const int divisor : {used, 1}) {
-      const int x_rows = divisor == 1 ? pairs : n;
-      const auto x = random_floats(rng_, static_cast<size_t>(x_rows) * cols);
-      const auto xs = is_float_type(type) ? std::vector<double>(x.begin(), x.end()) : int8_activations(x, x_rows, cols);
-      std::vector<double> ref(static_cast<size_t>(pairs) * rows);
-      for (int p = 0; p < pairs; ++p)
-        for (int r = 0; r < rows; ++r) {
-          double sum = 0.0;
-          for (int c = 0; c < cols; ++c)
-            sum += w[(static_cast<size_t>(ids[p]) * rows + r) * cols + c] * xs[static_cast<size_t>(p / divisor) * cols + c];
-          ref[static_cast<size_t>(p) * rows + r] = sum;
-        }
-      const auto dx = to_device(x);
-      auto dy = to_device(std::vector<float>(ref.size(), NAN));
-      std::optional<cu::QuantizedRows> xq;
-      if (!is_float_type(type)) xq = cu::quantize_rows(dx.as<float>(), cols, x_rows, cols, scratch.activations_q8, stream);
-      cu::expert_matmul(stack, dx.as<float>(), cols, xq ? &*xq : nullptr, divisor, d_ids.as<int32_t>(), pairs,
-                        dy.as<float>(), rows, stream);
-      stream.synchronize("expert_matmul");
-      EXPECT_LT(relative_error(to_host<float>(dy, ref.size()), ref), 1e-5) << type_name(type) << " divisor " << divisor;
+  for (const int cols : {512, 1536, 4096}) {
+    for (const GgmlType type : kWeightTypes) {
+      SCOPED_TRACE(std::to_string(cols) + " columns");
+      const auto bytes = random_matrix(type, experts * rows, cols, rng_);
+      const auto w = dequantized(type, bytes, experts * rows, cols);
+      const auto device_bytes = packed_on_device(type, bytes, experts * rows, cols);
+      const cu::ExpertWeights stack{type, device_bytes.as<uint8_t>(), experts, rows, cols};
+      for (const int divisor : {used, 1}) {
+        const int x_rows = divisor == 1 ? pairs : n;
+        const auto x = random_floats(rng_, static_cast<size_t>(x_rows) * cols);
+        const auto xs = is_float_type(type) ? std::vector<double>(x.begin(), x.end()) : int8_activations(x, x_rows, cols);
+        std::vector<double> ref(static_cast<size_t>(pairs) * rows);
+        for (int p = 0; p < pairs; ++p)
+          for (int r = 0; r < rows; ++r) {
+            double sum = 0.0;
+            for (int c = 0; c < cols; ++c)
+              sum += w[(static_cast<size_t>(ids[p]) * rows + r) * cols + c] * xs[static_cast<size_t>(p / divisor) * cols + c];
+            ref[static_cast<size_t>(p) * rows + r] = sum;
+          }
+        const auto dx = to_device(x);
+        auto dy = to_device(std::vector<float>(ref.size(), NAN));
+        std::optional<cu::QuantizedRows> xq;
+        if (!is_float_type(type)) xq = cu::quantize_rows(dx.as<float>(), cols, x_rows, cols, scratch.activations_q8, stream);
+        cu::expert_matmul(stack, dx.as<float>(), cols, xq ? &*xq : nullptr, divisor, d_ids.as<int32_t>(), pairs,
+                          dy.as<float>(), rows, stream);
+        stream.synchronize("expert_matmul");
+        EXPECT_LT(relative_error(to_host<float>(dy, ref.size()), ref), 1e-5) << type_name(type) << " divisor " << divisor;
+      }
     }
   }
 }
@@ -970,12 +975,13 @@ TEST_F(CudaExpertsTest, GroupedExpertMatmulAgainstFloat64) {
 }
 
 // x += the pairs' weighted rows, in ascending expert order whatever the pairs' order (the
-// CPU path's order: bit for bit a float sum in that order, each step one fused multiply-add),
-// with and without a map from pairs to rows (the grouped path's sorted rows).
+// CPU path's order), each step one fused multiply-add: bit for bit that sum; equal ids
+// (which routing never makes) in pair order; with and without a map from pairs to rows (the
+// grouped path's sorted rows).
 TEST_F(CudaExpertsTest, CombineAddsThePairsWeightedRows) {
   cu::Stream stream;
   const int n = 3, used = 3, d = 300, pairs = n * used;
-  const std::vector<int32_t> ids{7, 2, 5, 0, 1, 9, 4, 3, 8};
+  const std::vector<int32_t> ids{7, 2, 5, 0, 1, 9, 4, 3, 4};  // (token 2: expert 4 twice)
   const std::vector<int32_t> rows{8, 0, 4, 2, 6, 1, 7, 3, 5};  // pair p's row of y
   const auto weights = random_floats(rng_, pairs);
   const auto y = random_floats(rng_, static_cast<size_t>(pairs) * d);
@@ -986,7 +992,7 @@ TEST_F(CudaExpertsTest, CombineAddsThePairsWeightedRows) {
     for (int t = 0; t < n; ++t) {
       std::vector<int> order(used);  // the token's pairs by expert id
       std::iota(order.begin(), order.end(), t * used);
-      std::sort(order.begin(), order.end(), [&](int a, int b) { return ids[a] < ids[b]; });
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return ids[a] < ids[b]; });
       for (const int p : order) {
         const int row = mapped ? rows[p] : p;
         for (int j = 0; j < d; ++j) {

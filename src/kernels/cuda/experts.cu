@@ -1,5 +1,6 @@
-// The mixture-of-experts FFN's kernels (experts.h): router logits in float, the top-k
-// routing, the experts' matmuls pair by pair, and the weighted sum back into the residual.
+// The mixture-of-experts FFN's kernels (experts.h): the router's float logits and the top-k
+// routing in one launch, the experts' matmuls pair by pair or grouped by expert (the grouped
+// GEMM itself is in small_gemm.cu), and the weighted sum back into the residual.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,8 +18,8 @@ namespace {
 cudaStream_t raw(Stream& stream) { return static_cast<cudaStream_t>(stream.handle()); }
 
 constexpr int kWarps = 4;              // warps of a thread block
-constexpr int kPairRows = 2;           // weight rows a warp computes for one pair (sharing its x loads)
-constexpr int kPairParts = 4;          // 32-weight parts a lane loads before decoding any
+constexpr int kPairRows = 2;           // weight rows a warp computes for one pair (sharing its x loads),
+constexpr int kPairParts = 4;          // and 32-weight parts a lane loads before decoding any (long rows)
 static_assert(kMostExperts <= 32 * 32);  // route_experts: a lane keeps a bit for each of its experts
 constexpr int kMostUsed = kMostExpertsUsed;
 
@@ -46,8 +47,8 @@ __device__ __forceinline__ float warp_dot_float(const Rows<T>& w, int row, int f
 
 // One token's routing by one warp, from its row of logits (global or shared memory): the
 // probabilities exp(logit - max) (the softmax's sum cancels in the renormalisation, as on
-// the CPU), computed once into p (`experts` floats of shared memory the warp has to itself:
-// each lane keeps those of its own experts, lane + 32 i); then `used` rounds of a warp-wide
+// the CPU), computed once into p (`experts` floats of shared memory the warp has to itself,
+// or row itself: each lane reads and writes only its own experts' entries, lane + 32 i); then `used` rounds of a warp-wide
 // arg max over the experts not yet taken, each lane keeping a bit per expert of its own.
 // Lane 0 writes the ids and weights.
 __device__ __forceinline__ void route_token(const float* row, float* p, int experts, int used, int lane,
@@ -111,7 +112,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     route_tokens_kernel(Rows<T> w, int experts, int cols, const float* __restrict__ x, int ldx, float* logits,
                         unsigned* __restrict__ arrivals, int used, int32_t* __restrict__ ids,
                         float* __restrict__ weights) {
-  __shared__ float row[kMostExperts], p[kMostExperts], parts[kWarps];
+  __shared__ float row[kMostExperts], parts[kWarps];
   __shared__ bool last;
   const int e = blockIdx.x, t = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int blocks = cols / Block<T>::kElements, per_warp = (blocks + kWarps - 1) / kWarps;
@@ -127,36 +128,43 @@ __global__ void __launch_bounds__(kWarps * 32)
     token_logits[e] = sum;
     __threadfence();
     last = atomicAdd(&arrivals[t], 1u) == gridDim.x - 1;
-    if (last) arrivals[t] = 0;
+    if (last) {
+      __threadfence();  // (the other blocks' logits, fenced before their counts, are read after this one)
+      arrivals[t] = 0;
+    }
   }
   __syncthreads();
   if (!last) return;
   for (int i = threadIdx.x; i < experts; i += blockDim.x) row[i] = __ldcg(token_logits + i);
   __syncthreads();
+  // (p may be row itself: each lane reads and writes only its own experts' entries)
   if (warp == 0)
-    route_token(row, p, experts, used, lane, ids + static_cast<size_t>(t) * used, weights + static_cast<size_t>(t) * used);
+    route_token(row, row, experts, used, lane, ids + static_cast<size_t>(t) * used,
+                weights + static_cast<size_t>(t) * used);
 }
 
-// Integer types: a warp computes kPairRows rows of pair blockIdx.y's expert against its
-// activation row's int8 copy (the GEMV's loop, gemv_q8.cuh).
-template <GgmlType T>
+// Integer types: a warp computes R rows of pair blockIdx.y's expert against its activation
+// row's int8 copy (the GEMV's loop, gemv_q8.cuh, U parts a lane at a time). Short rows take
+// more rows a warp and fewer parts a lane (expert_q8_shape): a lane's loads are the rows'
+// parts, and a 768-wide Q4_K row has only 24 for 32 lanes. The sums do not depend on R or U.
+template <GgmlType T, int R, int U>
 __global__ void __launch_bounds__(kWarps * 32)
     expert_q8_kernel(const uint8_t* __restrict__ data, size_t expert_bytes, int rows, QuantizedRows x, int x_divisor,
                      const int32_t* __restrict__ ids, float* __restrict__ y, int ldy, int first_pair) {
   const int pair = first_pair + blockIdx.y, lane = threadIdx.x % 32;
-  const int row0 = (blockIdx.x * kWarps + threadIdx.x / 32) * kPairRows;
+  const int row0 = (blockIdx.x * kWarps + threadIdx.x / 32) * R;
   if (row0 >= rows) return;
   wait_for_inputs();  // (the expert's id is an input: nothing can be loaded before it)
   const Rows<T> w{data + expert_bytes * ids[pair], RowLayout<T>::row_bytes(x.cols), RowLayout<T>::quant_bytes(x.cols)};
-  int row[kPairRows];
+  int row[R];
 #pragma unroll
-  for (int r = 0; r < kPairRows; ++r) row[r] = min(row0 + r, rows - 1);
-  float acc[1][kPairRows];
-  warp_dot_q8<T, 1, kPairRows, kPairParts>(w, row, offset_rows(x, pair / x_divisor, 1), 1, lane, acc);
+  for (int r = 0; r < R; ++r) row[r] = min(row0 + r, rows - 1);
+  float acc[1][R];
+  warp_dot_q8<T, 1, R, U>(w, row, offset_rows(x, pair / x_divisor, 1), 1, lane, acc);
   warp_sum_all(acc);
   if (lane != 0) return;
 #pragma unroll
-  for (int r = 0; r < kPairRows; ++r)
+  for (int r = 0; r < R; ++r)
     if (row0 + r < rows) y[static_cast<size_t>(pair) * ldy + row0 + r] = acc[0][r];
 }
 
@@ -303,9 +311,21 @@ void expert_matmul(const ExpertWeights& w, const float* x, int ldx, const Quanti
       const int count = std::min(kMostGridY, pairs - first);
       if constexpr (Block<T>::kPacked) {
         if (!xq || xq->cols != w.cols || xq->sumsq) cuda_fail("expert_matmul: the int8 activations do not match");
-        const int per_block = kWarps * kPairRows;
-        launch_dependent(expert_q8_kernel<T>, dim3((w.rows + per_block - 1) / per_block, count), dim3(kWarps * 32),
-                         raw(stream), w.data, w.expert_bytes(), w.rows, *xq, x_divisor, ids, y, ldy, first);
+        // Rows a warp and parts a lane at a time by the row's parts (32 weights each): a
+        // lane's loads in flight are R x U, with few of them repeats past the row's end.
+        const int parts = w.cols / Block<T>::kElements * Block<T>::kParts;
+        auto launch = [&]<int R, int U>() {
+          const int per_block = kWarps * R;
+          launch_dependent(expert_q8_kernel<T, R, U>, dim3((w.rows + per_block - 1) / per_block, count),
+                           dim3(kWarps * 32), raw(stream), w.data, w.expert_bytes(), w.rows, *xq, x_divisor, ids, y,
+                           ldy, first);
+        };
+        if (parts <= 32)
+          launch.template operator()<8, 1>();
+        else if (parts <= 64)
+          launch.template operator()<4, 2>();
+        else
+          launch.template operator()<kPairRows, kPairParts>();
       } else {
         launch_dependent(expert_float_kernel<T>, dim3((w.rows + kWarps - 1) / kWarps, count), dim3(kWarps * 32),
                          raw(stream), w.data, w.expert_bytes(), w.rows, w.cols, x, ldx, x_divisor, ids, y, ldy, first);

@@ -27,7 +27,8 @@ constexpr int kMostExperts = 1024, kMostExpertsUsed = 32;
 
 // For each of n rows of `experts` logits: the `used` largest (a NaN counts as -infinity;
 // equal ones by the lower expert), their softmax renormalised over the chosen (weights sum
-// to 1). ids[t * used + k] and weights[t * used + k], best first.
+// to 1). ids[t * used + k] and weights[t * used + k], best first. The routing alone, on
+// logits from elsewhere: route_tokens' second half, the tests' way to reach it.
 void route_experts(const float* logits, int n, int experts, int used, int32_t* ids, float* weights, Stream& stream);
 
 // Where route_tokens leaves each token's logits, and a counter per token its thread blocks
@@ -48,8 +49,8 @@ void route_tokens(const DeviceWeight& router, const float* x, int ldx, int n, in
 // the pairs of one token read its row; 1: pair p reads row p, e.g. the grouped rows with
 // ExpertGroups::expert_of_row as the ids). Integer types read x's int8
 // copy `xq` (quantize_rows; its rows are x's); float types read x itself. The ids must be
-// experts of w (route_experts' are); the kernel reads them before anything else, so it is
-// launched plainly, after the kernel that wrote them.
+// experts of w (routing's are); the kernel waits for the kernel that wrote them before it
+// reads them (nothing of the expert's can be loaded early).
 void expert_matmul(const ExpertWeights& w, const float* x, int ldx, const QuantizedRows* xq, int x_divisor,
                    const int32_t* ids, int pairs, float* y, int ldy, Stream& stream);
 
@@ -85,8 +86,9 @@ void grouped_expert_matmul(const ExpertWeights& w, const float* x, int ldx, int 
                            int tile_rows, float* y, int ldy, MatmulScratch& scratch, Stream& stream);
 
 // x[t] += sum over k of weights[t * used + k] * y[row of pair t * used + k], the pairs added
-// in the order of their expert ids (as the CPU path adds them); `y_rows` maps a pair to its
-// row of y (null: row p).
+// in the order of their expert ids (as the CPU path adds them; equal ids, which routing never
+// makes, in pair order), each step one fused multiply-add; `y_rows` maps a pair to its row
+// of y (null: row p).
 void combine_experts(const float* y, int ldy, const int32_t* y_rows, const int32_t* ids, const float* weights, int n,
                      int used, int d, float* x, Stream& stream);
 

@@ -139,10 +139,10 @@ struct ScratchSizes {
   }
 };
 
-// Up to this many (token, expert) pairs a mixture of experts runs pair by pair (a GEMV of
-// the pair's expert each: batch-1 decode's 8 pairs read 8 experts); more are grouped by
-// expert on the device, each chosen expert read once. SPLASH_CUDA_MOE_PAIRS=N moves the
-// boundary (to compare).
+// A mixture of experts runs up to 32 (token, expert) pairs pair by pair (a GEMV of the
+// pair's expert each: batch-1 decode's 8 pairs read 8 experts); more are grouped by expert
+// on the device, each chosen expert read once. SPLASH_CUDA_MOE_PAIRS=N moves the boundary
+// (to compare), up to kMaxPairsOneByOne (what the pairs' int8 scratch is sized for).
 constexpr int kMaxPairsOneByOne = 512;
 int pairs_one_by_one() {
   static const int most = [] {
@@ -828,7 +828,7 @@ class LlamaCudaModel final : public Model {
   }
 
   // Layer l's mixture of experts on the n rows of normed_, added into x_: the router's
-  // logits in float, each token's n_experts_used experts and weights (route_experts), then
+  // logits in float, each token's n_experts_used experts and weights (route_tokens), then
   // each (token, expert) pair's SwiGLU expert and the weighted sum, all on the device (a
   // recorded pass cannot wait for the host). A few pairs run one by one, each a GEMV of its
   // expert's rows; more are grouped by expert and each expert's rows go through one tile of
