@@ -27,6 +27,7 @@ struct ServeFlags {
   int64_t seed = -1;  // -1: none (CLI11 has no optional<uint64_t>)
   int reasoning_budget = -2;  // -2: the template's default
   engine::DraftMode draft = engine::DraftMode::Auto;
+  int snapshot_interval = engine::kSnapshotInterval;
 };
 
 // How long shutdown waits, once every reply has ended, for connections still open.
@@ -157,7 +158,8 @@ void serve(ServeFlags flags) {
       {"drafter", flags.draft == engine::DraftMode::None || !verifies ? "none" : "lookup"},
       {"max_draft_tokens", verifies ? loaded->model->info().max_logits_per_slice - 1 : 0}};
   engine::EngineService engine(*loaded->model, loaded->tokenizer, *loaded->chat,
-                               {loaded->vision.get(), flags.model.max_image_pixels}, {flags.draft, {}, {}});
+                               {loaded->vision.get(), flags.model.max_image_pixels},
+                               {flags.draft, {}, {}, flags.snapshot_interval});
   server::HttpServer http(flags.server, engine, loaded->tokenizer, *loaded->chat, served);
   http.bind();
   running_engine.store(&engine);
@@ -212,6 +214,12 @@ void add_serve_command(CLI::App& app) {
                       "A thinking model's thinking tokens for requests that set none: 0 switches thinking off, -1 "
                       "sets no limit (default: the chat template's own, e.g. Qwen3 thinks without a limit)")
       ->check(CLI::Range(-1, 1 << 30));
+  command->add_option("--snapshot-interval", flags->snapshot_interval,
+                      "Hybrid models (Qwen3.5): a recurrent-state snapshot every this many tokens of a long prompt, "
+                      "so a later prompt sharing only its beginning resumes from the deepest (0: only before each "
+                      "prompt's end and at each reply's end)")
+      ->check(CLI::Range(0, 1 << 30))
+      ->default_str(std::to_string(engine::kSnapshotInterval));
   command->callback([flags] { serve(*flags); });
 }
 

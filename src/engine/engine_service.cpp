@@ -360,14 +360,7 @@ bool EngineService::admit(Running& sequence) {
       std::lock_guard lock(mutex_);
       counters_.snapshots = snapshots_.counters();
     }
-    // A snapshot a few tokens before the prompt's end (not yet replying: a sequence taken
-    // back after preemption has its own): the next turn's prompt (the same conversation, the
-    // template's header for the reply left out) resumes there.
-    const int cut = size - kSnapshotBeforePromptEnd;
-    sequence.snapshot_at = snapshots_.counters().total > 0 && sequence.generation->result().tokens.empty() &&
-                                   cut > sequence.computed && !snapshots_.holds(std::span(sequence.tokens).first(cut))
-                               ? cut
-                               : -1;
+    sequence.snapshot_at = next_snapshot_point(sequence);
   }
   sequence.published = match.tokens / cache::kBlockTokens;
   sequence.keys.assign(1, cache::kEmptyPrefix);
@@ -434,6 +427,21 @@ void EngineService::publish_full_blocks(Running& sequence) {
     blocks_.publish(sequence.blocks[i], sequence.keys[i], i, tokens);
     sequence.keys.push_back(cache::extend_prefix(sequence.keys[i], tokens));
   }
+}
+
+// Where a hybrid sequence's prompt is next cut for a snapshot, past what it has computed
+// (-1: nowhere): every options_.snapshot_interval tokens, and a few tokens before the end
+// (the next turn's prompt, the same conversation less the template's header for the reply,
+// resumes there); points a snapshot holds already are passed over. Only while the prompt is
+// computed: a sequence taken back after preemption saved its own when it was preempted.
+int EngineService::next_snapshot_point(Running& sequence) const {
+  if (snapshots_.counters().total == 0 || !sequence.generation->result().tokens.empty()) return -1;
+  const int cut = static_cast<int>(sequence.tokens.size()) - kSnapshotBeforePromptEnd;
+  const auto held = [&](int point) { return snapshots_.holds(std::span(sequence.tokens).first(point)); };
+  if (const int every = options_.snapshot_interval; every > 0)
+    for (int point = (sequence.computed / every + 1) * every; point < cut; point += every)
+      if (!held(point)) return point;
+  return cut > sequence.computed && !held(cut) ? cut : -1;
 }
 
 void EngineService::save_snapshot(Running& sequence) {
@@ -797,7 +805,7 @@ void EngineService::apply(const Pass& pass, std::span<const float> logits) {
     publish_full_blocks(s);
     if (s.computed == s.snapshot_at) {
       save_snapshot(s);
-      s.snapshot_at = -1;
+      s.snapshot_at = next_snapshot_point(s);
     }
     if (rows.empty()) continue;
     // The prompt's end (a hybrid model keeps none: a replay resumes from a snapshot before it)

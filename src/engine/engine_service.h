@@ -99,6 +99,10 @@ struct EngineCounters {
 // `<think>\n` after it), which the next turn's prompt renders differently or not at all, lies
 // after the snapshot.
 inline constexpr int kSnapshotBeforePromptEnd = 8;
+// And every this many tokens of a longer prompt (EngineOptions::snapshot_interval): a later
+// prompt that shares only the beginning (an edited earlier message, the same long system
+// prompt and tools) resumes from the deepest of them instead of from the start.
+inline constexpr int kSnapshotInterval = 4096;
 
 // How the engine decodes.
 struct EngineOptions {
@@ -110,6 +114,9 @@ struct EngineOptions {
   // (SequenceSlice::best_only); unset: where the model finds them on its device
   // (ModelInfo::best_tokens_on_device). Either way the tokens are the same.
   std::optional<bool> best_token_rows;
+  // A hybrid model's snapshots inside a prompt, this many tokens apart (0: only before the
+  // prompt's end and at the reply's end).
+  int snapshot_interval = kSnapshotInterval;
 };
 
 // How requests' images reach the model: a vision encoder (null: the model takes no images)
@@ -186,6 +193,7 @@ class EngineService {
   // A hybrid model's state after the sequence's computed tokens into a snapshot (unless one
   // holds it already).
   void save_snapshot(Running& sequence);
+  int next_snapshot_point(Running& sequence) const;
   void on_logits(Running& sequence, LogitsRow& logits);
   // The sequence's next token from `logits` (streamed by its generation), or nothing when
   // the generation ended (the sequence is then finished).

@@ -465,3 +465,45 @@ def test_qwen35_next_turn_resumes_from_a_snapshot(models):
         fresh.stop()
     assert cold_cached == 0 and cold_prompt_tokens == prompt_tokens
     assert warm == cold
+
+
+def test_qwen35_prompt_sharing_only_a_beginning_resumes_from_a_snapshot_inside_it(models):
+    """Snapshots every --snapshot-interval tokens of a prompt: a later prompt that shares only
+    the first part of an earlier one (an edited message) resumes from the deepest snapshot
+    inside the shared part, not from the start, and replies token for token as a fresh
+    server does."""
+    import requests
+    from conftest import start_server
+
+    interval = 64
+    args = ("--seed", "1", "--kv-cache-type", "f32", "--max-context", "1024", "--snapshot-interval", str(interval))
+    words = " ".join(f"a{j}" for j in range(100))
+    first = [{"role": "user", "content": "Write a function that adds " + words + " and returns the sum."}]
+    edited = [{"role": "user", "content": "Write a function that adds " + words[: len(words) // 2] + " only."}]
+
+    def ask(server, messages) -> tuple[str, int, int]:
+        r = requests.post(server.url + "/v1/chat/completions", timeout=300,
+                          json={"messages": messages, "temperature": 0, "max_tokens": 24})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        cached = (body["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+        return body["choices"][0]["message"]["content"], body["usage"]["prompt_tokens"], cached
+
+    server = start_server(*args, model=models.path("qwen35", "float"))
+    try:
+        _, first_tokens, _ = ask(server, first)
+        saved = requests.get(server.url + "/status", timeout=30).json()["state_snapshots"]["saved"]
+        assert saved >= first_tokens // interval, (saved, first_tokens)  # the grid, the prompt's end, the reply's
+        warm, prompt_tokens, cached = ask(server, edited)
+        assert cached >= interval and cached % interval == 0 and cached < prompt_tokens, (cached, prompt_tokens)
+        status = requests.get(server.url + "/status", timeout=30).json()["state_snapshots"]
+        assert status["hits"] == 1, status
+    finally:
+        server.stop()
+    fresh = start_server(*args, model=models.path("qwen35", "float"))
+    try:
+        cold, _, cold_cached = ask(fresh, edited)
+    finally:
+        fresh.stop()
+    assert cold_cached == 0
+    assert warm == cold
