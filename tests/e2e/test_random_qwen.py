@@ -424,6 +424,29 @@ def test_qwen35_served_concurrently_gives_each_request_its_reply_alone(models):
         server.stop()
 
 
+def greedy_reply_and_cache(server, messages, max_tokens) -> tuple[str, int, int]:
+    """A greedy chat reply: its text, the prompt's tokens and how many of them came from the cache."""
+    import requests
+
+    r = requests.post(server.url + "/v1/chat/completions", timeout=300,
+                      json={"messages": messages, "temperature": 0, "max_tokens": max_tokens})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    cached = (body["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    return body["choices"][0]["message"]["content"], body["usage"]["prompt_tokens"], cached
+
+
+def fresh_server_reply(models, args, messages, max_tokens) -> tuple[str, int, int]:
+    """greedy_reply_and_cache from a server of the float qwen35 model that has served nothing."""
+    from conftest import start_server
+
+    fresh = start_server(*args, model=models.path("qwen35", "float"))
+    try:
+        return greedy_reply_and_cache(fresh, messages, max_tokens)
+    finally:
+        fresh.stop()
+
+
 def test_qwen35_next_turn_resumes_from_a_snapshot(models):
     """A hybrid model's prefix hit: the second turn of a conversation (the first prompt, the
     reply, a new message) resumes from a recurrent-state snapshot the first turn left (8 tokens
@@ -438,12 +461,7 @@ def test_qwen35_next_turn_resumes_from_a_snapshot(models):
     first = [{"role": "user", "content": "Write a function that adds " + " ".join(f"a{j}" for j in range(40))}]
 
     def ask(server, messages) -> tuple[str, int, int]:
-        r = requests.post(server.url + "/v1/chat/completions", timeout=300,
-                          json={"messages": messages, "temperature": 0, "max_tokens": 32})
-        assert r.status_code == 200, r.text
-        body = r.json()
-        cached = (body["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-        return body["choices"][0]["message"]["content"], body["usage"]["prompt_tokens"], cached
+        return greedy_reply_and_cache(server, messages, 32)
 
     server = start_server(*args, model=models.path("qwen35", "float"))
     try:
@@ -458,11 +476,7 @@ def test_qwen35_next_turn_resumes_from_a_snapshot(models):
         assert status["saved"] >= 4 and status["hits"] == 1 and status["bytes_each"] > 0, status
     finally:
         server.stop()
-    fresh = start_server(*args, model=models.path("qwen35", "float"))
-    try:
-        cold, cold_prompt_tokens, cold_cached = ask(fresh, second)
-    finally:
-        fresh.stop()
+    cold, cold_prompt_tokens, cold_cached = fresh_server_reply(models, args, second, 32)
     assert cold_cached == 0 and cold_prompt_tokens == prompt_tokens
     assert warm == cold
 
@@ -482,12 +496,7 @@ def test_qwen35_prompt_sharing_only_a_beginning_resumes_from_a_snapshot_inside_i
     edited = [{"role": "user", "content": "Write a function that adds " + words[: len(words) // 2] + " only."}]
 
     def ask(server, messages) -> tuple[str, int, int]:
-        r = requests.post(server.url + "/v1/chat/completions", timeout=300,
-                          json={"messages": messages, "temperature": 0, "max_tokens": 24})
-        assert r.status_code == 200, r.text
-        body = r.json()
-        cached = (body["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-        return body["choices"][0]["message"]["content"], body["usage"]["prompt_tokens"], cached
+        return greedy_reply_and_cache(server, messages, 24)
 
     server = start_server(*args, model=models.path("qwen35", "float"))
     try:
@@ -500,10 +509,6 @@ def test_qwen35_prompt_sharing_only_a_beginning_resumes_from_a_snapshot_inside_i
         assert status["hits"] == 1, status
     finally:
         server.stop()
-    fresh = start_server(*args, model=models.path("qwen35", "float"))
-    try:
-        cold, _, cold_cached = ask(fresh, edited)
-    finally:
-        fresh.stop()
+    cold, _, cold_cached = fresh_server_reply(models, args, edited, 24)
     assert cold_cached == 0
     assert warm == cold
