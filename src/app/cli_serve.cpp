@@ -215,10 +215,15 @@ void add_serve_command(CLI::App& app) {
                       "sets no limit (default: the chat template's own, e.g. Qwen3 thinks without a limit)")
       ->check(CLI::Range(-1, 1 << 30));
   command->add_option("--snapshot-interval", flags->snapshot_interval,
-                      "Hybrid models (Qwen3.5): a recurrent-state snapshot every this many tokens of a long prompt, "
-                      "so a later prompt sharing only its beginning resumes from the deepest (0: only before each "
-                      "prompt's end and at each reply's end)")
-      ->check(CLI::Range(0, 1 << 30))
+                      "Hybrid models (Qwen3.5): recurrent-state snapshots inside a long prompt at this many tokens "
+                      "and each doubling of it, so a later prompt sharing only its beginning resumes from the deepest "
+                      "(0: only before each prompt's end and at each reply's end; else a multiple of 16, at least 64)")
+      ->check([](const std::string& text) -> std::string {
+        const long value = std::strtol(text.c_str(), nullptr, 10);
+        return value == 0 || (value >= 64 && value % 16 == 0 && value <= (1 << 30))
+                   ? ""
+                   : "a snapshot interval is 0 or a multiple of 16 from 64 on";
+      })
       ->default_str(std::to_string(engine::kSnapshotInterval));
   command->callback([flags] { serve(*flags); });
 }

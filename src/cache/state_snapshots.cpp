@@ -45,6 +45,7 @@ std::vector<StateSnapshots::Candidate> StateSnapshots::candidates(std::span<cons
 
 void StateSnapshots::use(int snapshot) {
   entries_.at(snapshot).last_used = ++clock_;
+  entries_[snapshot].interior = false;
   ++hits_;
 }
 
@@ -53,21 +54,25 @@ void StateSnapshots::discard(int snapshot) {
   if (entry.tokens < 0) return;
   if (const auto it = by_key_.find(entry.key); it != by_key_.end() && it->second == snapshot) by_key_.erase(it);
   entry.tokens = -1;
+  entry.interior = false;
   entry.last_used = 0;
   entry.prefix.clear();
 }
 
 bool StateSnapshots::holds(std::span<const int32_t> prefix) const { return find(prefix, key_of(prefix)) >= 0; }
 
-int StateSnapshots::store(std::span<const int32_t> prefix) {
+int StateSnapshots::store(std::span<const int32_t> prefix, bool interior) {
   if (entries_.empty() || prefix.empty()) return -1;
   const Key key = key_of(prefix);
   if (const int held = find(prefix, key); held >= 0) {
     entries_[held].last_used = ++clock_;
+    entries_[held].interior = entries_[held].interior && interior;
     return -1;
   }
   const auto oldest = std::min_element(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) {
-    return (a.tokens >= 0) != (b.tokens >= 0) ? a.tokens < 0 : a.last_used < b.last_used;  // empty ones first
+    if ((a.tokens >= 0) != (b.tokens >= 0)) return a.tokens < 0;  // empty ones first,
+    if (a.interior != b.interior) return a.interior;              // then interior ones,
+    return a.last_used < b.last_used;                             // each least recently used first
   });
   const int snapshot = static_cast<int>(oldest - entries_.begin());
   if (oldest->tokens >= 0)
@@ -75,6 +80,7 @@ int StateSnapshots::store(std::span<const int32_t> prefix) {
   oldest->key = key;
   oldest->tokens = static_cast<int>(prefix.size());
   oldest->prefix.assign(prefix.begin(), prefix.end());
+  oldest->interior = interior;
   oldest->last_used = ++clock_;
   by_key_[oldest->key] = snapshot;
   ++saved_;

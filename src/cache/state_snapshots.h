@@ -5,8 +5,11 @@
 // the engine saves a sequence's state a few tokens before its prompt's end and when it
 // finishes (a coding agent's next turn extends the previous prompt and reply), and a new
 // sequence resumes from the deepest snapshot its prompt extends, its KV blocks taken from
-// the prefix index as usual. The states themselves live in the model, like the blocks'
-// contents; the least recently used snapshot is overwritten first.
+// the prefix index as usual; it also saves one every few thousand tokens of a long prompt
+// (interior snapshots: stepping stones for a later prompt that shares only the beginning).
+// The states themselves live in the model, like the blocks' contents; an interior snapshot
+// is overwritten before any other (a long prompt's grid never pushes out the turns of other
+// conversations while one of its own is left), each kind least recently used first.
 #include <cstdint>
 #include <span>
 #include <unordered_map>
@@ -29,11 +32,14 @@ class StateSnapshots {
     int snapshot, tokens;
   };
   std::vector<Candidate> candidates(std::span<const int32_t> tokens, int limit) const;
-  // Marks a snapshot used by a new sequence (a hit).
+  // Marks a snapshot used by a new sequence (a hit; an interior one is kept as any other from
+  // then on).
   void use(int snapshot);
-  // The snapshot to save the state after `prefix` into: the least recently used one, which
-  // now names that prefix; -1 when one already holds it (then marked used) or none are kept.
-  int store(std::span<const int32_t> prefix);
+  // The snapshot to save the state after `prefix` into: an empty one, else the least recently
+  // used interior one, else the least recently used, which now names that prefix; -1 when
+  // one already holds it (then marked used, and no longer interior unless `interior`) or none
+  // are kept.
+  int store(std::span<const int32_t> prefix, bool interior = false);
   // Forgets what a snapshot holds (its state could not be saved).
   void discard(int snapshot);
   // Whether a snapshot holds the state after `prefix`.
@@ -48,6 +54,7 @@ class StateSnapshots {
   struct Entry {
     Key key = 0;
     int tokens = 0;  // -1: empty
+    bool interior = false;
     uint64_t last_used = 0;
     std::vector<int32_t> prefix;  // compared on a hit: the key alone could collide
   };

@@ -430,7 +430,8 @@ void EngineService::publish_full_blocks(Running& sequence) {
 }
 
 // Where a hybrid sequence's prompt is next cut for a snapshot, past what it has computed
-// (-1: nowhere): every options_.snapshot_interval tokens, and a few tokens before the end
+// (-1: nowhere): at options_.snapshot_interval tokens and each doubling of it (interior
+// snapshots, replaced before any other), and a few tokens before the end
 // (the next turn's prompt, the same conversation less the template's header for the reply,
 // resumes there); points a snapshot holds already are passed over. Only while the prompt is
 // computed: a sequence taken back after preemption saved its own when it was preempted.
@@ -439,15 +440,15 @@ int EngineService::next_snapshot_point(Running& sequence) const {
   const int cut = static_cast<int>(sequence.tokens.size()) - kSnapshotBeforePromptEnd;
   const auto held = [&](int point) { return snapshots_.holds(std::span(sequence.tokens).first(point)); };
   if (const int every = options_.snapshot_interval; every > 0)
-    for (int point = (sequence.computed / every + 1) * every; point < cut; point += every)
-      if (!held(point)) return point;
+    for (int64_t point = every; point < cut; point *= 2)
+      if (point > sequence.computed && !held(static_cast<int>(point))) return static_cast<int>(point);
   return cut > sequence.computed && !held(cut) ? cut : -1;
 }
 
-void EngineService::save_snapshot(Running& sequence) {
+void EngineService::save_snapshot(Running& sequence, bool interior) {
   const int computed = std::min(sequence.computed, static_cast<int>(sequence.tokens.size()));
   if (sequence.state_slot < 0 || computed <= 0 || stopping_.load()) return;
-  const int snapshot = snapshots_.store(std::span(sequence.tokens).first(computed));
+  const int snapshot = snapshots_.store(std::span(sequence.tokens).first(computed), interior);
   if (snapshot < 0) return;  // one holds it already
   try {
     model_.save_state(sequence.state_slot, snapshot);
@@ -804,7 +805,8 @@ void EngineService::apply(const Pass& pass, std::span<const float> logits) {
     s.computed += slot.count;
     publish_full_blocks(s);
     if (s.computed == s.snapshot_at) {
-      save_snapshot(s);
+      // (a grid point inside the prompt is an interior snapshot: replaced before the others)
+      save_snapshot(s, s.snapshot_at < static_cast<int>(s.tokens.size()) - kSnapshotBeforePromptEnd);
       s.snapshot_at = next_snapshot_point(s);
     }
     if (rows.empty()) continue;

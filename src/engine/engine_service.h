@@ -99,9 +99,11 @@ struct EngineCounters {
 // `<think>\n` after it), which the next turn's prompt renders differently or not at all, lies
 // after the snapshot.
 inline constexpr int kSnapshotBeforePromptEnd = 8;
-// And every this many tokens of a longer prompt (EngineOptions::snapshot_interval): a later
-// prompt that shares only the beginning (an edited earlier message, the same long system
-// prompt and tools) resumes from the deepest of them instead of from the start.
+// And inside a longer prompt, at this many tokens and at each doubling of it (4K, 8K, 16K,
+// ...: EngineOptions::snapshot_interval): a later prompt that shares only the beginning (an
+// edited earlier message, the same long system prompt and tools) resumes from the deepest of
+// them instead of from the start, at most half the shared part back, and a 128K-token prompt
+// takes five snapshots, not thirty (a state is tens of MiB).
 inline constexpr int kSnapshotInterval = 4096;
 
 // How the engine decodes.
@@ -114,8 +116,8 @@ struct EngineOptions {
   // (SequenceSlice::best_only); unset: where the model finds them on its device
   // (ModelInfo::best_tokens_on_device). Either way the tokens are the same.
   std::optional<bool> best_token_rows;
-  // A hybrid model's snapshots inside a prompt, this many tokens apart (0: only before the
-  // prompt's end and at the reply's end).
+  // Where a hybrid model's snapshots inside a prompt start (then at each doubling; 0: only
+  // before the prompt's end and at the reply's end); a multiple of the KV block.
   int snapshot_interval = kSnapshotInterval;
 };
 
@@ -192,7 +194,7 @@ class EngineService {
   void publish_full_blocks(Running& sequence);
   // A hybrid model's state after the sequence's computed tokens into a snapshot (unless one
   // holds it already).
-  void save_snapshot(Running& sequence);
+  void save_snapshot(Running& sequence, bool interior = false);
   int next_snapshot_point(Running& sequence) const;
   void on_logits(Running& sequence, LogitsRow& logits);
   // The sequence's next token from `logits` (streamed by its generation), or nothing when

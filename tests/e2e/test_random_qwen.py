@@ -482,10 +482,10 @@ def test_qwen35_next_turn_resumes_from_a_snapshot(models):
 
 
 def test_qwen35_prompt_sharing_only_a_beginning_resumes_from_a_snapshot_inside_it(models):
-    """Snapshots every --snapshot-interval tokens of a prompt: a later prompt that shares only
-    the first part of an earlier one (an edited message) resumes from the deepest snapshot
-    inside the shared part, not from the start, and replies token for token as a fresh
-    server does."""
+    """Snapshots inside a prompt at --snapshot-interval tokens and each doubling: a later prompt
+    that shares only the first part of an earlier one (an edited message) resumes from the
+    deepest snapshot inside the shared part, not from the start, and replies token for token
+    as a fresh server does; an interval that is not a multiple of the KV block is refused."""
     import requests
     from conftest import start_server
 
@@ -498,11 +498,18 @@ def test_qwen35_prompt_sharing_only_a_beginning_resumes_from_a_snapshot_inside_i
     def ask(server, messages) -> tuple[str, int, int]:
         return greedy_reply_and_cache(server, messages, 24)
 
+    from conftest import splash_bin
+
+    refused = subprocess.run([splash_bin(), "serve", "--snapshot-interval", "100", "--model",
+                              models.path("qwen35", "float")], capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "multiple of 16" in refused.stderr, refused.stderr
     server = start_server(*args, model=models.path("qwen35", "float"))
     try:
         _, first_tokens, _ = ask(server, first)
         saved = requests.get(server.url + "/status", timeout=30).json()["state_snapshots"]["saved"]
-        assert saved >= first_tokens // interval, (saved, first_tokens)  # the grid, the prompt's end, the reply's
+        cut = first_tokens - 8  # (the snapshot before the prompt's end)
+        points = [p for p in (interval << k for k in range(12)) if p < cut]  # at the interval and each doubling
+        assert len(points) >= 2 and saved == len(points) + 2, (saved, first_tokens)  # and at the prompt's end, the reply's
         warm, prompt_tokens, cached = ask(server, edited)
         assert cached >= interval and cached % interval == 0 and cached < prompt_tokens, (cached, prompt_tokens)
         status = requests.get(server.url + "/status", timeout=30).json()["state_snapshots"]

@@ -235,4 +235,31 @@ TEST(StateSnapshots, FindsThePrefixesAPromptExtendsDeepestFirst) {
   EXPECT_TRUE(none.candidates(prompt, 8).empty());
 }
 
+// Interior snapshots (a long prompt's grid) are replaced before any other, each kind least
+// recently used first; a hit, or a store of the same prefix as a turn's, makes one a plain one.
+TEST(StateSnapshots, InteriorSnapshotsAreReplacedFirst) {
+  StateSnapshots snapshots(3);
+  const std::vector<int32_t> turn{1, 2, 3, 4}, long_prompt{9, 8, 7, 6, 5, 4, 3, 2};
+  const int kept = snapshots.store(turn);  // another conversation's turn, the oldest
+  const int grid_a = snapshots.store(std::span(long_prompt).first(2), true);
+  const int grid_b = snapshots.store(std::span(long_prompt).first(4), true);
+  EXPECT_EQ(snapshots.store(std::span(long_prompt).first(6), true), grid_a) << "the oldest interior one, not the turn";
+  EXPECT_EQ(snapshots.store(long_prompt), grid_b) << "a turn's snapshot replaces an interior one too";
+  EXPECT_TRUE(snapshots.holds(turn));
+  // Now: the turn, the grid point at 6 (interior), the long prompt's end.
+  const auto found = snapshots.candidates(long_prompt, 7);
+  ASSERT_EQ(found.size(), 1u);
+  snapshots.use(found[0].snapshot);  // a hit: kept as a plain one from now on
+  const std::vector<int32_t> next{7, 7, 7};
+  EXPECT_EQ(snapshots.store(next), kept) << "with no interior one left, the least recently used";
+  EXPECT_TRUE(snapshots.holds(std::span(long_prompt).first(6)));
+  // A store of a held interior prefix as a plain one promotes it.
+  StateSnapshots two(2);
+  const int older = two.store(turn);
+  two.store(std::span(long_prompt).first(2), true);
+  EXPECT_EQ(two.store(std::span(long_prompt).first(2)), -1);
+  EXPECT_EQ(two.store(next), older) << "no longer interior: the least recently used goes instead";
+  EXPECT_TRUE(two.holds(std::span(long_prompt).first(2)));
+}
+
 }  // namespace splash::cache
