@@ -5,8 +5,9 @@
 // the engine saves a sequence's state a few tokens before its prompt's end and when it
 // finishes (a coding agent's next turn extends the previous prompt and reply), and a new
 // sequence resumes from the deepest snapshot its prompt extends, its KV blocks taken from
-// the prefix index as usual; it also saves one every few thousand tokens of a long prompt
-// (interior snapshots: stepping stones for a later prompt that shares only the beginning).
+// the prefix index as usual; it also saves some inside a long prompt, at a few thousand
+// tokens and each doubling (interior snapshots: stepping stones for a later prompt that
+// shares only the beginning).
 // The states themselves live in the model, like the blocks' contents; an interior snapshot
 // is overwritten before any other (a long prompt's grid never pushes out the turns of other
 // conversations while one of its own is left), each kind least recently used first.
