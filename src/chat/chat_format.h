@@ -89,6 +89,10 @@ class ChatFormat {
   // The text this format writes where an image goes (a control token of the vocabulary, e.g.
   // "<image>"); empty when the family has no place for images.
   virtual std::string image_marker() const;
+  // The control token this format opens every message with (ChatML's `<|im_start|>`, the role
+  // after it): where a hybrid model's engine may keep a state snapshot inside a prompt. Empty:
+  // none (messages are not told apart in the tokens).
+  virtual std::string message_start_marker() const { return {}; }
   // Short identifier, e.g. "smollm2" or "chatml".
   virtual std::string name() const;
   // Whether the GGUF's template was recognised as one this format reproduces exactly.
@@ -111,6 +115,7 @@ class ChatMlFormat : public ChatFormat {
   RenderedPrompt render_conversation(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
                                      bool add_generation_prompt) const override;
   std::vector<std::string> stop_texts() const override;
+  std::string message_start_marker() const override { return "<|im_start|>"; }
   std::string name() const override { return name_; }
   bool recognized() const override { return recognized_; }
   std::string description() const override { return description_; }
@@ -139,6 +144,7 @@ class Qwen3Format : public ChatFormat {
                                      bool thinking) const override;
   bool thinks() const override { return true; }
   std::vector<std::string> stop_texts() const override;
+  std::string message_start_marker() const override { return "<|im_start|>"; }
   std::string name() const override { return "qwen3"; }
   bool recognized() const override { return true; }
   std::string description() const override {
@@ -173,6 +179,7 @@ class Qwen35Format : public ChatFormat {
   bool reply_prompt_opens_thinking() const override { return true; }
   std::vector<std::string> stop_texts() const override;
   ToolCallSyntax tool_call_syntax() const override { return ToolCallSyntax::Xml; }
+  std::string message_start_marker() const override { return "<|im_start|>"; }
   std::string name() const override { return "qwen3.5"; }
   bool recognized() const override { return fallback_reason_.empty(); }
   std::string description() const override {
@@ -197,6 +204,7 @@ class Qwen3CoderFormat : public ChatFormat {
                                      bool add_generation_prompt) const override;
   std::vector<std::string> stop_texts() const override;
   ToolCallSyntax tool_call_syntax() const override { return ToolCallSyntax::Xml; }
+  std::string message_start_marker() const override { return "<|im_start|>"; }
   std::string name() const override { return "qwen3-coder"; }
   bool recognized() const override { return true; }
   std::string description() const override {

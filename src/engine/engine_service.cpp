@@ -101,6 +101,9 @@ EngineService::EngineService(model::Model& model, const tokenizer::Tokenizer& to
       states_(model.info().state_slots),
       snapshots_(model.info().state_snapshots),
       worker_([this] { worker_loop(); }) {
+  if (const std::string marker = chat.message_start_marker(); !marker.empty())
+    if (const auto start = tokenizer.find_token(marker), user = tokenizer.find_token("user"); start && user)
+      message_start_token_ = *start, user_role_token_ = *user;
   std::lock_guard lock(mutex_);
   counters_.snapshots = snapshots_.counters();
   counters_.snapshot_bytes = model.info().recurrent_state_bytes;
@@ -439,10 +442,32 @@ int EngineService::next_snapshot_point(Running& sequence) const {
   if (snapshots_.counters().total == 0 || !sequence.generation->result().tokens.empty()) return -1;
   const int cut = static_cast<int>(sequence.tokens.size()) - kSnapshotBeforePromptEnd;
   const auto held = [&](int point) { return snapshots_.holds(std::span(sequence.tokens).first(point)); };
-  if (const int every = options_.snapshot_interval; every > 0)
-    for (int64_t point = every; point < cut; point *= 2)
-      if (point > sequence.computed && !held(static_cast<int>(point))) return static_cast<int>(point);
-  return cut > sequence.computed && !held(cut) ? cut : -1;
+  std::vector<int> points;  // inside the prompt: the grid, then the message boundaries
+  if (const int every = options_.snapshot_interval; every > 0) {
+    for (int64_t point = every; point < cut; point *= 2) points.push_back(static_cast<int>(point));
+    for (const int point : message_snapshot_points(sequence.tokens)) points.push_back(point);
+    std::sort(points.begin(), points.end());
+  }
+  points.push_back(cut);
+  for (const int point : points)
+    if (point > sequence.computed && point <= cut && !held(point)) return point;
+  return -1;
+}
+
+std::vector<int> EngineService::message_snapshot_points(std::span<const int32_t> tokens) const {
+  if (message_start_token_ < 0) return {};
+  std::vector<int> starts;  // where each message opens
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] == message_start_token_) starts.push_back(static_cast<int>(i));
+  std::vector<int> points;
+  if (starts.size() >= 2) points.push_back(starts[1]);
+  for (size_t m = starts.size(); m-- > 1;)  // the message after the last user message
+    if (static_cast<size_t>(starts[m - 1]) + 1 < tokens.size() && tokens[starts[m - 1] + 1] == user_role_token_) {
+      points.push_back(starts[m]);
+      break;
+    }
+  std::erase_if(points, [](int point) { return point < kMessageSnapshotLeast; });
+  return points;
 }
 
 void EngineService::save_snapshot(Running& sequence, bool interior) {

@@ -105,6 +105,9 @@ inline constexpr int kSnapshotBeforePromptEnd = 8;
 // them instead of from the start, at most half the shared part back, and a 128K-token prompt
 // takes five snapshots, not thirty (a state is tens of MiB).
 inline constexpr int kSnapshotInterval = 4096;
+// And at message boundaries (EngineService::message_snapshot_points) from this many tokens in:
+// a shorter shared beginning costs less to recompute than a snapshot's room.
+inline constexpr int kMessageSnapshotLeast = 256;
 
 // How the engine decodes.
 struct EngineOptions {
@@ -117,7 +120,8 @@ struct EngineOptions {
   // (ModelInfo::best_tokens_on_device). Either way the tokens are the same.
   std::optional<bool> best_token_rows;
   // Where a hybrid model's snapshots inside a prompt start (then at each doubling; 0: only
-  // before the prompt's end and at the reply's end); a multiple of the KV block.
+  // before the prompt's end and at the reply's end, none at message boundaries either); a
+  // multiple of the KV block.
   int snapshot_interval = kSnapshotInterval;
 };
 
@@ -196,6 +200,12 @@ class EngineService {
   // holds it already).
   void save_snapshot(Running& sequence, bool interior = false);
   int next_snapshot_point(Running& sequence) const;
+  // Where the sequence's prompt has message boundaries worth a snapshot (ascending): the end
+  // of its first message (a system prompt and tools that other conversations share) and the
+  // end of its last user message (a thinking model's template drops the reasoning of the
+  // replies after it once the next user message comes, so the next turn's prompt differs
+  // from there on).
+  std::vector<int> message_snapshot_points(std::span<const int32_t> tokens) const;
   void on_logits(Running& sequence, LogitsRow& logits);
   // The sequence's next token from `logits` (streamed by its generation), or nothing when
   // the generation ended (the sequence is then finished).
@@ -205,6 +215,8 @@ class EngineService {
   model::Model& model_;
   const tokenizer::Tokenizer& tokenizer_;
   const chat::ChatFormat& chat_;
+  // The chat format's message-opening token and the "user" role after it (-1: none).
+  int32_t message_start_token_ = -1, user_role_token_ = -1;
   ImageInput images_;
   EngineOptions options_;
   bool drafting_ = false;  // the model verifies drafts and options_ asks for them

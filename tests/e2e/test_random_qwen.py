@@ -481,6 +481,39 @@ def test_qwen35_next_turn_resumes_from_a_snapshot(models):
     assert warm == cold
 
 
+def test_qwen35_conversations_sharing_a_system_prompt_resume_after_it(models):
+    """A snapshot where a prompt's first message ends (a long system prompt, shorter than the
+    grid's first point): another conversation with the same system prompt and another
+    question resumes from it, not from the start, and replies token for token as a fresh
+    server does; with --snapshot-interval 0 (no snapshots inside a prompt) it starts afresh."""
+    import requests
+    from conftest import start_server
+
+    args = ("--seed", "1", "--kv-cache-type", "f32", "--max-context", "1024")
+    system = {"role": "system", "content": "You are a careful coder. Rules: " + " ".join(f"r{j}" for j in range(220))}
+    first = [system, {"role": "user", "content": "Write a function that adds two numbers."}]
+    other = [system, {"role": "user", "content": "Now something else: sort a list of " + " ".join(f"n{j}" for j in range(9))}]
+
+    def ask(server, messages) -> tuple[str, int, int]:
+        return greedy_reply_and_cache(server, messages, 16)
+
+    resumed = {}
+    for interval in ("4096", "0"):
+        server = start_server(*args, "--snapshot-interval", interval, model=models.path("qwen35", "float"))
+        try:
+            _, first_tokens, _ = ask(server, first)
+            saved = requests.get(server.url + "/status", timeout=30).json()["state_snapshots"]["saved"]
+            assert first_tokens > 256 and saved == (3 if interval != "0" else 2), (saved, first_tokens)
+            resumed[interval] = ask(server, other)
+        finally:
+            server.stop()
+    warm, prompt_tokens, cached = resumed["4096"]
+    assert 256 <= cached < prompt_tokens - 16, (cached, prompt_tokens)  # the system prompt's end
+    assert resumed["0"][2] == 0 and resumed["0"][0] == warm
+    cold, _, cold_cached = fresh_server_reply(models, args, other, 16)
+    assert cold_cached == 0 and cold == warm
+
+
 def test_qwen35_prompt_sharing_only_a_beginning_resumes_from_a_snapshot_inside_it(models):
     """Snapshots inside a prompt at --snapshot-interval tokens and each doubling: a later prompt
     that shares only the first part of an earlier one (an edited message) resumes from the
