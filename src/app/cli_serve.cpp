@@ -216,8 +216,9 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(-1, 1 << 30));
   command->add_option("--snapshot-interval", flags->snapshot_interval,
                       "Hybrid models (Qwen3.5): recurrent-state snapshots inside a long prompt at this many tokens "
-                      "and each doubling of it, so a later prompt sharing only its beginning resumes from the deepest "
-                      "(0: only before each prompt's end and at each reply's end; else a multiple of 16, at least 64)")
+                      "and each doubling of it, and where the system message and the last user message end, so a "
+                      "later prompt sharing only its beginning resumes from the deepest (0: only before each prompt's "
+                      "end and at each reply's end; else a multiple of 16, at least 64)")
       ->check([](const std::string& text) -> std::string {
         const long value = std::strtol(text.c_str(), nullptr, 10);
         return value == 0 || (value >= 64 && value % 16 == 0 && value <= (1 << 30))
