@@ -17,6 +17,10 @@ std::vector<std::string> ChatFormat::stop_texts() const { return {}; }
 std::string ChatFormat::name() const { return "unknown"; }
 bool ChatFormat::recognized() const { return false; }
 std::string ChatFormat::description() const { return name(); }
+bool ChatFormat::opens_user_query(std::string_view head) const {
+  return head.starts_with("user\n") && !head.starts_with("user\n<tool_response>");
+}
+
 std::string ChatFormat::image_marker() const { return {}; }
 bool ChatFormat::thinks() const { return false; }
 RenderedPrompt ChatFormat::render_reply_prompt(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,

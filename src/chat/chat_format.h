@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "chat/tool_prompt.h"
@@ -93,6 +94,10 @@ class ChatFormat {
   // after it): where a hybrid model's engine may keep a state snapshot inside a prompt. Empty:
   // none (messages are not told apart in the tokens).
   virtual std::string message_start_marker() const { return {}; }
+  // Whether `head`, the text after message_start_marker() where a message opens, opens a
+  // user's query: ChatML's "user\n", but not a tool result, which Qwen's templates write as a
+  // user turn too ("user\n<tool_response>").
+  virtual bool opens_user_query(std::string_view head) const;
   // Short identifier, e.g. "smollm2" or "chatml".
   virtual std::string name() const;
   // Whether the GGUF's template was recognised as one this format reproduces exactly.

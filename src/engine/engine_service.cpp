@@ -102,8 +102,7 @@ EngineService::EngineService(model::Model& model, const tokenizer::Tokenizer& to
       snapshots_(model.info().state_snapshots),
       worker_([this] { worker_loop(); }) {
   if (const std::string marker = chat.message_start_marker(); !marker.empty())
-    if (const auto start = tokenizer.find_token(marker), user = tokenizer.find_token("user"); start && user)
-      message_start_token_ = *start, user_role_token_ = *user;
+    message_start_token_ = tokenizer.find_token(marker).value_or(-1);
   std::lock_guard lock(mutex_);
   counters_.snapshots = snapshots_.counters();
   counters_.snapshot_bytes = model.info().recurrent_state_bytes;
@@ -461,11 +460,13 @@ std::vector<int> EngineService::message_snapshot_points(std::span<const int32_t>
     if (tokens[i] == message_start_token_) starts.push_back(static_cast<int>(i));
   std::vector<int> points;
   if (starts.size() >= 2) points.push_back(starts[1]);
-  for (size_t m = starts.size(); m-- > 1;)  // the message after the last user message
-    if (static_cast<size_t>(starts[m - 1]) + 1 < tokens.size() && tokens[starts[m - 1] + 1] == user_role_token_) {
+  for (size_t m = starts.size(); m-- > 1;) {  // the message after the last user query
+    const auto head = tokens.subspan(starts[m - 1] + 1, std::min<size_t>(6, tokens.size() - starts[m - 1] - 1));
+    if (chat_.opens_user_query(tokenizer_.decode(head))) {
       points.push_back(starts[m]);
       break;
     }
+  }
   std::erase_if(points, [](int point) { return point < kMessageSnapshotLeast; });
   return points;
 }

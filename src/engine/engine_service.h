@@ -215,8 +215,8 @@ class EngineService {
   model::Model& model_;
   const tokenizer::Tokenizer& tokenizer_;
   const chat::ChatFormat& chat_;
-  // The chat format's message-opening token and the "user" role after it (-1: none).
-  int32_t message_start_token_ = -1, user_role_token_ = -1;
+  // The chat format's message-opening token (-1: none).
+  int32_t message_start_token_ = -1;
   ImageInput images_;
   EngineOptions options_;
   bool drafting_ = false;  // the model verifies drafts and options_ asks for them

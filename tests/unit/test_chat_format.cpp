@@ -396,3 +396,25 @@ TEST(ChatFormat, SmolVlmMatchesEveryGoldenCaseByteForByte) {
   }
   EXPECT_GE(with_images, 5);
 }
+
+// Where a message opens (a hybrid model's engine keeps a state snapshot after the last user
+// query): the ChatML family marks it with <|im_start|>; a tool result, which Qwen's templates
+// write as a user turn, is not a query. The marker's text is where the renders put it.
+TEST(ChatFormat, MessageMarkersTellUserQueriesFromToolResults) {
+  const splash::chat::Qwen35Format qwen35;
+  EXPECT_EQ(qwen35.message_start_marker(), "<|im_start|>");
+  EXPECT_TRUE(qwen35.opens_user_query("user\nWrite a"));
+  EXPECT_FALSE(qwen35.opens_user_query("user\n<tool_response>\n{"));
+  EXPECT_FALSE(qwen35.opens_user_query("assistant\n"));
+  EXPECT_FALSE(qwen35.opens_user_query("system\nuser\n"));
+  const std::vector<splash::chat::ChatMessage> messages = {
+      {"user", "hi"}, {"assistant", "", {{"call_1", "f", "{}", false}}}, {"tool", "42", {}, "call_1"}};
+  const std::string text = qwen35.render_conversation(messages, {}, true).text;
+  std::vector<std::string> heads;
+  for (size_t at = text.find("<|im_start|>"); at != std::string::npos; at = text.find("<|im_start|>", at + 1))
+    heads.push_back(text.substr(at + 12, 24));
+  ASSERT_EQ(heads.size(), 4u) << text;
+  EXPECT_TRUE(qwen35.opens_user_query(heads[0]));
+  EXPECT_FALSE(qwen35.opens_user_query(heads[1]));  // the reply with its call
+  EXPECT_FALSE(qwen35.opens_user_query(heads[2]));  // the tool's result
+}
