@@ -16,6 +16,12 @@ using nlohmann::json;
 // raised to an hour so a long first turn is not cancelled and retried.
 constexpr int kTimeoutMs = 3'600'000;
 constexpr int kHermesMinimumContext = 65'536;  // Hermes Agent refuses any smaller window
+// Claude Code compacts a conversation once it passes its window less the reply budget and a
+// summary reserve; its own system prompt and tools are ~14K tokens, so in a window under 64K
+// that threshold is passed from the first turn and every turn costs a summarising request
+// (minutes of prefill on a CPU). Below this window it compacts only when the server answers
+// "prompt is too long: N tokens > M maximum" (splash's overflow error), which it matches.
+constexpr int kClaudeThresholdCompactionWindow = 65'536;
 
 std::string key_of(const ServerInfo& server) { return server.api_key.empty() ? "splash" : server.api_key; }
 
@@ -36,7 +42,8 @@ LaunchPlan claude(const ServerInfo& server, const std::filesystem::path& temp, c
               {"CLAUDE_CODE_SUBAGENT_MODEL", m},
               // The billing-header block changes per session and would break the prefix cache.
               {"CLAUDE_CODE_ATTRIBUTION_HEADER", "0"},
-              {"CLAUDE_CODE_MAX_CONTEXT_TOKENS", std::to_string(input_tokens(server))},
+              // (the whole window: Claude Code keeps the reply budget out of it itself)
+              {"CLAUDE_CODE_MAX_CONTEXT_TOKENS", std::to_string(server.context)},
               {"CLAUDE_CODE_MAX_OUTPUT_TOKENS", std::to_string(output_tokens(server))},
               {"API_TIMEOUT_MS", std::to_string(kTimeoutMs)},
               {"DISABLE_TELEMETRY", "1"},
@@ -44,6 +51,7 @@ LaunchPlan claude(const ServerInfo& server, const std::filesystem::path& temp, c
               {"DISABLE_FEEDBACK_COMMAND", "1"},
               {"CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY", "1"},
               {"DISABLE_AUTOUPDATER", "1"}};
+  if (server.context < kClaudeThresholdCompactionWindow) plan.env.emplace_back("DISABLE_AUTO_COMPACT", "1");
   if (!user.claude_onboarded) {
     const std::filesystem::path dir = temp / "claude";
     plan.env.emplace_back("CLAUDE_CONFIG_DIR", dir.string());

@@ -60,7 +60,7 @@ TEST(AgentLaunch, ClaudeCodeGetsTheServerModelAndLimitsInItsEnvironmentAndInline
                            "ANTHROPIC_DEFAULT_HAIKU_MODEL", "CLAUDE_CODE_SUBAGENT_MODEL"})
     EXPECT_EQ(env.at(name), "Qwen2.5-Coder-1.5B-Instruct") << name;
   EXPECT_EQ(env.at("CLAUDE_CODE_ATTRIBUTION_HEADER"), "0");
-  EXPECT_EQ(env.at("CLAUDE_CODE_MAX_CONTEXT_TOKENS"), "24576");
+  EXPECT_EQ(env.at("CLAUDE_CODE_MAX_CONTEXT_TOKENS"), "32768");  // it keeps the reply budget out itself
   EXPECT_EQ(env.at("CLAUDE_CODE_MAX_OUTPUT_TOKENS"), "8192");
   EXPECT_EQ(env.at("DISABLE_TELEMETRY"), "1");
   EXPECT_FALSE(env.contains("CLAUDE_CONFIG_DIR"));  // an onboarded user keeps their own configuration
@@ -71,9 +71,25 @@ TEST(AgentLaunch, ClaudeCodeGetsTheServerModelAndLimitsInItsEnvironmentAndInline
   EXPECT_EQ(plan.args[0], "--settings");
   const json settings = json::parse(plan.args[1]);
   EXPECT_EQ(settings["env"]["ANTHROPIC_BASE_URL"], "http://127.0.0.1:8000");
-  EXPECT_EQ(settings["env"]["CLAUDE_CODE_MAX_CONTEXT_TOKENS"], "24576");
+  EXPECT_EQ(settings["env"]["CLAUDE_CODE_MAX_CONTEXT_TOKENS"], "32768");
+  EXPECT_EQ(settings["env"]["DISABLE_AUTO_COMPACT"], "1");
   EXPECT_EQ(plan.args[2], "--model");
   EXPECT_TRUE(std::equal(user_args.begin(), user_args.end(), plan.args.end() - user_args.size()));
+}
+
+// In a window under 64K Claude Code's own prompt (~14K tokens) passes its compaction threshold
+// (window less the reply budget and a summary reserve) from the first turn: it compacts only
+// on the server's "prompt is too long" answer there, and by its threshold in larger windows.
+TEST(AgentLaunch, ClaudeCodeCompactsOnOverflowOnlyInWindowsUnder64K) {
+  for (const int window : {8192, 32768, 65535}) {
+    const auto env = env_of(plan_launch(Agent::Claude, server(window), {}, kTemp, user()));
+    EXPECT_EQ(env.at("DISABLE_AUTO_COMPACT"), "1") << window;
+    EXPECT_EQ(env.at("CLAUDE_CODE_MAX_CONTEXT_TOKENS"), std::to_string(window));
+  }
+  for (const int window : {65536, 131072}) {
+    const auto env = env_of(plan_launch(Agent::Claude, server(window), {}, kTemp, user()));
+    EXPECT_FALSE(env.contains("DISABLE_AUTO_COMPACT")) << window;
+  }
 }
 
 TEST(AgentLaunch, ClaudeCodeNeverSetUpRunsWithATemporaryConfiguration) {
