@@ -25,6 +25,25 @@ struct EvalFlags {
   std::string features_out;  // write the image's features (float32, tokens x width) here
   std::string pixels;        // a preprocessed [3][S][S] float32 tensor to encode instead of decoding `image`
   engine::DraftMode draft = engine::DraftMode::Auto;
+  std::vector<int32_t> guesses;  // --greedy's drafts: guesses of the continuation instead of --draft's
+};
+
+// Guesses read from a given continuation (tests: right and wrong guesses where they choose,
+// to check that verification keeps exactly the greedy tokens, refused ones taken back out).
+class ListedDrafter final : public engine::Drafter {
+ public:
+  ListedDrafter(std::vector<int32_t> continuation, size_t prompt) : continuation_(std::move(continuation)), prompt_(prompt) {}
+  std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) override {
+    const size_t next = tokens.size() - prompt_;  // the continuation's index of the first guess
+    std::vector<int32_t> out;
+    for (size_t i = next; i < continuation_.size() && static_cast<int>(out.size()) < max_tokens; ++i)
+      out.push_back(continuation_[i]);
+    return out;
+  }
+
+ private:
+  std::vector<int32_t> continuation_;
+  size_t prompt_;
 };
 
 void write_floats(const std::string& path, std::span<const float> values) {
@@ -84,7 +103,11 @@ void eval(const EvalFlags& flags) {
       if (static_cast<int>(generated.size()) >= flags.greedy) return std::nullopt;
       return best;
     };
-    const auto drafter = info.max_logits_per_slice > 1 ? make_drafter(flags.draft) : nullptr;
+    std::unique_ptr<engine::Drafter> drafter;
+    if (info.max_logits_per_slice > 1)
+      drafter = flags.guesses.empty() ? make_drafter(flags.draft)
+                                      : std::make_unique<ListedDrafter>(flags.guesses, flags.tokens.size());
+    int drafted = 0, accepted = 0;
     std::optional<int32_t> next = argmax(logits);
     while (next) {
       const int room = std::min({info.max_logits_per_slice - 1, info.draft_pass_tokens - 1,
@@ -102,9 +125,11 @@ void eval(const EvalFlags& flags) {
       const auto verified = engine::verify_guesses(std::span(block).subspan(1), model.verify(block),
                                                    static_cast<size_t>(info.vocab), argmax, [](int32_t) {});
       model.truncate(fed + 1 + verified.kept);
+      drafted += static_cast<int>(block.size()) - 1;
+      accepted += verified.kept;
       next = verified.next;
     }
-    fmt::print("{}\n", nlohmann::json{{"generated", generated}}.dump());
+    fmt::print("{}\n", nlohmann::json{{"generated", generated}, {"drafted", drafted}, {"accepted", accepted}}.dump());
   }
 }
 
@@ -124,6 +149,9 @@ void add_eval_command(CLI::App& app) {
   command->add_option("--greedy", flags->greedy, "Print a JSON greedy continuation of N tokens")
       ->check(CLI::Range(0, 1 << 16));
   add_draft_flag(*command, flags->draft);
+  command->add_option("--guesses", flags->guesses,
+                      "With --greedy: comma-separated token ids guessed to follow --tokens, verified in place of --draft's")
+      ->delimiter(',');
   command->callback([flags] { eval(*flags); });
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // A hybrid model's recurrent-state snapshots (model.h: ModelInfo::state_snapshots): the
 // cache layer's bookkeeping of which snapshot holds the state after which prefix of tokens.
-// A recurrent state cannot be rewound, so a prefix hit needs the state at the hit's end:
+// A recurrent state cannot be rewound (but for refused guesses, Model::rewind_state), so a
+// prefix hit needs the state at the hit's end:
 // the engine saves a sequence's state a few tokens before its prompt's end and when it
 // finishes (a coding agent's next turn extends the previous prompt and reply), and a new
 // sequence resumes from the deepest snapshot its prompt extends, its KV blocks taken from

@@ -615,6 +615,8 @@ void EngineService::verify(Running& sequence, int drafted, std::span<const float
         publish_full_blocks(sequence);
       });
   if (verified.next) sequence.tokens.push_back(*verified.next);
+  // A hybrid's recurrent state ran over every guess: the refused ones are taken back out.
+  if (sequence.state_slot >= 0 && verified.kept < drafted) model_.rewind_state(sequence.state_slot, sequence.computed);
   sequence.draft_budget.update(drafted, verified.kept);
   std::lock_guard lock(mutex_);
   ++counters_.verify_steps;

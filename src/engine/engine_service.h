@@ -234,8 +234,8 @@ class EngineService {
   // Worker thread only:
   cache::BlockManager blocks_;
   // A hybrid model's recurrent-state slots, and the snapshots a sequence resumes from: such
-  // a sequence reuses a cached prefix only up to a snapshot's end (a state cannot be
-  // rewound), and a preempted one starts again from its deepest snapshot or its first token.
+  // a sequence reuses a cached prefix only up to a snapshot's end (a state goes back only
+  // inside its last verify block), and a preempted one starts again from its deepest snapshot or its first token.
   cache::StateSlots states_;
   cache::StateSnapshots snapshots_;
   void release_state(Running& sequence);

@@ -98,9 +98,11 @@ MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memor
   const int wanted = requested_context > 0 ? requested_context : needs.native_context;
   size_t room = plan.budget_bytes > fixed ? plan.budget_bytes - fixed : 0;
   if (needs.recurrent_state_bytes > 0) {  // at most half of what is left, at least one sequence's
+    // (each with its room to take refused guesses back out: drafts are verified on every model)
+    const size_t per_sequence = needs.recurrent_state_bytes + needs.draft_rewind_bytes;
     plan.state_slots = static_cast<int>(
-        std::clamp<size_t>(room / 2 / needs.recurrent_state_bytes, 1, static_cast<size_t>(std::max(1, sequences))));
-    plan.state_bytes = plan.state_slots * needs.recurrent_state_bytes;
+        std::clamp<size_t>(room / 2 / per_sequence, 1, static_cast<size_t>(std::max(1, sequences))));
+    plan.state_bytes = plan.state_slots * per_sequence;
     room = room > plan.state_bytes ? room - plan.state_bytes : 0;
     // A server's snapshots: two a sequence, within a quarter of what one full context's KV
     // leaves (so they never shorten the context; none when that is short). A one-sequence

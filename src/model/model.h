@@ -138,7 +138,8 @@ struct SequenceSlice {
   // A hybrid model's recurrent-state slot for this sequence (ModelInfo::state_slots > 0). A
   // slice at position 0 starts the slot afresh; any other continues the state the slot holds,
   // which must be the state after exactly first_position tokens (the model keeps count and
-  // refuses a slice that does not follow on: a recurrent state cannot be rewound).
+  // refuses a slice that does not follow on; Model::rewind_state takes a verify slice's
+  // refused guesses back out first).
   int state_slot = -1;
 };
 
@@ -149,6 +150,7 @@ struct MemoryNeeds {
   size_t mapped_bytes = 0;        // file pages read at run time (e.g. a tied embedding table)
   size_t kv_bytes_per_block = 0;  // keys + values of every layer for kKvBlockTokens positions
   size_t recurrent_state_bytes = 0;  // a hybrid model's state per sequence (0: none)
+  size_t draft_rewind_bytes = 0;     // and its room to take refused guesses back out of it (0: none)
   size_t activation_bytes = 0;    // scratch of one prefill chunk
   int max_batch_tokens = kMaxBatchTokens;  // the tokens of that chunk
   int native_context = 0;
@@ -176,11 +178,17 @@ class Model {
   // A hybrid model's snapshots (ModelInfo::state_snapshots): save_state copies the state a
   // slot holds (after the positions its slices have run) into a snapshot, with that count;
   // restore_state copies a snapshot into a slot, which then continues at `positions`, which
-  // must be the snapshot's count (a state cannot be rewound). Throw splash::Error for a model
+  // must be the snapshot's count. Throw splash::Error for a model
   // without snapshots, an index out of range, a slot whose state is unknown, or a restore at
   // another position.
   virtual void save_state(int slot, int snapshot);
   virtual void restore_state(int snapshot, int slot, int positions);
+  // After a verify slice (SequenceSlice::logits > 1) of a hybrid model, sets its slot back to
+  // the state after `positions` tokens, anywhere from the slice's first position to its end:
+  // the refused guesses are taken back out (the engine calls it when it keeps fewer tokens
+  // than the slice ran). Throws splash::Error for a model without recurrent states or a slot
+  // whose last slice was no verify slice or ended elsewhere.
+  virtual void rewind_state(int slot, int positions);
 };
 
 // The device a model will run on, with its memory when it is a GPU.

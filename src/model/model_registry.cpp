@@ -54,6 +54,7 @@ constexpr Family kFamilies[] = {
 
 void Model::save_state(int, int) { fail("save_state: this model keeps no recurrent-state snapshots"); }
 void Model::restore_state(int, int, int) { fail("restore_state: this model keeps no recurrent-state snapshots"); }
+void Model::rewind_state(int, int) { fail("rewind_state: this model keeps no recurrent state"); }
 
 std::string supported_architectures() {
   std::string names;

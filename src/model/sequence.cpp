@@ -56,8 +56,7 @@ std::span<const TokenLogit> Sequence::forward_best(int32_t token) {
 
 void Sequence::truncate(int n) {
   if (n < 0 || n > position_) fail("truncate({}) outside the sequence of {} tokens", n, position_);
-  if (state_slot_ >= 0 && n != 0 && n != position_)
-    fail("truncate({}): a hybrid model's recurrent state cannot be rewound to a position inside the sequence", n);
+  if (state_slot_ >= 0 && n != 0 && n != position_) model_.rewind_state(state_slot_, n);  // (inside the last verify block)
   position_ = n;
 }
 

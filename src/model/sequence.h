@@ -31,7 +31,8 @@ class Sequence {
   std::span<const float> whole_row() { return model_.whole_row(0); }
   int position() const { return position_; }
   // Forgets everything after the first n tokens (n <= position()). A hybrid model's
-  // recurrent state cannot be rewound: it forgets all (n = 0) or nothing (n = position()).
+  // recurrent state goes back only inside the last verify block (Model::rewind_state), else
+  // forgets all (n = 0) or nothing (n = position()).
   void truncate(int n);
 
  private:

@@ -270,6 +270,29 @@ def test_greedy_matches_reference(splash_binary, models, arch, kind, seq, cpu):
                  f"[{cpu}] {arch} {kind} {seq}")
 
 
+@pytest.mark.parametrize("arch", ["qwen35", "qwen35moe"])
+def test_hybrid_drafts_right_and_wrong_leave_the_greedy_tokens(splash_binary, models, arch):
+    """Speculative decoding on a hybrid: guesses of the plain greedy continuation with every
+    fifth one wrong (refused mid-block, the verified tokens of the block kept and the rest taken
+    back out of the recurrent state: Model::rewind_state) give exactly the plain greedy tokens;
+    so do prompt lookup's guesses. (A rewind that replayed half the kept tokens fails this.)"""
+    ids = SEQUENCES["long"]
+    args = [*eval_args(models.path(arch, "mix"), ids), "--greedy", "48"]
+
+    def greedy(*extra: str) -> dict:
+        proc = subprocess.run([splash_binary, *args, *extra], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    plain = greedy("--draft", "none")
+    assert plain["drafted"] == 0
+    wrong_every_fifth = [(t + 1) % 49152 if i % 5 == 3 else t for i, t in enumerate(plain["generated"])]
+    guessed = greedy("--guesses", ",".join(map(str, wrong_every_fifth)))
+    assert guessed["generated"] == plain["generated"]
+    assert 0 < guessed["accepted"] < guessed["drafted"], guessed  # taken and refused guesses both
+    assert greedy("--draft", "lookup")["generated"] == plain["generated"]
+
+
 @pytest.mark.parametrize("change, says", [
     ({"experts_used": 9}, "inconsistent expert counts (8 experts, 9 used per token)"),
     ({"router_type": "Q8_0"}, "a router must be F32, F16 or BF16"),

@@ -118,6 +118,12 @@ TEST(MemoryPlan, RecurrentStatesAreSetAsideBeforeTheKvPool) {
   const auto single = plan_memory(needs, size_t{1} << 30, 0, std::nullopt, engine_caches(false), 1);
   EXPECT_EQ(single.state_slots, 1);
   EXPECT_EQ(single.state_bytes, 60 * MiB);
+  // Each state's room to take refused guesses back out counts with it (Model::rewind_state).
+  MemoryNeeds drafting = needs;
+  drafting.draft_rewind_bytes = 70 * MiB;
+  const auto rewinding = plan_memory(drafting, size_t{8} << 30, 0);
+  EXPECT_EQ(rewinding.state_bytes, rewinding.state_slots * 130 * MiB);
+  EXPECT_EQ(rewinding.snapshot_bytes, rewinding.state_snapshots * 60 * MiB);  // (snapshots are states alone)
   EXPECT_EQ(single.state_snapshots, 0);
   EXPECT_GT(single.kv_blocks, tight.kv_blocks);
   // Too little for a useful context beside one state: refused, the state named.

@@ -103,6 +103,14 @@ struct LayerWeights {
   std::vector<float> conv, dt_bias, ssm_a, ssm_norm;
 };
 
+// A hybrid sequence's room to take refused guesses back (LlamaModel::rewind_state): its state
+// before a verify slice and the slice's in-projection rows in every recurrent layer.
+size_t draft_rewind_bytes(const Hyperparameters& h) {
+  if (!h.hybrid()) return 0;
+  return h.recurrent_state_bytes() + sizeof(float) * static_cast<size_t>(h.recurrent_layer_count()) *
+                                         (1 + kMaxDraftTokens) * h.delta_net.mixed_width();
+}
+
 template <typename Shapes>
 class LlamaModel final : public Model {
  public:
@@ -115,12 +123,6 @@ class LlamaModel final : public Model {
     // 1.5B step (22 ms) costs as much compute as ~7 prompt tokens, and guesses are often
     // refused: beyond about 16 tokens a pass, a guess costs more than it is likely to save.
     info_.draft_pass_tokens = 16;
-    if (h_.hybrid()) {
-      // A refused guess would have to be taken back out of the recurrent state, which cannot
-      // be rewound yet: a hybrid model decodes without drafts.
-      info_.max_logits_per_slice = 1;
-      info_.draft_pass_tokens = 0;
-    }
     info_.threads = pool_.size();
     info_.kernel_shapes = Shapes::name ? fmt::format("compile-time shapes of {}", Shapes::name)
                                        : std::string("run-time shapes (no specialised kernels for this model)");
@@ -133,7 +135,10 @@ class LlamaModel final : public Model {
 
   std::span<const float> forward(std::span<const SequenceSlice> batch) override {
     const auto count = check_batch(batch, info_);
-    if (h_.hybrid()) claim_states(batch);
+    if (h_.hybrid()) {
+      claim_states(batch);
+      keep_rewind_points(batch);
+    }
     forward_batch(batch, count.tokens, count.wanted);
     if (h_.hybrid())
       for (const auto& slice : batch)
@@ -385,6 +390,57 @@ class LlamaModel final : public Model {
     if (info_.state_snapshots > 0)
       snapshots_ = std::make_unique<kernels::LazyMemory>(info_.recurrent_state_bytes * info_.state_snapshots);
     snapshot_positions_.assign(info_.state_snapshots, -1);
+    rewinds_ = std::make_unique<kernels::LazyMemory>(draft_rewind_bytes(h_) * info_.state_slots);
+    rewind_from_.assign(info_.state_slots, -1);
+    rewind_tokens_.assign(info_.state_slots, 0);
+  }
+
+  // Taking refused guesses back out of a recurrent state. A verify slice (drafted guesses,
+  // logits > 1) first copies its slot's state aside (rewind_state_of) and, layer by layer, the
+  // in-projection rows of its tokens before the DeltaNet consumes them (rewind_rows_of); a
+  // rewind to fewer positions restores the copy and runs the DeltaNet again over the rows of
+  // the tokens kept, the same code in the same order, so the state is bit for bit the one a
+  // pass of those tokens alone leaves.
+  uint8_t* rewind_state_of(int slot) { return rewinds_->data() + static_cast<size_t>(slot) * draft_rewind_bytes(h_); }
+  float* rewind_rows_of(int slot, int state_index) {
+    return reinterpret_cast<float*>(rewind_state_of(slot) + info_.recurrent_state_bytes) +
+           static_cast<size_t>(state_index) * (1 + kMaxDraftTokens) * h_.delta_net.mixed_width();
+  }
+  void keep_rewind_points(std::span<const SequenceSlice> batch) {
+    for (const auto& slice : batch) {
+      const int slot = slice.state_slot;
+      rewind_from_[slot] = -1;
+      if (slice.logits <= 1) continue;
+      std::memcpy(rewind_state_of(slot), slot_bytes(slot), info_.recurrent_state_bytes);
+      rewind_from_[slot] = slice.first_position;
+      rewind_tokens_[slot] = static_cast<int>(slice.tokens.size());
+    }
+  }
+
+  void rewind_state(int slot, int positions) override {
+    uint8_t* state = slot_bytes(slot);
+    const int from = rewind_from_[slot], end = from + rewind_tokens_[slot];
+    if (positions == state_positions_[slot]) return;
+    if (from < 0 || state_positions_[slot] != end || positions < from || positions > end)
+      fail("rewind_state: slot {} holds the state after {} tokens and can go back to {} .. {} only, not {}", slot,
+           state_positions_[slot], from < 0 ? state_positions_[slot] : from, state_positions_[slot], positions);
+    std::memcpy(state, rewind_state_of(slot), info_.recurrent_state_bytes);
+    rewind_from_[slot] = -1;
+    state_positions_[slot] = -1;  // (until the replay below completes)
+    const int kept = positions - from;
+    if (kept > 0) {
+      const auto& d = h_.delta_net;
+      ensure_scratch(kept);
+      for (const auto& layer : layers_) {
+        if (!layer.recurrent) continue;
+        const kernels::DeltaNetSequence replay{rewind_rows_of(slot, layer.state_index), kept,
+                                               layer_state(slot, layer.state_index), attn_.as<float>()};
+        const kernels::DeltaNetWeights weights{layer.conv.data(), layer.dt_bias.data(), layer.ssm_a.data(),
+                                               layer.ssm_norm.data(), h_.rms_eps};
+        kernels::gated_delta_net(d, weights, d.mixed_width(), std::span(&replay, 1), pool_);
+      }
+    }
+    state_positions_[slot] = positions;
   }
 
   uint8_t* snapshot_bytes(int snapshot) {
@@ -426,7 +482,7 @@ class LlamaModel final : public Model {
     for (const auto& slice : batch)
       if (slice.first_position != 0 && state_positions_[slice.state_slot] != slice.first_position)
         fail("forward: recurrent-state slot {} holds the state after {} tokens; a slice at position {} cannot follow "
-             "on (a recurrent state cannot be rewound: start the sequence again at position 0)",
+             "on (a recurrent state goes back only inside its last verify slice, by rewind_state: start the sequence again at position 0)",
              slice.state_slot, state_positions_[slice.state_slot], slice.first_position);
     for (const auto& slice : batch) {
       if (slice.first_position == 0) std::memset(layer_state(slice.state_slot, 0), 0, info_.recurrent_state_bytes);
@@ -631,6 +687,9 @@ class LlamaModel final : public Model {
     delta_sequences_.clear();
     int row = 0;
     for (const auto& slice : batch) {
+      if (slice.logits > 1)  // a verify slice: its rows are kept for a rewind (the DeltaNet overwrites them)
+        std::memcpy(rewind_rows_of(slice.state_slot, layer.state_index), mixed_.as<float>() + static_cast<size_t>(row) * width,
+                    sizeof(float) * width * slice.tokens.size());
       delta_sequences_.push_back({mixed_.as<float>() + static_cast<size_t>(row) * width,
                                   static_cast<int>(slice.tokens.size()), layer_state(slice.state_slot, layer.state_index),
                                   attn_.as<float>() + static_cast<size_t>(row) * d.value_width()});
@@ -751,6 +810,9 @@ class LlamaModel final : public Model {
   std::unique_ptr<kernels::LazyMemory> snapshots_;  // and its snapshots of them
   std::vector<int> snapshot_positions_;             // the tokens each snapshot's state has seen (-1: none)
   std::vector<int> state_positions_;             // the tokens each slot's state has seen (-1: unknown)
+  std::unique_ptr<kernels::LazyMemory> rewinds_;  // per slot: its state before a verify slice, and the slice's rows
+  std::vector<int> rewind_from_;                  // the position that state is at (-1: no rewind possible)
+  std::vector<int> rewind_tokens_;                // the verify slice's tokens
   AlignedBuffer expert_rows_;     // the rows routed to one expert, gathered
   AlignedBuffer router_logits_;   // [tokens][experts]
   struct Routed {
@@ -828,6 +890,7 @@ MemoryNeeds estimate_llama_memory(const gguf::File& file, KvType kv_type) {
   needs.kv_bytes_per_block =
       kernels::KvHeadLayout{kv_type, s.head_dim}.bytes() * s.n_kv_heads * h.attention_layer_count();
   needs.recurrent_state_bytes = h.recurrent_state_bytes();
+  needs.draft_rewind_bytes = draft_rewind_bytes(h);
   const int widest_ffn = std::max(s.ffn, h.shared_expert_ffn);
   const size_t floats_per_token = 2 * s.d_model + (q + 2 * kv) + q + s.d_model + 3 * widest_ffn +
                                   (h.n_experts > 0 ? s.d_model + h.n_experts : 0) +  // gathered rows, router logits
