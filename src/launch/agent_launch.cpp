@@ -17,11 +17,12 @@ using nlohmann::json;
 constexpr int kTimeoutMs = 3'600'000;
 constexpr int kHermesMinimumContext = 65'536;  // Hermes Agent refuses any smaller window
 // Claude Code compacts a conversation once it passes its window less the reply budget and a
-// summary reserve; its own system prompt and tools are ~14K tokens, so in a window under 64K
-// that threshold is passed from the first turn and every turn costs a summarising request
-// (minutes of prefill on a CPU). Below this window it compacts only when the server answers
-// "prompt is too long: N tokens > M maximum" (splash's overflow error), which it matches.
-constexpr int kClaudeThresholdCompactionWindow = 65'536;
+// summary reserve (~13K); its own system prompt and tools are 12-14K tokens, so in a window
+// under 64K it compacts nearly every turn (a summarising request: minutes of prefill on a
+// CPU). With its auto-compaction off it is worse: it stops the session at the window less
+// the reply budget and 3K ("Prompt is too long", measured with 2.1.332), never asking the
+// server. So below this window the launch goes ahead with a note saying how to get room.
+constexpr int kClaudeRoomyWindow = 65'536;
 
 std::string key_of(const ServerInfo& server) { return server.api_key.empty() ? "splash" : server.api_key; }
 
@@ -51,7 +52,11 @@ LaunchPlan claude(const ServerInfo& server, const std::filesystem::path& temp, c
               {"DISABLE_FEEDBACK_COMMAND", "1"},
               {"CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY", "1"},
               {"DISABLE_AUTOUPDATER", "1"}};
-  if (server.context < kClaudeThresholdCompactionWindow) plan.env.emplace_back("DISABLE_AUTO_COMPACT", "1");
+  if (server.context < kClaudeRoomyWindow)
+    plan.notes.push_back(fmt::format(
+        "a {}-token window leaves Claude Code (12-14K tokens of its own) little room: it will compact the conversation "
+        "nearly every turn; serve with --max-context {} for room (Qwen2.5-Coder: YaRN, as its model card allows)",
+        server.context, kClaudeRoomyWindow));
   if (!user.claude_onboarded) {
     const std::filesystem::path dir = temp / "claude";
     plan.env.emplace_back("CLAUDE_CONFIG_DIR", dir.string());

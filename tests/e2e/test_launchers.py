@@ -93,6 +93,7 @@ def test_dry_run_shows_each_agents_wiring_and_writes_nothing_of_the_users(splash
         assert model["id"] in out.stdout
         if agent == "claude":
             assert f"ANTHROPIC_BASE_URL={server}" in out.stdout and "CLAUDE_CODE_ATTRIBUTION_HEADER=0" in out.stdout
+            assert "compact the conversation nearly every turn" in out.stderr, out.stderr  # (an 8K window)
         if agent == "codex":
             assert "model_catalog_json" in command and f'base_url=\\"{server}/v1\\"' in command
         if agent == "opencode":

@@ -72,28 +72,28 @@ TEST(AgentLaunch, ClaudeCodeGetsTheServerModelAndLimitsInItsEnvironmentAndInline
   const json settings = json::parse(plan.args[1]);
   EXPECT_EQ(settings["env"]["ANTHROPIC_BASE_URL"], "http://127.0.0.1:8000");
   EXPECT_EQ(settings["env"]["CLAUDE_CODE_MAX_CONTEXT_TOKENS"], "32768");
-  EXPECT_EQ(settings["env"]["DISABLE_AUTO_COMPACT"], "1");
   EXPECT_EQ(plan.args[2], "--model");
   EXPECT_TRUE(std::equal(user_args.begin(), user_args.end(), plan.args.end() - user_args.size()));
 }
 
-// In a window under 64K Claude Code's own prompt (~14K tokens) passes its compaction threshold
-// (window less the reply budget and a summary reserve) from the first turn: it compacts only
-// on the server's "prompt is too long" answer there, and by its threshold in larger windows.
-TEST(AgentLaunch, ClaudeCodeCompactsOnOverflowOnlyInWindowsUnder64K) {
+// Claude Code is told the whole window (it keeps the reply budget out itself); under 64K its
+// own 12-14K-token prompt passes its compaction threshold nearly every turn: the launch says
+// so and how to get room, and leaves its compaction on (off, it stops the session instead).
+TEST(AgentLaunch, ClaudeCodeInAWindowUnder64KIsToldHowToGetRoom) {
+  const auto has_room_note = [](const LaunchPlan& plan) {
+    return std::ranges::any_of(plan.notes, [](const std::string& note) { return note.find("--max-context 65536") != std::string::npos; });
+  };
   for (const int window : {8192, 32768, 65535}) {
-    const auto env = env_of(plan_launch(Agent::Claude, server(window), {}, kTemp, user()));
-    EXPECT_EQ(env.at("DISABLE_AUTO_COMPACT"), "1") << window;
-    EXPECT_EQ(env.at("CLAUDE_CODE_MAX_CONTEXT_TOKENS"), std::to_string(window));
+    const auto plan = plan_launch(Agent::Claude, server(window), {}, kTemp, user());
+    EXPECT_TRUE(has_room_note(plan)) << window;
+    EXPECT_EQ(env_of(plan).at("CLAUDE_CODE_MAX_CONTEXT_TOKENS"), std::to_string(window));
+    EXPECT_FALSE(env_of(plan).contains("DISABLE_AUTO_COMPACT"));
   }
-  for (const int window : {65536, 131072}) {
-    const auto env = env_of(plan_launch(Agent::Claude, server(window), {}, kTemp, user()));
-    EXPECT_FALSE(env.contains("DISABLE_AUTO_COMPACT")) << window;
-  }
+  for (const int window : {65536, 131072}) EXPECT_FALSE(has_room_note(plan_launch(Agent::Claude, server(window), {}, kTemp, user())));
 }
 
 TEST(AgentLaunch, ClaudeCodeNeverSetUpRunsWithATemporaryConfiguration) {
-  const auto plan = plan_launch(Agent::Claude, server(), {}, kTemp, user(/*claude_onboarded=*/false));
+  const auto plan = plan_launch(Agent::Claude, server(65536), {}, kTemp, user(/*claude_onboarded=*/false));
   const auto env = env_of(plan);
   EXPECT_EQ(env.at("CLAUDE_CONFIG_DIR"), (kTemp / "claude").string());
   const json config = json::parse(file_of(plan, "claude/.claude.json"));
