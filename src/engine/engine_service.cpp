@@ -477,6 +477,8 @@ void EngineService::save_snapshot(Running& sequence, bool interior) {
   const int snapshot = snapshots_.store(std::span(sequence.tokens).first(computed), interior);
   if (snapshot < 0) return;  // one holds it already
   try {
+    // (a reply that ends inside a verify block: its refused guesses out of the state first)
+    model_.rewind_state(sequence.state_slot, computed);
     model_.save_state(sequence.state_slot, snapshot);
   } catch (const std::exception&) {  // (a slot whose state is unknown: nothing to keep)
     snapshots_.discard(snapshot);
@@ -615,8 +617,20 @@ void EngineService::verify(Running& sequence, int drafted, std::span<const float
         publish_full_blocks(sequence);
       });
   if (verified.next) sequence.tokens.push_back(*verified.next);
-  // A hybrid's recurrent state ran over every guess: the refused ones are taken back out.
-  if (sequence.state_slot >= 0 && verified.kept < drafted) model_.rewind_state(sequence.state_slot, sequence.computed);
+  // A hybrid's recurrent state ran over every guess: the refused ones are taken back out (a
+  // reply that ended inside the block gave its slot back already, its snapshot rewound first).
+  if (sequence.state_slot >= 0 && verified.kept < drafted) {
+    try {
+      model_.rewind_state(sequence.state_slot, sequence.computed);
+    } catch (const std::exception& e) {  // (a broken invariant fails this reply, not the worker)
+      sequence.ended = true;
+      blocks_.release(sequence.blocks, std::span(sequence.tokens).first(sequence.computed), false);
+      release_state(sequence);
+      sequence.blocks.clear();
+      sequence.ticket->sink_(ChatEvent::failed(std::string("generation failed: ") + e.what()));
+      return;
+    }
+  }
   sequence.draft_budget.update(drafted, verified.kept);
   std::lock_guard lock(mutex_);
   ++counters_.verify_steps;

@@ -407,6 +407,10 @@ class LlamaModel final : public Model {
            static_cast<size_t>(state_index) * (1 + kMaxDraftTokens) * h_.delta_net.mixed_width();
   }
   void keep_rewind_points(std::span<const SequenceSlice> batch) {
+    for (const auto& slice : batch)
+      if (slice.logits > 1 && slice.tokens.size() > 1 + kMaxDraftTokens)
+        fail("forward: a hybrid model's slice wanting {} rows is {} tokens long; a verify slice is at most {}",
+             slice.logits, slice.tokens.size(), 1 + kMaxDraftTokens);
     for (const auto& slice : batch) {
       const int slot = slice.state_slot;
       rewind_from_[slot] = -1;
@@ -468,6 +472,7 @@ class LlamaModel final : public Model {
            positions);
     std::memcpy(slot_bytes(slot), from, info_.recurrent_state_bytes);
     state_positions_[slot] = positions;
+    rewind_from_[slot] = -1;
   }
 
   float* layer_state(int slot, int state_index) {
@@ -687,7 +692,7 @@ class LlamaModel final : public Model {
     delta_sequences_.clear();
     int row = 0;
     for (const auto& slice : batch) {
-      if (slice.logits > 1)  // a verify slice: its rows are kept for a rewind (the DeltaNet overwrites them)
+      if (rewind_from_[slice.state_slot] >= 0)  // a verify slice: its rows kept for a rewind (the DeltaNet overwrites them)
         std::memcpy(rewind_rows_of(slice.state_slot, layer.state_index), mixed_.as<float>() + static_cast<size_t>(row) * width,
                     sizeof(float) * width * slice.tokens.size());
       delta_sequences_.push_back({mixed_.as<float>() + static_cast<size_t>(row) * width,
