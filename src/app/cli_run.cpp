@@ -27,7 +27,9 @@ struct RunFlags {
 void run(const RunFlags& flags) {
   const auto params = sampling_params(flags.sampling);
   const auto budget = flags.model.max_memory_bytes();  // checked before any download
-  auto loaded = load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget);
+  model::LoadOptions load = flags.model.load;
+  load.drafts = flags.draft != engine::DraftMode::None;
+  auto loaded = load_model(resolve_model_path(flags.model.model), load, false, budget);
   if (!flags.quiet) print_summary(*loaded, stderr);
 
   std::vector<chat::ChatMessage> messages;

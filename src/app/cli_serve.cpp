@@ -110,6 +110,7 @@ void serve(ServeFlags flags) {
   const auto budget = flags.model.max_memory_bytes();  // checked before any download
   model::LoadOptions load = flags.model.load;
   load.kv_blocks = -1;  // the whole planned KV pool, shared by the scheduler's sequences
+  load.drafts = flags.draft != engine::DraftMode::None;
   // The server's own caches: stored Responses, and request bodies while they are read and
   // parsed (body_budget.h).
   const std::vector<engine::CacheBudget> server_caches = {

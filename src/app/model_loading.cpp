@@ -64,6 +64,7 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::Lo
   std::optional<engine::GpuMemory> gpu;
   if (device.device == model::Device::Cuda) gpu = engine::GpuMemory{device.summary, device.free_bytes, device.total_bytes};
   model::MemoryNeeds needs = model::estimate_memory(loaded->file, options.kv_type, device.device);
+  if (!options.drafts) needs.draft_rewind_bytes = 0;  // (no guesses to take back)
   if (!mmproj.empty()) {
     if (loaded->chat->image_marker().empty())
       fail("{} was given a vision encoder (--mmproj), but its chat format ({}) has no place for images", path,

@@ -90,6 +90,10 @@ struct LoadOptions {
   int state_slots = 0;
   // Snapshots of those states the model keeps (0: none).
   int state_snapshots = 0;
+  // Whether drafted guesses will be verified (--draft): a hybrid model keeps room to take
+  // refused ones back out of its states (MemoryNeeds::draft_rewind_bytes) only then, and
+  // takes no verify slices without it.
+  bool drafts = true;
 };
 
 // The most sequences in one pass (bounds the logits buffer).

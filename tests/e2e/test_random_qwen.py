@@ -504,6 +504,25 @@ def test_qwen35_next_turn_resumes_from_a_snapshot(models):
     assert warm == cold
 
 
+def test_qwen35_keeps_room_to_take_guesses_back_only_when_it_drafts(models):
+    """The memory plan's recurrent states count each state's room for refused guesses (the state
+    again and the verify block's in-projection rows) with drafts on, and not with --draft none,
+    which verifies nothing."""
+    from conftest import start_server
+
+    each = {}
+    for draft in ("auto", "none"):
+        server = start_server("--kv-cache-type", "f32", "--max-context", "1024", "--draft", draft,
+                              model=models.path("qwen35", "float"))
+        try:
+            line = re.search(r"recurrent states .* at once, ([0-9.]+) MiB each", server.output())
+            assert line, server.output()
+            each[draft] = float(line.group(1))
+        finally:
+            server.stop()
+    assert each["auto"] > 2 * each["none"] > 0, each
+
+
 def test_qwen35_conversations_sharing_a_system_prompt_resume_after_it(models):
     """A snapshot where a prompt's first message ends (a long system prompt, shorter than the
     grid's first point): another conversation with the same system prompt and another

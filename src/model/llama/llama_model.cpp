@@ -390,7 +390,11 @@ class LlamaModel final : public Model {
     if (info_.state_snapshots > 0)
       snapshots_ = std::make_unique<kernels::LazyMemory>(info_.recurrent_state_bytes * info_.state_snapshots);
     snapshot_positions_.assign(info_.state_snapshots, -1);
-    rewinds_ = std::make_unique<kernels::LazyMemory>(draft_rewind_bytes(h_) * info_.state_slots);
+    if (!options.drafts) {  // no verify slices, so no room to take refused guesses back
+      info_.max_logits_per_slice = 1;
+      info_.draft_pass_tokens = 0;
+    }
+    rewinds_ = std::make_unique<kernels::LazyMemory>(options.drafts ? draft_rewind_bytes(h_) * info_.state_slots : 0);
     rewind_from_.assign(info_.state_slots, -1);
     rewind_tokens_.assign(info_.state_slots, 0);
   }
