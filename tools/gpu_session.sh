@@ -433,8 +433,10 @@ phase_ab() {
   splash bench --device cuda -m "$model" --prompt-sizes 16 --decode-tokens 8 --repetitions 1 > /dev/null 2>&1  # tunes
   for i in 1 2 3; do
     for b in old bin; do
-      LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/$b/splash bench --device cuda -m "$model" --prompt-sizes 512 \
-        --decode-tokens 256 --repetitions 3 --decode-depths 8192 > "$OUT/ab_${b}_$i.txt" 2>&1
+      # (AB_ARGS: other bench arguments, e.g. "--prompt-sizes 512 --decode-tokens 128 --parallel 16,32,64")
+      # shellcheck disable=SC2086
+      LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/$b/splash bench --device cuda -m "$model" \
+        ${AB_ARGS:---prompt-sizes 512 --decode-tokens 256 --repetitions 3 --decode-depths 8192} > "$OUT/ab_${b}_$i.txt" 2>&1
       row "ab $b $i" "$(grep -E '^decode' "$OUT/ab_${b}_$i.txt" | tr -s ' ' | tr '\n' ';')"
     done
   done

@@ -24,6 +24,7 @@
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/quant_blocks.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace splash::kernels::cuda {
 namespace {
@@ -345,9 +346,14 @@ constexpr size_t stream_shared_bytes(int token_tiles, int blocks) {
 template <int NT>
 constexpr bool kStreamRing = NT >= 4;
 constexpr int kRingStages = 3;
+// With wgmma (sm_90a) a stage is read by multiplies still running while the next super-block
+// is decoded: a fourth stage, so that the one refilled (two ahead, as above) was last read
+// two super-blocks back, whose multiplies every warp has waited for.
+constexpr int kWgmmaRingStages = 4;
 constexpr int kRingPitch = kStreamCols + kStreamPad;  // halves of a token's row in a stage
-constexpr size_t ring_shared_bytes(int token_tiles) {
-  return sizeof(__half) * kRingStages * 8 * token_tiles * static_cast<size_t>(kRingPitch);
+constexpr size_t ring_shared_bytes(int token_tiles) {  // (the larger of the two layouts: the host cannot tell)
+  return sizeof(__half) * 8 * token_tiles *
+         std::max(kRingStages * static_cast<size_t>(kRingPitch), kWgmmaRingStages * static_cast<size_t>(kStreamCols));
 }
 
 __device__ __forceinline__ void copy_async16(void* to_shared, const void* from_global) {
@@ -454,8 +460,13 @@ __device__ __forceinline__ uint2 permuted_quad(const float* block_row, int j, in
   return make_uint2(pack_half2(v.x, v.z), pack_half2(v.y, v.w));
 }
 
-// x (n float rows) as the ring's activations: [super-block][token < tokens][256] f16 in the
-// streamed order, tokens past n zeros. A thread per (super-block, token, place of 4).
+// x (n float rows) as the ring's activations, f16, tokens past n zeros, a super-block's
+// [tokens x 256] after another. With mma.sync (before sm_90a): token by token, each row in
+// the streamed order. With wgmma: as the B operand of 16 k-steps, k-step after k-step, each
+// [tokens x 16] in 8 x 8 core matrices (wgmma.cuh): token t's logical k of k-step j at
+// 128 (t / 8) + 64 (k / 8) + 8 (t % 8) + k % 8 halves, where logical k = 2 c + e (+ 8 for
+// the second half) is what the A fragments put there: StreamedBlock::column(j, c) + 2 e
+// (+ 1), as in permuted_quad. A thread per (super-block, token, place of 4 halves).
 template <GgmlType T>
 __global__ void streamed_activations_kernel(const float* __restrict__ x, int ldx, int n, int tokens, int blocks,
                                             __half* __restrict__ out) {
@@ -467,8 +478,20 @@ __global__ void streamed_activations_kernel(const float* __restrict__ x, int ldx
   const int place = static_cast<int>(index % kPlaces);
   const size_t row = index / kPlaces;  // super-block * tokens + token
   const int t = static_cast<int>(row % tokens), block = static_cast<int>(row / tokens);
-  *reinterpret_cast<uint2*>(out + row * kStreamCols + 4 * place) =
-      permuted_quad<T>(x + static_cast<size_t>(t) * ldx + static_cast<size_t>(block) * kStreamCols, place / 4, place % 4, t < n);
+  const float* from = x + static_cast<size_t>(t) * ldx + static_cast<size_t>(block) * kStreamCols;
+#if SPLASH_WGMMA
+  // place = 4 j + 2 (k / 8) + (k % 8) / 4: halves k .. k + 3 of k-step j, lanes c and c + 1
+  const int j = place / 4, high = (place / 2) % 2, c0 = 2 * (place % 2);
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (t < n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = from[StreamedBlock<T>::column(j, c0 + i / 2) + 2 * (i % 2) + high];
+  __half* to = out + static_cast<size_t>(block) * tokens * kStreamCols + static_cast<size_t>(j) * tokens * 16 +
+               128 * (t / 8) + 64 * high + 8 * (t % 8) + 4 * (place % 2);
+  *reinterpret_cast<uint2*>(to) = make_uint2(pack_half2(v[0], v[1]), pack_half2(v[2], v[3]));
+#else
+  *reinterpret_cast<uint2*>(out + row * kStreamCols + 4 * place) = permuted_quad<T>(from, place / 4, place % 4, t < n);
+#endif
 }
 
 template <GgmlType T, int NT>
@@ -506,11 +529,15 @@ __global__ void __launch_bounds__(kStreamThreads, NT >= 4 ? 1 : 2)  // (register
     if (local < count) {
       constexpr int kCopies = kTokens * kStreamCols / 8 / kStreamThreads;  // 16 bytes each
       const __half* from = x16 + static_cast<size_t>(first + local) * kTokens * kStreamCols;
-      __half* to = acts + stage * kTokens * kRingPitch;
 #pragma unroll
       for (int i = 0; i < kCopies; ++i) {
-        const int e = threadIdx.x + kStreamThreads * i, t = e / (kStreamCols / 8), column = 8 * (e % (kStreamCols / 8));
-        copy_async16(to + t * kRingPitch + column, from + t * kStreamCols + column);
+        const int e = threadIdx.x + kStreamThreads * i;
+#if SPLASH_WGMMA
+        copy_async16(acts + stage * kTokens * kStreamCols + 8 * e, from + 8 * e);  // (k-step tiles as they lie)
+#else
+        const int t = e / (kStreamCols / 8), column = 8 * (e % (kStreamCols / 8));
+        copy_async16(acts + stage * kTokens * kRingPitch + t * kRingPitch + column, from + t * kStreamCols + column);
+#endif
       }
     }
     copy_async_commit();
@@ -559,6 +586,43 @@ __global__ void __launch_bounds__(kStreamThreads, NT >= 4 ? 1 : 2)  // (register
         }
       }
   };
+#if SPLASH_WGMMA
+  // On Hopper the ring's super-blocks go to wgmma: each warpgroup's four warps decode their 16
+  // rows' A fragments, then issue asynchronous multiplies of 64 rows by the stage's 8 NT tokens
+  // (one instruction where mma.sync takes NT, B read by the tensor cores from shared memory).
+  // A super-block in two halves of 8 k-steps, each its own commit group in its own registers:
+  // a half is decoded while the half before it multiplies (waiting first for the one before
+  // that, the last reader of those registers), so the tensor cores and the decoding overlap.
+  auto multiply_wgmma = [&](const RowsLoad& t, const __half* stage) {
+    if constexpr (kRing) {  // (instances for the ring's widths only)
+      __half2 d[2][2][2], m[2][2][2];  // [row][p][r]
+      S::scales(t.row[0], c, d[0], m[0]);
+      S::scales(t.row[1], c, d[1], m[1]);
+      // k-step tiles of [8 NT tokens x 16] one after another: core matrices 128 bytes apart
+      // along k, 256 along the tokens (the activations' layout, streamed_activations_kernel)
+      const uint64_t first_step = wgmma_descriptor(stage, 128, 256);
+      auto half = [&](int p, uint32_t (&a)[8][4]) {
+        wgmma_wait<1>();  // this half's registers were last read two halves back
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int q = i / 2, r = i % 2;
+          a[i][0] = code_pair_f16(S::codes(t.row[0], c, p, q, r, 0), d[0][p][r], m[0][p][r]);
+          a[i][1] = code_pair_f16(S::codes(t.row[1], c, p, q, r, 0), d[1][p][r], m[1][p][r]);
+          a[i][2] = code_pair_f16(S::codes(t.row[0], c, p, q, r, 1), d[0][p][r], m[0][p][r]);
+          a[i][3] = code_pair_f16(S::codes(t.row[1], c, p, q, r, 1), d[1][p][r], m[1][p][r]);
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          wgmma_f16_rs<NT>(acc, a[i], first_step + static_cast<uint64_t>((8 * p + i) * kTokens * 16 * 2 / 16));
+        wgmma_commit();
+      };
+      uint32_t low[8][4], high[8][4];
+      half(0, low);
+      half(1, high);
+    }
+  };
+#endif
   for (int base = 0; base < count; base += S::kDepth) {
 #pragma unroll
     for (int k = 0; k < S::kDepth; ++k) {
@@ -568,16 +632,32 @@ __global__ void __launch_bounds__(kStreamThreads, NT >= 4 ? 1 : 2)  // (register
       if (local + S::kDepth < count) load(first + local + S::kDepth, ring[k]);
       if constexpr (kRing) {
         // Stage `local` has landed (for every thread: the barrier), and the stage it refills
-        // was last read by the super-block before, which every warp has finished.
+        // was last read by the super-block before, which every warp has finished (with wgmma,
+        // four stages: the super-block two back, whose multiplies every warp has waited for
+        // before decoding the second half of the one before).
+#if SPLASH_WGMMA
+        copy_async_wait<kRingStages - 2>();
+        fence_shared_for_async_proxy();
+        __syncthreads();
+        fill_stage(local + kRingStages - 1, (local + kRingStages - 1) % kWgmmaRingStages);
+        multiply_wgmma(t, acts + (local % kWgmmaRingStages) * kTokens * kStreamCols);
+#else
         copy_async_wait<kRingStages - 2>();
         __syncthreads();
         fill_stage(local + kRingStages - 1, (local + kRingStages - 1) % kRingStages);
         multiply(t, acts + (local % kRingStages) * kTokens * kRingPitch);
+#endif
       } else {
         multiply(t, acts + local * kStreamCols);
       }
     }
   }
+#if SPLASH_WGMMA
+  if constexpr (kRing) {
+    wgmma_wait<0>();
+    wgmma_pin(acc);
+  }
+#endif
   allow_next_launch();
   finish_rows<kStreamRows, kStreamThreads>(acc, row_base, rows, n, y, ldy, accumulate, splits, partials, arrivals);
 }
