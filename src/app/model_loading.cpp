@@ -137,7 +137,8 @@ void print_summary(const LoadedModel& loaded, std::FILE* out) {
              fmt::format("{:.1f} MiB", loaded.file.file_size() / mib), info.packed_weight_bytes / mib,
              info.weight_types);
   if (info.isa == "cuda")
-    fmt::print(out, "device       GPU {}; kernels {}\n", info.device, info.kernel_shapes);
+    fmt::print(out, "device       GPU {}; kernels {}{}\n", info.device, info.kernel_shapes,
+               info.warm_up_seconds > 0 ? fmt::format("; warmed up in {:.0f} ms", info.warm_up_seconds * 1e3) : "");
   else
     fmt::print(out, "kernels      {} path, {}, {} threads\n", info.isa, info.kernel_shapes, info.threads);
   fmt::print(out, "context      {} tokens (model window {}), KV cache {:.1f} MiB ({} blocks, {})\n", info.context,

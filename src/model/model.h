@@ -39,6 +39,9 @@ struct ModelInfo {
   std::string isa;           // "avx512" or "avx2"; "cuda" on the GPU
   int threads = 0;
   std::string device = "cpu";  // "cpu", or the GPU's summary ("NVIDIA H200 (sm_90, ...)")
+  // What the load spent running the kernels once so the first request does not pay for CUDA's
+  // lazy loading (0: none ran).
+  double warm_up_seconds = 0.0;
   // The most tokens one forward pass of this instance takes (its scratch is sized for it):
   // kMaxBatchTokens on the CPU, more on the GPU, where every prefill pass turns each quantized
   // matrix into f16 once and a longer pass shares that among more tokens.

@@ -6,12 +6,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -239,6 +242,7 @@ class LlamaCudaModel final : public Model {
     load_weights();
     allocate(options);
     if (options.tune_kernels) tune(options.tuning_cache_dir);
+    warm_up();
   }
 
   ~LlamaCudaModel() override {
@@ -627,6 +631,41 @@ class LlamaCudaModel final : public Model {
     const GemvTuningKey key{device ? device->name : "unknown", device ? device->driver_version : 0,
                             fmt::format("{:016x}", hash)};
     info_.kernel_shapes += "; " + tune_gemvs(weights, key, cache_dir, matmul_scratch_, stream_);
+  }
+
+  // A process's first passes pay once for what CUDA does lazily: loading each kernel's module
+  // at its first launch, cuBLAS choosing its GEMM kernels for a shape, recording the decode
+  // graphs. Paid here, at load, rather than by the first requests: prefill chunks of the
+  // largest pass and of 512 tokens, each followed by a decode step, then decode steps of 2 to
+  // 64 sequences (the small GEMM's widths), from position 0 in the pool's first blocks
+  // (nothing is cached yet; what they write is overwritten before anything reads it).
+  // SPLASH_CUDA_WARM_UP=0 skips it (to measure what it saves).
+  void warm_up() {
+    if (const char* env = std::getenv("SPLASH_CUDA_WARM_UP"); env && std::string_view(env) == "0") return;
+    const auto start = std::chrono::steady_clock::now();
+    const int room = std::min(info_.context, pool_.blocks * kKvBlockTokens) - 1;  // (a decode step after)
+    std::vector<int32_t> table(pool_.blocks);
+    std::iota(table.begin(), table.end(), 0);
+    const std::vector<int32_t> ids(std::max(room, 1), 0);
+    int last = 0;
+    for (const int tokens : {std::min(kCudaMaxBatchTokens, room), std::min(512, room)}) {
+      if (tokens < 1 || tokens == last) continue;
+      last = tokens;
+      const auto blocks = std::span(table).first((tokens + 1 + kKvBlockTokens - 1) / kKvBlockTokens);
+      const SequenceSlice prefill{std::span(ids).first(tokens), 0, blocks, 1, {}, /*best_only=*/true};
+      forward({&prefill, 1});
+      const SequenceSlice decode{std::span(ids).first(1), tokens, blocks, 1, {}, true};
+      forward({&decode, 1});
+    }
+    for (const int n : {2, 4, 8, 16, 32, 64}) {  // sequence i decodes its first token into block i
+      if (n > pool_.blocks || n > kMaxBatchSequences) break;
+      std::vector<SequenceSlice> batch;
+      for (int i = 0; i < n; ++i) batch.push_back({std::span(ids).first(1), 0, std::span(table).subspan(i, 1), 1, {}, true});
+      forward(batch);
+    }
+    profiles_.clear();  // (SPLASH_CUDA_PROFILE reports the passes that follow)
+    timeline_ = nullptr;
+    info_.warm_up_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
   // A pass of decode tokens only (one per sequence, each wanting logits, no image features)
