@@ -673,11 +673,15 @@ constexpr size_t kSplitPartialBytes = size_t{32} << 20;
 // forces one (tests, the benchmark; still within `longest`). `overhead`: what a block costs
 // besides its tiles, in tiles (the streamed kernel's activation fill and pipeline start:
 // measured, qkv at 8 rows took 14.2 us in 4 splits and 20.9 us in the 16 the bare count chose).
+// `partial_tiles`: what a split block's partial sums cost besides, written and read back, in
+// tiles of weights (their bytes over a tile's): at 64 rows a block's partials are 32 KB against
+// a Q4_K tile's 18 KB, and the 8B's gate_up took 66.0 us in one split, 74.8 in the two a count
+// without them chose.
 struct SplitK {
   int splits, tiles_per_split, row_blocks;
 };
 SplitK split_k(int rows, int cols, int token_tiles, int splits, int resident_blocks, int block_rows = kBlockRows,
-               int longest = 1 << 30, int tile_cols = kTileCols, int overhead = 0) {
+               int longest = 1 << 30, int tile_cols = kTileCols, double overhead = 0.0, double partial_tiles = 0.0) {
   const int tiles = (cols + tile_cols - 1) / tile_cols;
   const int row_blocks = (rows + block_rows - 1) / block_rows;
   const long slots = static_cast<long>(resident_blocks) * multiprocessor_count();
@@ -687,11 +691,12 @@ SplitK split_k(int rows, int cols, int token_tiles, int splits, int resident_blo
   const int most = std::max(fewest, std::min({tiles, std::max(1, 64 / token_tiles),
                                               static_cast<int>(kSplitPartialBytes / region_bytes)}));
   if (splits <= 0) {
-    long best_cost = -1;
+    double best_cost = -1.0;
     for (int s = fewest; s <= std::max(1, most); ++s) {
       const int per_split = (tiles + s - 1) / s, used = (tiles + per_split - 1) / per_split;
-      const long cost = (static_cast<long>(row_blocks) * used + slots - 1) / slots * (per_split + overhead);
-      if (best_cost < 0 || cost < best_cost) best_cost = cost, splits = used;
+      const long waves = (static_cast<long>(row_blocks) * used + slots - 1) / slots;
+      const double cost = static_cast<double>(waves) * (per_split + overhead + (used > 1 ? partial_tiles : 0.0));
+      if (best_cost < 0.0 || cost < best_cost) best_cost = cost, splits = used;
     }
   }
   splits = std::clamp(splits, std::max(1, fewest), tiles);
@@ -796,7 +801,13 @@ void launch_streamed(const DeviceWeight& w, const float* x, int ldx, int n, floa
                                             kRing ? kMostShared : stream_shared_bytes(NT, kStreamLongest));
   // (the ring holds any K range; the whole-range fill at most kStreamLongest super-blocks)
   const int longest = kRing ? 1 << 30 : splits > 0 ? stream_longest_fitting(NT) : kStreamLongest;
-  const SplitK k = split_k(w.rows, w.cols, NT, splits, resident, kStreamRows, longest, kStreamCols, /*overhead=*/2);
+  // A block's start: the activations' fill (8 rows: 2 tiles, above); the ring's three stages
+  // in flight before its first multiply, 4 (measured at 32 and 64 rows: a block of half the
+  // gate_up's 16 super-blocks took 3.4 to 4.2 tiles' time more than half a block of all).
+  const double overhead = kRing ? 4.0 : 2.0;
+  const double tile_bytes = static_cast<double>(w.row_bytes()) / (w.cols / kStreamCols) * kStreamRows;
+  const double partial_tiles = 2.0 * sizeof(float) * 8 * NT * kStreamRows / tile_bytes;
+  const SplitK k = split_k(w.rows, w.cols, NT, splits, resident, kStreamRows, longest, kStreamCols, overhead, partial_tiles);
   if (k.splits > 1)
     reserve_splits(scratch, sizeof(float) * k.splits * k.row_blocks * 8 * NT * kStreamRows, k.row_blocks, stream);
   const auto s = static_cast<cudaStream_t>(stream.handle());
