@@ -508,6 +508,16 @@ void EngineService::preempt(Running& sequence) {
   ++counters_.preemptions;
 }
 
+void EngineService::fail(Running& sequence, bool keep_blocks, std::string_view why) {
+  sequence.ended = true;
+  blocks_.release(sequence.blocks,
+                  std::span(sequence.tokens).first(std::min<size_t>(sequence.computed, sequence.tokens.size())),
+                  keep_blocks);
+  release_state(sequence);
+  sequence.blocks.clear();
+  sequence.ticket->sink_(ChatEvent::failed(fmt::format("generation failed: {}", why)));
+}
+
 void EngineService::finish(Running& sequence, bool keep_blocks) {
   sequence.ended = true;
   // The state after the reply (a coding agent's next turn extends this conversation).
@@ -564,11 +574,7 @@ std::optional<int32_t> EngineService::sample(Running& sequence, LogitsRow& logit
   try {
     token = sequence.generation->step(logits);
   } catch (const std::exception& e) {
-    sequence.ended = true;
-    blocks_.release(sequence.blocks, std::span(sequence.tokens).first(sequence.computed), true);
-    release_state(sequence);
-    sequence.blocks.clear();
-    sequence.ticket->sink_(ChatEvent::failed(std::string("generation failed: ") + e.what()));
+    fail(sequence, /*keep_blocks=*/true, e.what());  // (the computed positions are sound)
     return std::nullopt;
   }
   if (!token) finish(sequence, true);
@@ -623,11 +629,7 @@ void EngineService::verify(Running& sequence, int drafted, std::span<const float
     try {
       model_.rewind_state(sequence.state_slot, sequence.computed);
     } catch (const std::exception& e) {  // (a broken invariant fails this reply, not the worker)
-      sequence.ended = true;
-      blocks_.release(sequence.blocks, std::span(sequence.tokens).first(sequence.computed), false);
-      release_state(sequence);
-      sequence.blocks.clear();
-      sequence.ticket->sink_(ChatEvent::failed(std::string("generation failed: ") + e.what()));
+      fail(sequence, /*keep_blocks=*/false, e.what());
       return;
     }
   }
@@ -805,14 +807,7 @@ std::span<const float> EngineService::run(Pass& pass) {
   } catch (const std::exception& e) {
     // An engine failure must not take the server down: the batch's requests fail (their
     // blocks' contents are unknown, so nothing of them is kept), the worker lives.
-    for (const Slot& slot : pass.slots) {
-      Running& s = *slot.sequence;
-      s.ended = true;
-      blocks_.release(s.blocks, std::span(s.tokens).first(s.computed), false);
-      release_state(s);
-      s.blocks.clear();
-      s.ticket->sink_(ChatEvent::failed(std::string("generation failed: ") + e.what()));
-    }
+    for (const Slot& slot : pass.slots) fail(*slot.sequence, /*keep_blocks=*/false, e.what());
     pass.slots.clear();
     return {};
   }
