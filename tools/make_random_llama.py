@@ -17,6 +17,7 @@ real GGUF (SmolLM2's), so the engine's tokenizer and chat format load; hence voc
     ... --arch qwen3moe --mix qwen                  # qwen3 + a mixture-of-experts FFN
     ... --arch qwen35 --mix qwen                    # Qwen3.5: Gated DeltaNet + gated attention
     ... --arch qwen35moe --mix qwen                 # the same with experts and a shared expert
+    ... --arch qwen3next --mix qwen                 # Qwen3-Next: qwen35moe's layers, grouped heads
 
 The test imports it instead: read_tokenizer() once, tensor_types(), make_model().
 
@@ -53,6 +54,13 @@ heads, ffn 512, 2 layers, rope base 1e6):
          types) scaled by sigmoid(x . ffn_gate_inp_shexp) (F32 [256], deviation 1/sqrt(256));
          odd layers store each expert's gate and up as one ffn_gate_up_exps [8][512][256]
          (gate rows first), as llama.cpp's newer converter does; expert_shared_feed_forward_length.
+  qwen3next  Qwen3-Next in llama.cpp's layout: qwen35moe's layers and sizes, but the DeltaNet's
+         value heads in the model's grouped order (value head j reads key head j // 2) and
+         beta/alpha in one ssm_ba [2 x 4 -> 256] holding each key head's [beta (2) | alpha (2)]
+         rows; the first DeltaNet layer's in-projection as llama.cpp's converter writes it now
+         (attn_qkv, attn_gate), the second's as older files hold it: one ssm_in [2048 -> 256]
+         whose rows are each key head's [q (128) | k (128) | v (2 x 128) | z (2 x 128)] group.
+         No rope.dimension_sections (plain NEOX RoPE).
 
 Shapes (defaults): d_model 256, 4 heads / 2 kv heads of 64, ffn 768, 3 layers, rope base
 10000, context 2048, untied output.weight. Every matrix width (256, 768) is a multiple of the
@@ -219,11 +227,11 @@ def tensor_types(mix: str = "a", all_type: str | None = None, overrides: dict[st
     return types
 
 
-ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe"]
-HYBRID_ARCHS = {"qwen35", "qwen35moe"}
-# The role whose type each Gated DeltaNet matrix takes (qwen35).
+ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next"]
+HYBRID_ARCHS = {"qwen35", "qwen35moe", "qwen3next"}
+# The role whose type each Gated DeltaNet matrix takes.
 DELTA_NET_ROLES = {"attn_qkv": "attn_q", "attn_gate": "attn_v", "ssm_beta": "attn_k", "ssm_alpha": "attn_k",
-                   "ssm_out": "attn_output"}
+                   "ssm_out": "attn_output", "ssm_in": "attn_q", "ssm_ba": "attn_k"}
 
 
 @dataclass
@@ -283,6 +291,9 @@ QWEN_SHAPES = {
     "qwen35": Shape(ffn=512, layers=4, rope_base=1e7, arch="qwen35", head_dim=256, eps=1e-3, rope_dims=64,
                     full_attention_interval=2, delta_k_heads=2, delta_v_heads=4, delta_head=128),
     "qwen35moe": Shape(ffn=256, layers=4, rope_base=1e7, arch="qwen35moe", head_dim=256, eps=1e-3, rope_dims=64,
+                       full_attention_interval=2, delta_k_heads=2, delta_v_heads=4, delta_head=128, experts=8,
+                       experts_used=2, shared_ffn=256),
+    "qwen3next": Shape(ffn=256, layers=4, rope_base=1e7, arch="qwen3next", head_dim=256, eps=1e-3, rope_dims=64,
                        full_attention_interval=2, delta_k_heads=2, delta_v_heads=4, delta_head=128, experts=8,
                        experts_used=2, shared_ffn=256),
 }
@@ -359,7 +370,7 @@ def make_tensors(types: dict[str, str], vocab: int, shape: Shape, seed: int,
         p = f"blk.{layer}."
         norm(p + "attn_norm.weight")
         if shape.recurrent(layer):
-            delta_net_tensors(p, shape, rng, out, add, norm)
+            delta_net_tensors(p, shape, rng, out, add, norm, fused_in=shape.arch == "qwen3next" and layer >= 2)
             hybrid_ffn(p, layer)
             norm(p + "post_attention_norm.weight")
             continue
@@ -395,12 +406,20 @@ def make_tensors(types: dict[str, str], vocab: int, shape: Shape, seed: int,
     return out
 
 
-def delta_net_tensors(p: str, shape: Shape, rng, out, add, norm) -> None:
-    """A Gated DeltaNet layer's tensors in llama.cpp's qwen35 layout (see the module docstring)."""
+def delta_net_tensors(p: str, shape: Shape, rng, out, add, norm, fused_in: bool = False) -> None:
+    """A Gated DeltaNet layer's tensors in llama.cpp's qwen35 or qwen3next layout (see the
+    module docstring); fused_in: qwen3next's older ssm_in instead of attn_qkv and attn_gate."""
     d, kw = shape.d_model, shape.delta_k_heads * shape.delta_head
     vw, vh = shape.delta_v_heads * shape.delta_head, shape.delta_v_heads
-    for name, rows, cols in (("attn_qkv", 2 * kw + vw, d), ("attn_gate", vw, d), ("ssm_beta", vh, d),
-                             ("ssm_alpha", vh, d)):
+    if fused_in:
+        matrices = [("ssm_in", 2 * kw + 2 * vw, d)]
+    else:
+        matrices = [("attn_qkv", 2 * kw + vw, d), ("attn_gate", vw, d)]
+    if shape.arch == "qwen3next":
+        matrices.append(("ssm_ba", 2 * vh, d))
+    else:
+        matrices += [("ssm_beta", vh, d), ("ssm_alpha", vh, d)]
+    for name, rows, cols in matrices:
         add(p + name + ".weight", p + DELTA_NET_ROLES[name], rows, cols, 1.0 / math.sqrt(cols))
     out.append((p + "ssm_conv1d.weight",
                 (rng.standard_normal((2 * kw + vw, shape.conv_kernel)) * 0.5).astype(np.float32), None))
@@ -431,8 +450,9 @@ def write_gguf(path: str, tensors, shape: Shape, tokenizer, name: str, vocab: in
     if shape.shared_ffn:
         writer.add_uint32(f"{shape.arch}.expert_shared_feed_forward_length", shape.shared_ffn)
     if shape.arch in HYBRID_ARCHS:
-        # Qwen3.5's MRoPE sections, which llama.cpp requires (text positions make them plain RoPE).
-        writer.add_array(f"{shape.arch}.rope.dimension_sections", [11, 11, 10, 0])
+        if shape.arch != "qwen3next":
+            # Qwen3.5's MRoPE sections, which llama.cpp requires (text positions make them plain RoPE).
+            writer.add_array(f"{shape.arch}.rope.dimension_sections", [11, 11, 10, 0])
         writer.add_uint32(f"{shape.arch}.full_attention_interval", shape.full_attention_interval)
         writer.add_ssm_conv_kernel(shape.conv_kernel)
         writer.add_ssm_state_size(shape.delta_head)

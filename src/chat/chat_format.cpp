@@ -214,7 +214,7 @@ constexpr std::string_view kSmolVlmTemplate =
 
 // Architectures whose unknown templates are taken to be ChatML. Others are refused rather
 // than guessed at.
-constexpr std::array<std::string_view, 3> kChatMlArchitectures = {"llama", "qwen2", "qwen3"};
+constexpr std::array<std::string_view, 4> kChatMlArchitectures = {"llama", "qwen2", "qwen3", "qwen3next"};
 
 // Converters and editors differ only in line endings and surrounding whitespace.
 std::string normalise(std::string_view text) {

@@ -48,6 +48,9 @@ constexpr Family kFamilies[] = {
     {"qwen35", llama::load_llama, llama::estimate_llama_memory, nullptr, nullptr},
     // Qwen3.5's hybrid with a mixture-of-experts FFN and a shared expert in every layer
     {"qwen35moe", llama::load_llama, llama::estimate_llama_memory, nullptr, nullptr},
+    // Qwen3-Next: Qwen3.5-MoE's layers before it, the DeltaNet's value heads grouped by key
+    // head and its in-projection stored fused (ssm_ba; ssm_in in older files)
+    {"qwen3next", llama::load_llama, llama::estimate_llama_memory, nullptr, nullptr},
 };
 
 }  // namespace

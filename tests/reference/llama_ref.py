@@ -34,8 +34,8 @@ from gguf.quants import dequantize
 # Architectures whose GGUF Q/K weights are stored permuted for ggml's "normal" RoPE
 # (rotate adjacent pairs); the converter leaves qwen weights unpermuted, so ggml runs
 # them with NEOX RoPE (rotate the first half against the second half).
-NEOX_ROPE_ARCHS = {"qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe"}
-HYBRID_ARCHS = {"qwen35", "qwen35moe"}
+NEOX_ROPE_ARCHS = {"qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next"}
+HYBRID_ARCHS = {"qwen35", "qwen35moe", "qwen3next"}
 UNQUANTIZED = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
 
 
@@ -183,11 +183,17 @@ class DeltaNet:
     torch_recurrent_gated_delta_rule), on the tensors as llama.cpp's converter writes them:
     ssm_a is -exp(A_log), the conv kernel [channels, taps], and the value heads reordered so
     that value head j reads key head j % k_heads (transformers: j // (v_heads // k_heads) in
-    its own order; the converter's reordering makes the two the same model)."""
-    w_qkv: Linear     # -> [q (k_heads x head_k) | k (same) | v (v_heads x head_v)]
-    w_z: Linear       # -> [v_heads x head_v], the output gate
-    w_beta: Linear    # -> [v_heads]
-    w_alpha: Linear   # -> [v_heads]
+    its own order; the converter's reordering makes the two the same model).
+
+    Qwen3-Next (grouped): transformers' Qwen3NextGatedDeltaNet, whose value heads stay in the
+    model's order, value head j reading key head j // (v_heads // k_heads); its beta and alpha
+    come from one projection (w_ba) holding each key head's [beta | alpha], and in files from
+    before llama.cpp split it, q, k, v and z from one (w_qkvz) holding each key head's
+    [q | k | v | z] (transformers' fix_query_key_value_ordering)."""
+    w_qkv: Linear | None    # -> [q (k_heads x head_k) | k (same) | v (v_heads x head_v)]
+    w_z: Linear | None      # -> [v_heads x head_v], the output gate
+    w_beta: Linear | None   # -> [v_heads]
+    w_alpha: Linear | None  # -> [v_heads]
     w_out: Linear
     conv: np.ndarray  # [channels, taps]
     dt_bias: np.ndarray
@@ -197,13 +203,30 @@ class DeltaNet:
     v_heads: int
     head_k: int
     head_v: int
+    grouped: bool = False
+    w_qkvz: Linear | None = None  # instead of w_qkv and w_z
+    w_ba: Linear | None = None    # instead of w_beta and w_alpha
 
     def __call__(self, h: np.ndarray, state: dict, eps: float, aq: bool) -> np.ndarray:
         """h [n, d_model] normalised input; state {"conv": [taps-1, channels], "S": [v_heads,
         head_k, head_v]} carried between calls (created zero on the first)."""
         n, taps = h.shape[0], self.conv.shape[1]
         kw = self.k_heads * self.head_k
-        mixed = self.w_qkv(h, aq)  # [n, channels]
+        per_key = self.v_heads // self.k_heads
+        if self.w_qkvz is not None:
+            group = self.w_qkvz(h, aq).reshape(n, self.k_heads, 2 * self.head_k + 2 * per_key * self.head_v)
+            qg, kg, vg, zg = np.split(group, [self.head_k, 2 * self.head_k, 2 * self.head_k + per_key * self.head_v],
+                                      axis=-1)
+            mixed = np.concatenate([qg.reshape(n, -1), kg.reshape(n, -1), vg.reshape(n, -1)], axis=1)
+            z = zg.reshape(n, self.v_heads, self.head_v)
+        else:
+            mixed = self.w_qkv(h, aq)  # [n, channels]
+            z = self.w_z(h, aq).reshape(n, self.v_heads, self.head_v)
+        if self.w_ba is not None:
+            ba = self.w_ba(h, aq).reshape(n, self.k_heads, 2 * per_key)
+            b, a = ba[..., :per_key].reshape(n, self.v_heads), ba[..., per_key:].reshape(n, self.v_heads)
+        else:
+            b, a = self.w_beta(h, aq), self.w_alpha(h, aq)
         if "conv" not in state:
             state["conv"] = np.zeros((taps - 1, mixed.shape[1]), dtype=np.float32)
             state["S"] = np.zeros((self.v_heads, self.head_k, self.head_v), dtype=np.float64)
@@ -216,11 +239,12 @@ class DeltaNet:
         v = conv[:, 2 * kw:].reshape(n, self.v_heads, self.head_v).astype(np.float64)
         q = q / np.sqrt((q * q).sum(axis=-1, keepdims=True) + eps)  # l2norm
         k = k / np.sqrt((k * k).sum(axis=-1, keepdims=True) + eps)
-        key_head = np.arange(self.v_heads) % self.k_heads
+        heads = np.arange(self.v_heads)
+        key_head = heads // per_key if self.grouped else heads % self.k_heads
         q, k = q[:, key_head], k[:, key_head]  # [n, v_heads, head_k]
         q = q / math.sqrt(self.head_k)
-        beta = 1.0 / (1.0 + np.exp(-self.w_beta(h, aq).astype(np.float64)))  # [n, v_heads]
-        x = self.w_alpha(h, aq).astype(np.float64) + self.dt_bias
+        beta = 1.0 / (1.0 + np.exp(-b.astype(np.float64)))  # [n, v_heads]
+        x = a.astype(np.float64) + self.dt_bias
         g = self.a * np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))  # a * softplus
         S = state["S"]
         out = np.empty((n, self.v_heads, self.head_v))
@@ -232,7 +256,6 @@ class DeltaNet:
             out[t] = np.einsum("hk,hkv->hv", q[t], S)
         state["S"] = S
         out = out.astype(np.float32)
-        z = self.w_z(h, aq).reshape(n, self.v_heads, self.head_v)
         normed = out / np.sqrt((out * out).mean(axis=-1, keepdims=True) + eps) * self.norm
         return self.w_out((normed * silu(z)).reshape(n, self.v_heads * self.head_v), aq)
 
@@ -455,15 +478,17 @@ def load(path: str, act_quant: bool = False, kv_f16: bool = False, rope_scaling:
     for i in range(cfg.n_layer):
         p = f"blk.{i}."
         opt = lambda name: dense(p + name) if p + name in tensors else None  # noqa: E731
-        if p + "ssm_out.weight" in tensors:  # qwen35: a Gated DeltaNet layer
+        if p + "ssm_out.weight" in tensors:  # qwen35, qwen3next: a Gated DeltaNet layer
             head = int(_field(reader, f"{arch}.ssm.state_size"))
             v_heads = int(_field(reader, f"{arch}.ssm.time_step_rank"))
+            some = lambda name: linear(p + name) if p + name in tensors else None  # noqa: E731
             layers.append(Layer(
                 attn_norm=dense(p + "attn_norm.weight"), wq=None, wk=None, wv=None, wo=None, q_norm=None, k_norm=None,
                 ffn_norm=dense(p + "post_attention_norm.weight"), **ffn_fields(p),
                 delta_net=DeltaNet(
-                    w_qkv=linear(p + "attn_qkv.weight"), w_z=linear(p + "attn_gate.weight"),
-                    w_beta=linear(p + "ssm_beta.weight"), w_alpha=linear(p + "ssm_alpha.weight"),
+                    w_qkv=some("attn_qkv.weight"), w_z=some("attn_gate.weight"),
+                    w_beta=some("ssm_beta.weight"), w_alpha=some("ssm_alpha.weight"),
+                    w_qkvz=some("ssm_in.weight"), w_ba=some("ssm_ba.weight"), grouped=arch == "qwen3next",
                     w_out=linear(p + "ssm_out.weight"), conv=dense(p + "ssm_conv1d.weight"),
                     dt_bias=dense(p + "ssm_dt.bias").astype(np.float64), a=dense(p + "ssm_a").astype(np.float64),
                     norm=dense(p + "ssm_norm.weight"), k_heads=int(_field(reader, f"{arch}.ssm.group_count")),

@@ -81,6 +81,30 @@ TEST_P(KernelFormat, PackingIsLossless) {
   }
 }
 
+// A fused matrix taken apart (row_range) and stacked in another order packs exactly the rows
+// named, in that order (how a Qwen3-Next in-projection is regrouped at load); a range past
+// the matrix is refused.
+TEST_P(KernelFormat, RowRangesStackInTheOrderGiven) {
+  const auto golden = load_golden(GetParam().first, GetParam().second);
+  const WeightSource whole{golden.type, golden.raw.data(), kRows, kCols};
+  const std::vector<WeightSource> pieces = {row_range(whole, kRows - 3, 3), row_range(whole, 0, 2),
+                                            row_range(whole, 5, kRows - 8)};
+  const auto packed = pack_weights(pieces);
+  ASSERT_EQ(packed.rows, kRows - 3);
+  std::vector<int> order = {kRows - 3, kRows - 2, kRows - 1, 0, 1};
+  for (int r = 5; r < kRows - 3; ++r) order.push_back(r);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const auto row = unpack_row(packed, static_cast<int>(i));
+    for (int c = 0; c < kCols; ++c) {
+      const float want = golden.dequantized[order[i] * kCols + c];
+      ASSERT_NEAR(row[c], want, 1e-6f * std::max(1.0f, std::fabs(want))) << "packed row " << i << " col " << c;
+    }
+  }
+  EXPECT_THROW(row_range(whole, kRows - 2, 3), splash::Error);
+  EXPECT_THROW(row_range(whole, -1, 2), splash::Error);
+  EXPECT_THROW(row_range(whole, 0, -1), splash::Error);
+}
+
 // The matmul kernels of both instruction sets against a double-precision product with the
 // exact weights. Integer kernels quantize activations to int8 per 32 values, so each
 // product carries at most |w| * d_x / 2 of rounding error (d_x = block max / 127): the

@@ -137,6 +137,13 @@ size_t packed_weight_bytes(GgmlType type, int rows, int cols) {
   return tiles * static_cast<size_t>(cols / info.sub_block) * static_cast<size_t>(info.code_bytes + info.scale_bytes);
 }
 
+WeightSource row_range(const WeightSource& source, int first, int count) {
+  if (first < 0 || count < 0 || first + count > source.rows)
+    fail("row_range: rows {} .. {} of a {}-row matrix", first, first + count, source.rows);
+  return {source.type, source.data + static_cast<size_t>(first) * row_bytes(source.type, source.cols), count,
+          source.cols};
+}
+
 PackedWeight pack_weights(std::span<const WeightSource> sources) {
   if (sources.empty()) fail("pack_weights: nothing to pack");
   PackedWeight w;

@@ -70,6 +70,9 @@ struct WeightSource {
 // Packs one matrix, or several with the same type and column count stacked row-wise
 // (Q, K and V become one matrix so one pass over the activations computes all three).
 PackedWeight pack_weights(std::span<const WeightSource> sources);
+// Rows first .. first + count - 1 of a source, as a source of their own (a file's fused
+// matrix taken apart into the parts a layer stacks in its own order).
+WeightSource row_range(const WeightSource& source, int first, int count);
 inline PackedWeight pack_weight(const WeightSource& source) { return pack_weights({&source, 1}); }
 
 // Bytes pack_weights() will use for a rows x cols matrix of `type` (for memory planning).

@@ -48,7 +48,7 @@ RopeScaling read_rope_scaling(const gguf::File& file, const std::string& arch, i
   return scaling;
 }
 
-// Qwen3.5's linear-attention layers: which they are (attention.recurrent_layers, else all
+// The hybrids' linear-attention layers: which they are (attention.recurrent_layers, else all
 // but every full_attention_interval-th) and their sizes, as llama.cpp's converter writes them.
 void read_delta_net(const gguf::File& file, const std::string& arch, Hyperparameters& h) {
   auto key = [&](const char* suffix) { return arch + "." + suffix; };
@@ -69,7 +69,9 @@ void read_delta_net(const gguf::File& file, const std::string& arch, Hyperparame
   d.k_heads = static_cast<int>(file.get_uint(key("ssm.group_count")));
   d.v_heads = static_cast<int>(file.get_uint(key("ssm.time_step_rank")));
   const uint64_t inner = file.get_uint(key("ssm.inner_size"));
-  d.tiled_key_heads = true;  // qwen35: the converter reorders the value heads tiled
+  // Qwen3.5's converter reorders the value heads tiled; Qwen3-Next's keeps the model's grouped
+  // order (llama.cpp repeats its keys interleaved for it).
+  d.tiled_key_heads = arch != "qwen3next";
   if (d.conv_kernel < 2 || d.conv_kernel > 8 || d.k_heads <= 0 || d.k_heads > 1024 || d.v_heads <= 0 ||
       d.v_heads > 1024 || d.v_heads % d.k_heads != 0 || inner % d.v_heads != 0 || inner / d.v_heads > 1024)
     fail("{}: inconsistent Gated DeltaNet sizes (conv kernel {}, {} key heads, {} value heads, inner size {})",
@@ -108,23 +110,25 @@ Hyperparameters read_hyperparameters(const gguf::File& file) {
   auto key = [&](const char* suffix) { return arch + "." + suffix; };
   Hyperparameters h;
   h.architecture = arch;
-  const bool qwen35 = arch == "qwen35" || arch == "qwen35moe";
-  h.neox_rope = arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || qwen35;
+  // The hybrids: Qwen3.5's and Qwen3-Next, alike but for the DeltaNet's head order and how
+  // its in-projection is stored (llama_model.cpp, delta_net_in_projection).
+  const bool hybrid = arch == "qwen35" || arch == "qwen35moe" || arch == "qwen3next";
+  h.neox_rope = arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || hybrid;
   h.qkv_bias = arch == "qwen2";
-  h.qk_norm = arch == "qwen3" || arch == "qwen3moe" || qwen35;
+  h.qk_norm = arch == "qwen3" || arch == "qwen3moe" || hybrid;
   h.shapes.n_layers = static_cast<int>(file.get_uint(key("block_count")));
   // Qwen3.5's multi-token-prediction blocks come after the trunk's (read by speculative
   // decoding, not by the forward pass).
-  if (qwen35) h.shapes.n_layers -= static_cast<int>(file.opt_uint(key("nextn_predict_layers")).value_or(0));
+  if (hybrid) h.shapes.n_layers -= static_cast<int>(file.opt_uint(key("nextn_predict_layers")).value_or(0));
   h.shapes.d_model = static_cast<int>(file.get_uint(key("embedding_length")));
-  if (arch == "qwen3moe" || arch == "qwen35moe") {
+  if (arch == "qwen3moe" || arch == "qwen35moe" || arch == "qwen3next") {
     h.n_experts = static_cast<int>(file.get_uint(key("expert_count")));
     h.n_experts_used = static_cast<int>(file.get_uint(key("expert_used_count")));
     h.shapes.ffn = static_cast<int>(file.get_uint(key("expert_feed_forward_length")));
     if (h.n_experts <= 0 || h.n_experts > 1024 || h.n_experts_used <= 0 || h.n_experts_used > h.n_experts)
       fail("{}: inconsistent expert counts ({} experts, {} used per token)", file.path(), h.n_experts,
            h.n_experts_used);
-    if (arch == "qwen35moe") {  // and a shared expert beside the routed ones
+    if (arch == "qwen35moe" || arch == "qwen3next") {  // and a shared expert beside the routed ones
       h.shared_expert_ffn = static_cast<int>(file.opt_uint(key("expert_shared_feed_forward_length"))
                                                  .value_or(file.opt_uint(key("feed_forward_length")).value_or(0)));
       if (h.shared_expert_ffn <= 0 || h.shared_expert_ffn > 262144 || h.shared_expert_ffn % 32 != 0)
@@ -161,14 +165,14 @@ Hyperparameters read_hyperparameters(const gguf::File& file) {
   if (!key_length && s.d_model % s.n_heads != 0) fail("{}: d_model is not a multiple of the head count", file.path());
   s.head_dim = key_length ? static_cast<int>(*key_length) : s.d_model / s.n_heads;
   h.rope_dims = static_cast<int>(file.opt_uint(key("rope.dimension_count")).value_or(s.head_dim));
-  if (h.rope_dims != s.head_dim && !qwen35)
+  if (h.rope_dims != s.head_dim && !hybrid)
     fail("{}: partial rotary embeddings ({} of {} dims) are not supported", file.path(), h.rope_dims, s.head_dim);
   if (h.rope_dims <= 0 || h.rope_dims > s.head_dim || h.rope_dims % 2 != 0)
     fail("{}: {} rotary dims of a {}-dim head", file.path(), h.rope_dims, s.head_dim);
   if (s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256)
     fail("{}: head size {} is not supported (64, 128, 256)", file.path(), s.head_dim);
   if (s.d_model % 32 != 0 || s.ffn % 32 != 0) fail("{}: widths must be multiples of 32", file.path());
-  if (qwen35) read_delta_net(file, arch, h);
+  if (hybrid) read_delta_net(file, arch, h);
   return h;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // What the llama family's backends share: the hyperparameters read from a GGUF (with the
-// variants qwen2, qwen3, qwen3moe and the hybrids qwen35 and qwen35moe) and the checked lookup of
+// variants qwen2, qwen3, qwen3moe and the hybrids qwen35, qwen35moe and qwen3next) and the checked lookup of
 // its tensors. The CPU model
 // (llama_model.cpp) and the CUDA model (llama_model_cuda.cpp) both build on this.
 #include <string>
@@ -36,12 +36,13 @@ struct Hyperparameters {
   // router whose top-k weights are renormalised to sum to 1. 0: a dense FFN.
   int n_experts = 0;
   int n_experts_used = 0;
-  // Qwen3.5-MoE: a shared expert of this width beside the routed ones, in every layer, its
+  // Qwen3.5-MoE and Qwen3-Next: a shared expert of this width beside the routed ones, in every layer, its
   // output scaled by sigmoid(x . ffn_gate_inp_shexp). 0: none.
   int shared_expert_ffn = 0;
   // RoPE on the first rope_dims of each head only (Qwen3.5: 64 of 256); = head_dim when whole.
   int rope_dims = 0;
-  // Qwen3.5 (qwen35, qwen35moe), a hybrid: recurrent[l] marks the Gated DeltaNet layers (linear
+  // Qwen3.5 (qwen35, qwen35moe) and Qwen3-Next (qwen3next, every FFN a mixture of experts), the
+  // hybrids: recurrent[l] marks the Gated DeltaNet layers (linear
   // attention with a state per sequence), the rest are full attention whose q projection
   // gives each head's query and an output gate side by side ([q | gate] per head: the
   // attention's output is multiplied by sigmoid(gate) before attn_output). The FFN's norm is

@@ -63,17 +63,65 @@ WeightSource router_weight(const gguf::File& file, const std::string& name, int 
   return {t.type, t.data, experts, d_model};
 }
 
-// Stacks matrices into one packed weight when their types allow, else packs them apart.
-std::vector<PackedWeight> pack_group(std::initializer_list<WeightSource> sources) {
-  std::vector<WeightSource> list(sources);
-  const bool same_type = std::all_of(list.begin(), list.end(), [&](const WeightSource& s) { return s.type == list[0].type; });
-  std::vector<PackedWeight> packed;
-  if (same_type) {
-    packed.push_back(kernels::pack_weights(list));
-  } else {
-    for (const auto& source : list) packed.push_back(kernels::pack_weight(source));
+// Stacks matrices row-wise into packed weights, each run of one type as one (all of them
+// when they share a type: one matmul over the activations then computes every part).
+template <typename Each>
+void for_each_type_run(std::span<const WeightSource> sources, Each&& each) {
+  for (size_t first = 0; first < sources.size();) {
+    size_t end = first + 1;
+    while (end < sources.size() && sources[end].type == sources[first].type) ++end;
+    each(sources.subspan(first, end - first));
+    first = end;
   }
+}
+std::vector<PackedWeight> pack_group(std::span<const WeightSource> sources) {
+  std::vector<PackedWeight> packed;
+  for_each_type_run(sources, [&](std::span<const WeightSource> run) { packed.push_back(kernels::pack_weights(run)); });
   return packed;
+}
+std::vector<PackedWeight> pack_group(std::initializer_list<WeightSource> sources) {
+  return pack_group(std::span(sources.begin(), sources.size()));
+}
+size_t packed_group_bytes(std::span<const WeightSource> sources) {
+  size_t bytes = 0;
+  for_each_type_run(sources, [&](std::span<const WeightSource> run) {
+    int rows = 0;
+    for (const auto& source : run) rows += source.rows;
+    bytes += kernels::packed_weight_bytes(run[0].type, rows, run[0].cols);
+  });
+  return bytes;
+}
+
+// A Gated DeltaNet layer's in-projection, rows [q | k | v | z | beta | alpha] (value heads in
+// the file's order, DeltaNetShape::mixed_width), as row ranges of the file's tensors:
+// attn_qkv and attn_gate, else (Qwen3-Next files from before llama.cpp split it) ssm_in, whose
+// rows hold each key head's group [q | k | v | z] (v and z: that key head's value heads);
+// ssm_beta and ssm_alpha (Qwen3.5), else ssm_ba (Qwen3-Next), each key head's [beta | alpha].
+std::vector<WeightSource> delta_net_in_projection(const gguf::File& file, const std::string& p,
+                                                  const kernels::DeltaNetShape& d, int d_model) {
+  std::vector<WeightSource> rows;
+  const int per_key = d.v_heads / d.k_heads;  // value heads of a key head's group
+  if (file.find_tensor(p + "attn_qkv.weight") || !file.find_tensor(p + "ssm_in.weight")) {
+    rows.push_back(weight(file, p + "attn_qkv.weight", d.conv_channels(), d_model));
+    rows.push_back(weight(file, p + "attn_gate.weight", d.value_width(), d_model));
+  } else {
+    const int group = 2 * d.head_k + 2 * per_key * d.head_v;
+    const WeightSource qkvz = weight(file, p + "ssm_in.weight", d.k_heads * group, d_model);
+    const int part_first[] = {0, d.head_k, 2 * d.head_k, 2 * d.head_k + per_key * d.head_v};
+    const int part_rows[] = {d.head_k, d.head_k, per_key * d.head_v, per_key * d.head_v};
+    for (int part = 0; part < 4; ++part)
+      for (int g = 0; g < d.k_heads; ++g)
+        rows.push_back(kernels::row_range(qkvz, g * group + part_first[part], part_rows[part]));
+  }
+  if (file.find_tensor(p + "ssm_beta.weight") || !file.find_tensor(p + "ssm_ba.weight")) {
+    rows.push_back(weight(file, p + "ssm_beta.weight", d.v_heads, d_model));
+    rows.push_back(weight(file, p + "ssm_alpha.weight", d.v_heads, d_model));
+  } else {
+    const WeightSource ba = weight(file, p + "ssm_ba.weight", 2 * d.v_heads, d_model);
+    for (int part = 0; part < 2; ++part)
+      for (int g = 0; g < d.k_heads; ++g) rows.push_back(kernels::row_range(ba, 2 * per_key * g + part * per_key, per_key));
+  }
+  return rows;
 }
 
 struct LayerWeights {
@@ -209,15 +257,12 @@ class LlamaModel final : public Model {
   }
 
   // A Gated DeltaNet layer's tensors as llama.cpp's converter names and shapes them.
-  void load_delta_net_layer(const std::string& p, LayerWeights& layer, WeightSource& qkv, WeightSource& z,
-                            WeightSource& beta, WeightSource& alpha, WeightSource& out) {
+  void load_delta_net_layer(const std::string& p, LayerWeights& layer, std::vector<WeightSource>& in,
+                            WeightSource& out) {
     const auto& d = h_.delta_net;
     const int d_model = shapes_.d_model;
     layer.recurrent = true;
-    qkv = weight(file_, p + "attn_qkv.weight", d.conv_channels(), d_model);
-    z = weight(file_, p + "attn_gate.weight", d.value_width(), d_model);
-    beta = weight(file_, p + "ssm_beta.weight", d.v_heads, d_model);
-    alpha = weight(file_, p + "ssm_alpha.weight", d.v_heads, d_model);
+    in = delta_net_in_projection(file_, p, d, d_model);
     out = weight(file_, p + "ssm_out.weight", d_model, d.value_width());
     layer.conv = vector_weight(file_, p + "ssm_conv1d.weight", d.conv_channels() * d.conv_kernel);
     layer.dt_bias = vector_weight(file_, p + "ssm_dt.bias", d.v_heads);
@@ -245,7 +290,8 @@ class LlamaModel final : public Model {
       std::vector<WeightSource> expert_gate, expert_up, expert_down;
       std::vector<WeightSource> expert_gate_up;  // newer files: each expert's [gate; up] as one matrix
       WeightSource shared_gate, shared_up, shared_down;
-      WeightSource delta_qkv, delta_z, delta_beta, delta_alpha, delta_out;
+      std::vector<WeightSource> delta_in;  // [qkv | z | beta | alpha] rows, in pieces
+      WeightSource delta_out;
     };
     std::vector<LayerSources> sources(s.n_layers);
     layers_.resize(s.n_layers);
@@ -257,7 +303,7 @@ class LlamaModel final : public Model {
                                           s.d_model);
       auto& src = sources[l];
       if (h_.hybrid() && h_.recurrent[l]) {
-        load_delta_net_layer(p, layers_[l], src.delta_qkv, src.delta_z, src.delta_beta, src.delta_alpha, src.delta_out);
+        load_delta_net_layer(p, layers_[l], src.delta_in, src.delta_out);
         layers_[l].state_index = state_layers++;
       } else {
         layers_[l].kv_layer = kv_layers_++;
@@ -305,7 +351,7 @@ class LlamaModel final : public Model {
         auto& layer = layers_[l];
         const auto& src = sources[l];
         if (layer.recurrent) {
-          layer.delta_in = pack_group({src.delta_qkv, src.delta_z, src.delta_beta, src.delta_alpha});
+          layer.delta_in = pack_group(src.delta_in);
           layer.delta_out = kernels::pack_weight(src.delta_out);
         } else {
           layer.qkv = pack_group({src.q, src.k, src.v});
@@ -855,10 +901,7 @@ MemoryNeeds estimate_llama_memory(const gguf::File& file, KvType kv_type) {
   for (int l = 0; l < s.n_layers; ++l) {
     const std::string p = layer_prefix(l);
     if (h.hybrid() && h.recurrent[l]) {
-      packed(p + "attn_qkv.weight", d.conv_channels(), s.d_model);
-      packed(p + "attn_gate.weight", d.value_width(), s.d_model);
-      packed(p + "ssm_beta.weight", d.v_heads, s.d_model);
-      packed(p + "ssm_alpha.weight", d.v_heads, s.d_model);
+      needs.weight_bytes += packed_group_bytes(delta_net_in_projection(file, p, d, s.d_model));
       packed(p + "ssm_out.weight", s.d_model, d.value_width());
       needs.weight_bytes += sizeof(float) * (static_cast<size_t>(d.conv_channels()) * d.conv_kernel + 2 * d.v_heads + d.head_v);
     } else {
