@@ -58,7 +58,7 @@ heads, ffn 512, 2 layers, rope base 1e6):
          value heads in the model's grouped order (value head j reads key head j // 2) and
          beta/alpha in one ssm_ba [2 x 4 -> 256] holding each key head's [beta (2) | alpha (2)]
          rows; the first DeltaNet layer's in-projection as llama.cpp's converter writes it now
-         (attn_qkv, attn_gate), the second's as older files hold it: one ssm_in [2048 -> 256]
+         (attn_qkv, attn_gate), the second's as older files hold it: one ssm_in [1536 -> 256]
          whose rows are each key head's [q (128) | k (128) | v (2 x 128) | z (2 x 128)] group.
          No rope.dimension_sections (plain NEOX RoPE).
 

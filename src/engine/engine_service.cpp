@@ -508,7 +508,7 @@ void EngineService::preempt(Running& sequence) {
   ++counters_.preemptions;
 }
 
-void EngineService::fail(Running& sequence, bool keep_blocks, std::string_view why) {
+void EngineService::fail_reply(Running& sequence, bool keep_blocks, std::string_view why) {
   sequence.ended = true;
   blocks_.release(sequence.blocks,
                   std::span(sequence.tokens).first(std::min<size_t>(sequence.computed, sequence.tokens.size())),
@@ -574,7 +574,7 @@ std::optional<int32_t> EngineService::sample(Running& sequence, LogitsRow& logit
   try {
     token = sequence.generation->step(logits);
   } catch (const std::exception& e) {
-    fail(sequence, /*keep_blocks=*/true, e.what());  // (the computed positions are sound)
+    fail_reply(sequence, /*keep_blocks=*/true, e.what());  // (the computed positions are sound)
     return std::nullopt;
   }
   if (!token) finish(sequence, true);
@@ -629,7 +629,7 @@ void EngineService::verify(Running& sequence, int drafted, std::span<const float
     try {
       model_.rewind_state(sequence.state_slot, sequence.computed);
     } catch (const std::exception& e) {  // (a broken invariant fails this reply, not the worker)
-      fail(sequence, /*keep_blocks=*/false, e.what());
+      fail_reply(sequence, /*keep_blocks=*/false, e.what());
       return;
     }
   }
@@ -807,7 +807,7 @@ std::span<const float> EngineService::run(Pass& pass) {
   } catch (const std::exception& e) {
     // An engine failure must not take the server down: the batch's requests fail (their
     // blocks' contents are unknown, so nothing of them is kept), the worker lives.
-    for (const Slot& slot : pass.slots) fail(*slot.sequence, /*keep_blocks=*/false, e.what());
+    for (const Slot& slot : pass.slots) fail_reply(*slot.sequence, /*keep_blocks=*/false, e.what());
     pass.slots.clear();
     return {};
   }

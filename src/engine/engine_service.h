@@ -199,7 +199,7 @@ class EngineService {
   // Ends a reply that went wrong (the model's pass, its sampler, taking guesses back): the
   // client hears why in its protocol's error shape; its blocks are published only when
   // `keep_blocks` (their contents known sound), the worker goes on.
-  void fail(Running& sequence, bool keep_blocks, std::string_view why);
+  void fail_reply(Running& sequence, bool keep_blocks, std::string_view why);
   void publish_full_blocks(Running& sequence);
   // A hybrid model's state after the sequence's computed tokens into a snapshot (unless one
   // holds it already).

@@ -26,7 +26,8 @@ RMSNorm epsilon 1e-3, SmolLM2's tokenizer so vocab 49152, untied output head):
          [beta | alpha], layer 0's in-projection as attn_qkv + attn_gate, layer 2's as the
          older files' one ssm_in holding each key head's [q | k | v | z]; reference: the same
          DeltaNet split as transformers' Qwen3NextGatedDeltaNet splits it. (Caught on the float
-         model, checked by hand 2026-12-06, engine 7.6e-6 off: the tiled head order 1.49, ssm_in
+         model, checked by hand 2026-12-06 with another seed, engine 7.6e-6 off, 1.1e-5 with
+         this one: the tiled head order 1.49, ssm_in
          read as [q | k | v | z] whole 2.62, ssm_ba as [beta | alpha] whole 0.75.)
 Each architecture comes as two models:
   mix    every matrix Q8_0 or Q4_K (MIXES["qwen"] in the tool), the realistic case;

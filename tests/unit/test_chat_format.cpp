@@ -93,6 +93,11 @@ TEST(ChatFormat, UnknownTemplateOnSupportedArchitectureFallsBackToPlainChatMl) {
   EXPECT_FALSE(format->recognized());
   EXPECT_EQ(format->name(), "chatml");
   EXPECT_NE(format->description().find("fallback"), std::string::npos) << format->description();
+  // Qwen3-Next, whose release templates splash does not know yet: ChatML, said to be a fallback.
+  const auto next = chat_format_for_template("qwen3next", "{{ messages | custom_thing }}");
+  EXPECT_FALSE(next->recognized());
+  EXPECT_EQ(next->name(), "chatml");
+  EXPECT_NE(next->description().find("fallback"), std::string::npos) << next->description();
   const std::vector<ChatMessage> messages = {{"user", "Hi"}};
   EXPECT_EQ(format->render(messages, true),
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");

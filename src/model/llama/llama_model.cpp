@@ -101,6 +101,11 @@ std::vector<WeightSource> delta_net_in_projection(const gguf::File& file, const 
                                                   const kernels::DeltaNetShape& d, int d_model) {
   std::vector<WeightSource> rows;
   const int per_key = d.v_heads / d.k_heads;  // value heads of a key head's group
+  // (the fused tensors' rows are grouped by key head: Qwen3-Next's layout, not Qwen3.5's tiled one)
+  for (const char* fused : {"ssm_in.weight", "ssm_ba.weight"})
+    if (d.tiled_key_heads && file.find_tensor(p + fused))
+      fail("{}: tensor '{}{}' is Qwen3-Next's layout (value heads grouped by key head), not this architecture's",
+           file.path(), p, fused);
   if (file.find_tensor(p + "attn_qkv.weight") || !file.find_tensor(p + "ssm_in.weight")) {
     rows.push_back(weight(file, p + "attn_qkv.weight", d.conv_channels(), d_model));
     rows.push_back(weight(file, p + "attn_gate.weight", d.value_width(), d_model));
@@ -128,19 +133,19 @@ struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;
   std::vector<float> qkv_bias;        // Qwen2: [q | k | v] biases, else empty
   std::vector<float> q_norm, k_norm;  // Qwen3: per-head RMSNorm weights [head_dim], else empty
-  std::vector<PackedWeight> qkv;      // one stacked [q; k; v] matrix, or three
+  std::vector<PackedWeight> qkv;      // [q; k; v] stacked, a matrix per run of one type (pack_group)
   PackedWeight attn_output;
-  std::vector<PackedWeight> gate_up;  // one stacked [gate; up] matrix, or two
+  std::vector<PackedWeight> gate_up;  // [gate; up] stacked, one matrix or two
   PackedWeight down;
   // A mixture-of-experts FFN instead (Qwen3-MoE): the router and each expert's matrices.
   PackedWeight router;                              // [experts][d_model], a float type
   std::vector<std::vector<PackedWeight>> expert_gate_up;
   std::vector<PackedWeight> expert_down;
-  // Qwen3.5-MoE's shared expert: every token's, scaled by sigmoid(x . shared_gate).
+  // Qwen3.5-MoE's and Qwen3-Next's shared expert: every token's, scaled by sigmoid(x . shared_gate).
   std::vector<PackedWeight> shared_gate_up;
   PackedWeight shared_down;
   std::vector<float> shared_gate;  // [d_model]
-  // Qwen3.5's Gated DeltaNet layers instead of attention: the in-projection [qkv | z | beta |
+  // The hybrids' Gated DeltaNet layers instead of attention: the in-projection [qkv | z | beta |
   // alpha] (stacked where the types allow), the out projection and the small weights
   // (gated_delta_net.h). state_index: the layer's place in a sequence's recurrent state.
   bool recurrent = false;
