@@ -28,6 +28,7 @@ struct ServeFlags {
   int reasoning_budget = -2;  // -2: the template's default
   engine::DraftMode draft = engine::DraftMode::Auto;
   int snapshot_interval = engine::kSnapshotInterval;
+  std::string snapshot_memory;  // "2G", ...; empty: the memory plan's share
 };
 
 // How long shutdown waits, once every reply has ended, for connections still open.
@@ -111,6 +112,12 @@ void serve(ServeFlags flags) {
   model::LoadOptions load = flags.model.load;
   load.kv_blocks = -1;  // the whole planned KV pool, shared by the scheduler's sequences
   load.drafts = flags.draft != engine::DraftMode::None;
+  if (!flags.snapshot_memory.empty()) {
+    load.snapshot_memory = flags.snapshot_memory == "0" ? std::optional<size_t>(0)  // (no size parses as 0)
+                                                        : engine::parse_memory_size(flags.snapshot_memory);
+    if (!load.snapshot_memory)
+      fail("--snapshot-memory expects a size such as 2G, 512M or 0, got '{}'", flags.snapshot_memory);
+  }
   // The server's own caches: stored Responses, and request bodies while they are read and
   // parsed (body_budget.h).
   const std::vector<engine::CacheBudget> server_caches = {
@@ -227,6 +234,11 @@ void add_serve_command(CLI::App& app) {
                    : "a snapshot interval is 0 or a multiple of 16 from 64 on";
       })
       ->default_str(std::to_string(engine::kSnapshotInterval));
+  command->add_option("--snapshot-memory", flags->snapshot_memory,
+                      "Hybrid models (Qwen3.5, Qwen3-Next): memory for recurrent-state snapshots, each one "
+                      "sequence's whole state (61 MiB for Qwen3.5-35B-A3B), so that many conversations' next turns "
+                      "resume where they left off, least recently used out; 0 keeps none (default: two a "
+                      "sequence, within a quarter of what one full context's KV cache leaves)");
   command->callback([flags] { serve(*flags); });
 }
 

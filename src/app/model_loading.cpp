@@ -82,7 +82,7 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::Lo
   // A server runs many sequences (each with a hybrid model's recurrent state); the other
   // commands one.
   loaded->plan = engine::plan_memory(needs, max_memory, options.max_context, gpu, std::move(caches),
-                                     options.kv_blocks < 0 ? engine::kServerStateSlots : 1);
+                                     options.kv_blocks < 0 ? engine::kServerStateSlots : 1, options.snapshot_memory);
   loaded->plan.kv_type = kernels::kv_type_name(options.kv_type);
   if (!loaded->plan.fits) {
     std::fputs(loaded->plan.table().c_str(), stderr);

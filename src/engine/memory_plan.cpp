@@ -63,7 +63,8 @@ std::vector<CacheBudget> engine_caches(bool vision) {
 }
 
 MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memory, int requested_context,
-                       const std::optional<GpuMemory>& gpu, std::vector<CacheBudget> caches, int sequences) {
+                       const std::optional<GpuMemory>& gpu, std::vector<CacheBudget> caches, int sequences,
+                       std::optional<size_t> snapshot_memory) {
   MemoryPlan plan;
   plan.caches = std::move(caches);
   plan.caches_in_budget = !gpu;
@@ -104,14 +105,18 @@ MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memor
         std::clamp<size_t>(room / 2 / per_sequence, 1, static_cast<size_t>(std::max(1, sequences))));
     plan.state_bytes = plan.state_slots * per_sequence;
     room = room > plan.state_bytes ? room - plan.state_bytes : 0;
-    // A server's snapshots: two a sequence, within a quarter of what one full context's KV
-    // leaves (so they never shorten the context; none when that is short). A one-sequence
-    // command continues its own state and keeps none.
+    // A server's snapshots: as many as --snapshot-memory holds, else two a sequence, within a
+    // quarter of what one full context's KV leaves (so they never shorten the context; none
+    // when that is short). A one-sequence command continues its own state and keeps none.
     const size_t one_context = (static_cast<size_t>(wanted) + kBlockTokens - 1) / kBlockTokens * needs.kv_bytes_per_block;
     const size_t spare = room > one_context ? room - one_context : 0;
-    plan.state_snapshots = sequences > 1 ? static_cast<int>(std::min<size_t>(
-                                               spare / 4 / needs.recurrent_state_bytes, static_cast<size_t>(2 * plan.state_slots)))
-                                         : 0;
+    if (sequences <= 1)
+      plan.state_snapshots = 0;
+    else if (snapshot_memory)
+      plan.state_snapshots = static_cast<int>(std::min<size_t>(*snapshot_memory / needs.recurrent_state_bytes, 1 << 20));
+    else
+      plan.state_snapshots = static_cast<int>(
+          std::min<size_t>(spare / 4 / needs.recurrent_state_bytes, static_cast<size_t>(2 * plan.state_slots)));
     plan.snapshot_bytes = plan.state_snapshots * needs.recurrent_state_bytes;
     room = room > plan.snapshot_bytes ? room - plan.snapshot_bytes : 0;
   }
@@ -128,9 +133,12 @@ MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memor
   const int useful = std::min(kMinimumUsefulContext, wanted);
   plan.fits = plan.max_context >= useful;
   if (!plan.fits)
-    plan.problem = fmt::format("needs {} for the model{} and {} for a {}-token context", human(fixed),
+    plan.problem = fmt::format("needs {} for the model{}{} and {} for a {}-token context", human(fixed),
                                plan.state_bytes > 0 ? fmt::format(", {} for its recurrent state", human(plan.state_bytes))
                                                     : std::string(),
+                               plan.snapshot_bytes > 0 && snapshot_memory
+                                   ? fmt::format(", {} for its state snapshots (--snapshot-memory)", human(plan.snapshot_bytes))
+                                   : std::string(),
                                human((static_cast<size_t>(useful) + kBlockTokens - 1) / kBlockTokens * needs.kv_bytes_per_block),
                                useful);
   return plan;

@@ -77,10 +77,13 @@ std::vector<CacheBudget> engine_caches(bool vision);
 // memory less a reserve, capped by --max-memory), else the budget is this machine's memory;
 // caches: engine_caches() and whatever the caller adds (a server's); sequences: how many a
 // hybrid model's recurrent states are set aside for (a server's kServerStateSlots, fewer when
-// the budget is short; 1 for a command that runs one sequence).
+// the budget is short; 1 for a command that runs one sequence); snapshot_memory: a server's
+// bytes for a hybrid model's state snapshots (--snapshot-memory; none: two a sequence within
+// a quarter of what one full context's KV leaves).
 MemoryPlan plan_memory(const MemoryNeeds& needs, std::optional<size_t> max_memory, int requested_context,
                        const std::optional<GpuMemory>& gpu = std::nullopt,
-                       std::vector<CacheBudget> caches = engine_caches(false), int sequences = kServerStateSlots);
+                       std::vector<CacheBudget> caches = engine_caches(false), int sequences = kServerStateSlots,
+                       std::optional<size_t> snapshot_memory = std::nullopt);
 
 // Memory this machine can give without swapping: MemAvailable, capped by a cgroup limit.
 size_t available_memory_bytes();

@@ -5,6 +5,7 @@
 // cache layer, and arrives here as each sequence's block table.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -93,6 +94,9 @@ struct LoadOptions {
   int state_slots = 0;
   // Snapshots of those states the model keeps (0: none).
   int state_snapshots = 0;
+  // For the app loader's memory plan (as kv_blocks = -1): a server's bytes for those
+  // snapshots (--snapshot-memory); none: the plan's own share.
+  std::optional<size_t> snapshot_memory = std::nullopt;
   // Whether drafted guesses will be verified (--draft): a hybrid model keeps room to take
   // refused ones back out of its states (MemoryNeeds::draft_rewind_bytes) only then, and
   // takes no verify slices without it.

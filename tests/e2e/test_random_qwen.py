@@ -541,6 +541,30 @@ def test_qwen35_keeps_room_to_take_guesses_back_only_when_it_drafts(models):
     assert each["auto"] > 2 * each["none"] > 0, each
 
 
+def test_qwen35_snapshot_memory_sets_how_many_snapshots_a_server_keeps(splash_binary, models):
+    """--snapshot-memory: as many snapshots as the bytes hold (the random model's state is about
+    0.5 MiB, so 40M holds ~75, past the plan's own share of two a sequence, 32), 0 keeps none;
+    a malformed size is refused before anything loads."""
+    import requests
+    from conftest import start_server
+
+    seen = {}
+    for size in ("40M", "0", None):
+        server = start_server("--kv-cache-type", "f32", "--max-context", "1024",
+                              *(["--snapshot-memory", size] if size else []), model=models.path("qwen35", "float"))
+        try:
+            seen[size] = requests.get(server.url + "/status", timeout=30).json().get("state_snapshots", {})
+        finally:
+            server.stop()
+    assert seen["40M"]["total"] == (40 << 20) // seen["40M"]["bytes_each"], seen
+    assert seen["40M"]["total"] > seen[None]["total"] == 32, seen
+    assert seen["0"] == {}, seen  # (no snapshots: /status has no such section)
+    proc = subprocess.run([splash_binary, "serve", "--model", models.path("qwen35", "float"), "--snapshot-memory", "lots"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "--snapshot-memory expects a size such as 2G, 512M or 0, got 'lots'" in proc.stderr, proc.stderr
+
+
 def test_qwen35_conversations_sharing_a_system_prompt_resume_after_it(models):
     """A snapshot where a prompt's first message ends (a long system prompt, shorter than the
     grid's first point): another conversation with the same system prompt and another

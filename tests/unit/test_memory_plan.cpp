@@ -134,6 +134,30 @@ TEST(MemoryPlan, RecurrentStatesAreSetAsideBeforeTheKvPool) {
   EXPECT_NE(none.problem.find("recurrent state"), std::string::npos) << none.problem;
 }
 
+// --snapshot-memory: as many snapshots as the bytes hold, past the plan's own share (two a
+// sequence) when asked, none at 0, none for a one-sequence command; more than the budget
+// leaves a KV cache refused, the snapshots named.
+TEST(MemoryPlan, SnapshotMemoryAskedForIsWhatTheSnapshotsGet) {
+  MemoryNeeds needs = small_model();
+  needs.recurrent_state_bytes = 60 * MiB;
+  const auto caches = engine_caches(false);
+  const auto asked = plan_memory(needs, size_t{16} << 30, 0, std::nullopt, caches, kServerStateSlots, size_t{4} << 30);
+  EXPECT_EQ(asked.state_snapshots, static_cast<int>((size_t{4} << 30) / (60 * MiB)));  // 68, past 2 x 16
+  EXPECT_GT(asked.state_snapshots, 2 * kServerStateSlots);
+  EXPECT_EQ(asked.snapshot_bytes, asked.state_snapshots * 60 * MiB);
+  EXPECT_TRUE(asked.fits) << asked.table();
+  EXPECT_LE(asked.total_bytes(), asked.budget_bytes);
+  EXPECT_LT(asked.kv_blocks, plan_memory(needs, size_t{16} << 30, 0).kv_blocks + 1);
+  const auto off = plan_memory(needs, size_t{16} << 30, 0, std::nullopt, caches, kServerStateSlots, size_t{0});
+  EXPECT_EQ(off.state_snapshots, 0);
+  EXPECT_EQ(off.snapshot_bytes, 0u);
+  EXPECT_EQ(off.table().find("state snapshots"), std::string::npos) << off.table();
+  EXPECT_EQ(plan_memory(needs, size_t{16} << 30, 0, std::nullopt, caches, 1, size_t{4} << 30).state_snapshots, 0);
+  const auto crowded = plan_memory(needs, size_t{2} << 30, 0, std::nullopt, caches, kServerStateSlots, size_t{2} << 30);
+  EXPECT_FALSE(crowded.fits) << crowded.table();
+  EXPECT_NE(crowded.problem.find("--snapshot-memory"), std::string::npos) << crowded.problem;
+}
+
 TEST(MemoryPlan, ParsesSizes) {
   EXPECT_EQ(parse_memory_size("1024"), 1024u);
   EXPECT_EQ(parse_memory_size("512M"), 512 * MiB);
