@@ -342,9 +342,11 @@ constexpr size_t stream_shared_bytes(int token_tiles, int blocks) {
 // read them from L2 a float a time: the matmul first writes them once as f16, permuted and
 // laid out [super-block][token < 8 NT][256] (streamed_activations_kernel), and each block
 // streams its K range of them through a ring of super-blocks, copied 16 bytes at a time with
-// cp.async, kRingStages - 1 ahead; one barrier a super-block.
+// cp.async, kRingStages - 1 ahead; one barrier a super-block. From 9 rows (NT = 2) too: the
+// ring is what wgmma reads B from, and at 16 rows NT mma.sync a k-step and their B loads from
+// shared memory took as long as 32 rows' one wgmma (gate_up: 51.6 us against 49.1).
 template <int NT>
-constexpr bool kStreamRing = NT >= 4;
+constexpr bool kStreamRing = NT >= 2;
 constexpr int kRingStages = 3;
 // With wgmma (sm_90a) a stage is read by multiplies still running while the next super-block
 // is decoded: a fourth stage, so that the one refilled (two ahead, as above) was last read
@@ -495,7 +497,7 @@ __global__ void streamed_activations_kernel(const float* __restrict__ x, int ldx
 }
 
 template <GgmlType T, int NT>
-__global__ void __launch_bounds__(kStreamThreads, NT >= 4 ? 1 : 2)  // (registers: from 32 rows' sums one block an SM; two spill)
+__global__ void __launch_bounds__(kStreamThreads, kStreamRing<NT> ? 1 : 2)  // (registers: the ring's two halves' A fragments, one block an SM; two spill)
     small_gemm_streamed_kernel(Rows<T> w, int rows, int cols, const float* __restrict__ x, const __half* __restrict__ x16,
                                int ldx, int n, float* __restrict__ y, int ldy, int accumulate, int blocks_per_split,
                                int splits, float* __restrict__ partials, unsigned* __restrict__ arrivals) {
@@ -782,7 +784,7 @@ bool streamed_serves(const DeviceWeight& w, int n) {
   if ((w.type != GgmlType::Q4_K && w.type != GgmlType::Q6_K) || n > kStreamLargestBatch || w.cols % kStreamCols != 0)
     return false;
   const int blocks = w.cols / kStreamCols;
-  const int fewest = n > 16 ? 1 : (blocks + kStreamLongest - 1) / kStreamLongest;  // (the ring holds any range)
+  const int fewest = n > 8 ? 1 : (blocks + kStreamLongest - 1) / kStreamLongest;  // (the ring holds any range)
   const size_t row_blocks = (w.rows + kStreamRows - 1) / kStreamRows;
   return fewest == 1 || sizeof(float) * fewest * row_blocks * 8 * ((n + 7) / 8) * kStreamRows <= kSplitPartialBytes;
 }

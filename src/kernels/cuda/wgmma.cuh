@@ -52,6 +52,16 @@ __device__ __forceinline__ void wgmma_f16_rs(float (&acc)[NT][4], const uint32_t
 #define SPLASH_WGMMA_ACC4(j) "+f"(acc[j][0]), "+f"(acc[j][1]), "+f"(acc[j][2]), "+f"(acc[j][3])
 
 template <>
+__device__ __forceinline__ void wgmma_f16_rs<2>(float (&acc)[2][4], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+      "{%8, %9, %10, %11}, %12, 1, 1, 1, 0;"
+      : SPLASH_WGMMA_ACC4(0), SPLASH_WGMMA_ACC4(1)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+template <>
 __device__ __forceinline__ void wgmma_f16_rs<4>(float (&acc)[4][4], const uint32_t (&a)[4], uint64_t b) {
   asm volatile(
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
