@@ -26,6 +26,7 @@ struct EvalFlags {
   std::string pixels;        // a preprocessed [3][S][S] float32 tensor to encode instead of decoding `image`
   engine::DraftMode draft = engine::DraftMode::Auto;
   std::vector<int32_t> guesses;  // --greedy's drafts: guesses of the continuation instead of --draft's
+  std::string hidden_out;        // write the --hidden-layers outputs of every token (float32) here
 };
 
 // Guesses read from a given continuation (tests: right and wrong guesses where they choose,
@@ -64,6 +65,8 @@ std::string read_file(const std::string& path) {
 }
 
 void eval(const EvalFlags& flags) {
+  if (flags.hidden_out.empty() != flags.model.load.hidden_taps.empty())
+    fail("--hidden-out and --hidden-layers go together");
   const auto budget = flags.model.max_memory_bytes();  // checked before any download
   auto loaded =
       load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget, flags.model.mmproj);
@@ -89,8 +92,10 @@ void eval(const EvalFlags& flags) {
       embeddings.push_back(marker && token == *marker && next < features.tokens ? features.row(next++) : nullptr);
   }
   model::Sequence model(*loaded->model);
-  std::span<const float> logits = model.forward(flags.tokens, embeddings);
+  std::vector<float> hidden;
+  std::span<const float> logits = model.forward(flags.tokens, embeddings, &hidden);
   if (!flags.logits_out.empty()) write_floats(flags.logits_out, logits);
+  if (!flags.hidden_out.empty()) write_floats(flags.hidden_out, hidden);
   if (flags.greedy > 0) {
     // Plain argmax with no end-of-generation handling, so the reference can compare every step;
     // with drafts, each step verifies the guesses too (the same tokens, fewer passes).
@@ -148,6 +153,10 @@ void add_eval_command(CLI::App& app) {
   command->add_option("--logits-out", flags->logits_out, "Write the last position's logits (float32) here");
   command->add_option("--greedy", flags->greedy, "Print a JSON greedy continuation of N tokens")
       ->check(CLI::Range(0, 1 << 16));
+  command->add_option("--hidden-layers", flags->model.load.hidden_taps,
+                      "Comma-separated layers whose outputs --hidden-out writes (CPU)")->delimiter(',');
+  command->add_option("--hidden-out", flags->hidden_out,
+                      "Write the --hidden-layers outputs of every token here (float32, [tokens][layers][d_model])");
   add_draft_flag(*command, flags->draft);
   command->add_option("--guesses", flags->guesses,
                       "With --greedy: comma-separated token ids guessed to follow --tokens, verified in place of --draft's")

@@ -19,6 +19,7 @@ void add_run_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
+void add_draft_data_command(CLI::App& app);  // a block draft's training data
 void add_pull_command(CLI::App& app);
 void add_pack_command(CLI::App& app);
 void add_serve_command(CLI::App& app);

@@ -132,6 +132,7 @@ int main(int argc, char** argv) {
   splash::app::add_tokenize_command(app);
   splash::app::add_bench_command(app);
   splash::app::add_eval_command(app);
+  splash::app::add_draft_data_command(app);
   splash::app::add_pull_command(app);
   splash::app::add_pack_command(app);
   splash::app::add_launch_commands(app);

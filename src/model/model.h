@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "formats/gguf.h"
 #include "kernels/cpu/kv_layout.h"
@@ -101,6 +102,10 @@ struct LoadOptions {
   // refused ones back out of its states (MemoryNeeds::draft_rewind_bytes) only then, and
   // takes no verify slices without it.
   bool drafts = true;
+  // Layers whose outputs (the residual stream after the layer) forward() keeps for every
+  // token of a pass (Model::hidden_taps): the conditioning of a block draft (DFlash) and its
+  // training data. Empty: none kept.
+  std::vector<int> hidden_taps = {};
 };
 
 // The most sequences in one pass (bounds the logits buffer).
@@ -200,6 +205,10 @@ class Model {
   // than the slice ran). Throws splash::Error for a model without recurrent states or a slot
   // whose last slice was no verify slice or ended elsewhere.
   virtual void rewind_state(int slot, int positions);
+  // The last pass's tapped hidden states (LoadOptions::hidden_taps): every token of the
+  // batch in batch order, each the taps' rows in the order asked, [tokens][taps][d_model]
+  // floats. Empty without taps. Valid until the next pass.
+  virtual std::span<const float> hidden_taps() const { return {}; }
 };
 
 // The device a model will run on, with its memory when it is a GPU.

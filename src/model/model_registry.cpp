@@ -125,6 +125,7 @@ std::unique_ptr<Model> load_model(const gguf::File& file, const LoadOptions& opt
   if (options.device == Device::Auto) fail("load_model: resolve the device first");
   if (options.device == Device::Cuda) {
     if (!family.load_cuda) fail("{}: architecture '{}' has no CUDA implementation yet", file.path(), family.architecture);
+    if (!options.hidden_taps.empty()) fail("{}: hidden-state taps are kept on the CPU path only (use --device cpu)", file.path());
     return family.load_cuda(file, options);
   }
   return family.load(file, options);

@@ -19,7 +19,8 @@ Sequence::Sequence(Model& model, int first_block, int state_slot) : model_(model
   for (int b = 0; b < blocks; ++b) blocks_.push_back(first_block + b);
 }
 
-std::span<const float> Sequence::forward(std::span<const int32_t> tokens, std::span<const float* const> embeddings) {
+std::span<const float> Sequence::forward(std::span<const int32_t> tokens, std::span<const float* const> embeddings,
+                                         std::vector<float>* hidden) {
   if (tokens.empty()) fail("forward: no tokens");
   if (!embeddings.empty() && embeddings.size() != tokens.size())
     fail("forward: {} embedding entries for {} tokens", embeddings.size(), tokens.size());
@@ -32,6 +33,10 @@ std::span<const float> Sequence::forward(std::span<const int32_t> tokens, std::s
     slice.state_slot = state_slot_;
     logits = model_.forward({&slice, 1});
     position_ += static_cast<int>(count);
+    if (hidden) {
+      const auto taps = model_.hidden_taps();
+      hidden->insert(hidden->end(), taps.begin(), taps.end());
+    }
   }
   return logits;
 }

@@ -20,7 +20,9 @@ class Sequence {
   const ModelInfo& info() const { return model_.info(); }
   // Appends tokens and returns the logits after the last one. `embeddings` (empty, or one
   // entry per token) replaces the embedding of tokens whose entry is not null.
-  std::span<const float> forward(std::span<const int32_t> tokens, std::span<const float* const> embeddings = {});
+  // With `hidden`, the tokens' tapped hidden states (LoadOptions::hidden_taps) are appended to it.
+  std::span<const float> forward(std::span<const int32_t> tokens, std::span<const float* const> embeddings = {},
+                                 std::vector<float>* hidden = nullptr);
   // Appends a verify block (a sampled token and drafted guesses, at most
   // info().max_logits_per_slice) and returns every position's logits, [tokens][vocab].
   std::span<const float> verify(std::span<const int32_t> tokens);

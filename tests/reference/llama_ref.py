@@ -308,11 +308,12 @@ class Model:
         self.kv_f16 = kv_f16
 
     # --- one forward pass over new tokens, appending to the cache -----------------------
-    def forward(self, token_ids, cache: KVCache, input_embeddings=None) -> np.ndarray:
+    def forward(self, token_ids, cache: KVCache, input_embeddings=None, hidden: dict | None = None) -> np.ndarray:
         """Runs the tokens at positions cache.length.. and returns the last position's logits.
         input_embeddings {position: vector [d_model]} replaces those positions' token
         embeddings (how a vision model splices image features in); positions count from the
-        start of the sequence, those outside this call's tokens are ignored."""
+        start of the sequence, those outside this call's tokens are ignored. `hidden`, a dict,
+        receives each layer's output rows [n, d_model] under the layer's index."""
         cfg, aq = self.cfg, self.act_quant
         n = len(token_ids)
         positions = np.arange(cache.length, cache.length + n)
@@ -325,6 +326,8 @@ class Model:
             if layer.delta_net is not None:
                 x = x + layer.delta_net(h, cache.states[li], cfg.eps, aq)
                 x = x + layer.ffn(rms_norm(x, layer.ffn_norm, cfg.eps), aq)
+                if hidden is not None:
+                    hidden[li] = x.copy()
                 continue
             gate = None
             if layer.output_gate:  # [q | gate] per head
@@ -346,6 +349,8 @@ class Model:
                 attended = attended / (1.0 + np.exp(-gate))  # * sigmoid(gate)
             x = x + layer.wo(attended, aq)
             x = x + layer.ffn(rms_norm(x, layer.ffn_norm, cfg.eps), aq)
+            if hidden is not None:
+                hidden[li] = x.copy()
         cache.length += n
         last = rms_norm(x[-1:], self.out_norm, cfg.eps)
         return self.output(last, aq)[0].astype(np.float32)

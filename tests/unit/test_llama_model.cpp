@@ -157,6 +157,44 @@ TEST(PagedModel, BatchedSequencesGetWhatEachGetsAlone) {
   EXPECT_LT(max_abs_difference(b_alone, std::span(both).subspan(vocab)), kSameComputationTolerance);
 }
 
+// Hidden-state taps (a block draft's conditioning): every token of a pass gets each tapped
+// layer's output, in batch order, the same rows it gets alone (the layers' values are checked
+// against the numpy reference in tests/e2e/test_reference.py); a model without taps keeps
+// none, and taps outside the model's layers or asked twice are refused.
+TEST(PagedModel, HiddenTapsFollowTheBatchOrder) {
+  SPLASH_REQUIRE_TEST_MODEL(path);
+  auto file = gguf::File::open(path);
+  auto model = load_model(file, {.max_context = 256, .threads = 0, .kv_blocks = 64, .hidden_taps = {29, 0}});
+  const size_t d_model = model->info().d_model, row = 2 * d_model;
+  const auto a = prompt_tokens(70), b = prompt_tokens(33);
+  const auto a_blocks = block_range(0, 16), b_blocks = block_range(40, 16);
+  auto taps_of_last = [&](std::span<const int32_t> tokens, std::span<const int32_t> blocks, size_t last) {
+    logits_of(*model, tokens.first(tokens.size() - last), blocks);
+    const SequenceSlice slice{tokens.last(last), static_cast<int>(tokens.size() - last), blocks, true};
+    model->forward({&slice, 1});
+    const auto taps = model->hidden_taps();
+    EXPECT_EQ(taps.size(), last * row);
+    return std::vector<float>(taps.begin(), taps.end());
+  };
+  const auto a_alone = taps_of_last(a, a_blocks, 5), b_alone = taps_of_last(b, b_blocks, 1);
+  const SequenceSlice batch[] = {{std::span(a).subspan(65), 65, a_blocks, true},
+                                 {std::span(b).subspan(32), 32, b_blocks, true}};
+  model->forward(batch);
+  const auto both = model->hidden_taps();
+  ASSERT_EQ(both.size(), 6 * row);
+  EXPECT_LT(max_abs_difference(a_alone, both.first(5 * row)), kSameComputationTolerance * 10);
+  EXPECT_LT(max_abs_difference(b_alone, both.subspan(5 * row)), kSameComputationTolerance * 10);
+  // Layer 29's rows first (the order asked), and they are not layer 0's.
+  EXPECT_GT(max_abs_difference(both.first(d_model), both.subspan(d_model, d_model)), 1.0f);
+
+  auto plain = load_model(file, {.max_context = 256, .threads = 0, .kv_blocks = 64});
+  plain->forward({batch, 1});
+  EXPECT_TRUE(plain->hidden_taps().empty());
+  for (const auto& taps : {std::vector<int>{30}, std::vector<int>{-1}, std::vector<int>{3, 3}})
+    EXPECT_THROW(load_model(file, {.max_context = 256, .threads = 0, .kv_blocks = 64, .hidden_taps = taps}),
+                 splash::Error);
+}
+
 // A slice asking for its best tokens only (SequenceSlice::best_only): the pass returns the
 // other slice's whole row, the best tokens of the asking slice's row (the host selection of
 // that row) and its whole row on request; a verify-style slice's rows all get best tokens.

@@ -182,6 +182,14 @@ class LlamaModel final : public Model {
     load_weights();
     allocate_cache(options);
     allocate_states(options);
+    tap_of_layer_.assign(shapes_.n_layers, -1);
+    for (size_t i = 0; i < options.hidden_taps.size(); ++i) {
+      const int l = options.hidden_taps[i];
+      if (l < 0 || l >= shapes_.n_layers) fail("hidden tap at layer {}: the model has layers 0-{}", l, shapes_.n_layers - 1);
+      if (tap_of_layer_[l] >= 0) fail("hidden tap at layer {} asked for twice", l);
+      tap_of_layer_[l] = static_cast<int>(i);
+    }
+    taps_ = static_cast<int>(options.hidden_taps.size());
   }
 
   const ModelInfo& info() const override { return info_; }
@@ -219,6 +227,7 @@ class LlamaModel final : public Model {
   }
 
   std::span<const TokenLogit> best_tokens() const override { return best_; }
+  std::span<const float> hidden_taps() const override { return tapped_; }
 
   std::span<const float> whole_row(int best_row) override {
     if (best_row < 0 || static_cast<size_t>(best_row) >= best_rows_.size())
@@ -618,6 +627,7 @@ class LlamaModel final : public Model {
                                   s.d_model);
         positions.push_back(slice.first_position + static_cast<int>(t));
       }
+    tapped_.resize(static_cast<size_t>(n) * taps_ * s.d_model);
     for (int l = 0; l < s.n_layers; ++l) {
       const auto& layer = layers_[l];
       kernels::rms_norm(x, layer.attn_norm.data(), normed_.as<float>(), n, s.d_model, h_.rms_eps, pool_);
@@ -638,6 +648,10 @@ class LlamaModel final : public Model {
         kernels::matmul(layer.down, activations_, projected_.as<float>(), s.d_model, pool_);
         add_into(x_.as<float>(), projected_.as<float>(), static_cast<size_t>(n) * s.d_model);
       }
+      if (const int tap = tap_of_layer_[l]; tap >= 0)
+        for (int t = 0; t < n; ++t)
+          std::memcpy(tapped_.data() + (static_cast<size_t>(t) * taps_ + tap) * s.d_model,
+                      x + static_cast<size_t>(t) * s.d_model, sizeof(float) * s.d_model);
     }
     if (wanted == 0) return;
     // Only the wanted positions (each slice's last `logits`) need logits: gather those rows,
@@ -881,6 +895,9 @@ class LlamaModel final : public Model {
   };
   std::vector<std::vector<Routed>> routed_;  // per expert, the rows of this layer it takes
   std::vector<float> whole_;         // the last pass's whole rows when some slices were best_only
+  std::vector<int> tap_of_layer_;    // per layer: its index among the hidden taps (-1: not tapped)
+  int taps_ = 0;
+  std::vector<float> tapped_;        // the last pass's taps, [tokens][taps][d_model]
   std::vector<TokenLogit> best_;     // their best tokens
   std::vector<size_t> best_rows_;    // and where their rows lie in logits_
   kernels::QuantizedActivations activations_;
