@@ -16,6 +16,8 @@
 #   tools/gpu_session.sh ab        decode, the previous build (.gpu/old/splash.xz) against this one
 #   tools/gpu_session.sh moe-ab    the same on the 30B-A3B-shape MoE: prefill, decode, 1-64 sequences
 #   tools/gpu_session.sh tests-only [F]  the GPU tests (those F names) and nothing else
+#   tools/gpu_session.sh drafts [F]  the GPU tests, then decode with and without drafts (bench
+#                                  --draft lookup) on the real test model and the 8B shape
 #   tools/gpu_session.sh gtests    GPU unit tests and serving through HTTP
 #   tools/gpu_session.sh peer-build-tests S   the same beside a peer build of at most S seconds
 #   tools/gpu_session.sh work      GPU tests, kernel timings, the 8B benchmark and the profile
@@ -640,6 +642,31 @@ phase_real() {
   grep "greedy tokens" "$OUT/real_model.log" | tee -a "$SUMMARY"
 }
 
+# Speculative decoding on the GPU: the GPU tests, then `splash bench --draft lookup` (the same
+# greedy reply with and without drafts, its tokens checked identical, and the two rates) on the
+# real test model (its parts) and on the Qwen3-8B shape. DRAFT_ARGS: other bench arguments.
+phase_drafts() {
+  phase_fixtures > /dev/null
+  gtest gpu_tests "${1:-*}" SPLASH_GPU_FIXTURES="$KEEP/fixtures"
+  for f in .gpu/parts/*.part*; do [ -f "$f" ] && cp "$f" "$KEEP/parts/"; done
+  local real=$KEEP/real.gguf big=$KEEP/qwen3-8b-q4km.gguf m
+  cat "$KEEP"/parts/*.part* > "$real" 2>/dev/null
+  [ "$(sha256sum "$real" | cut -d' ' -f1)" = "$(cat .gpu/parts/sha256 2>/dev/null)" ] || rm -f "$real"
+  make_8b "$big" > /dev/null || row drafts "failed to make the 8B model"
+  # What a verify pass of 1-8 rows costs against a decode step (sets draft_pass_tokens).
+  SPLASH_BENCH_MODEL=$big gpu_tests --gtest_also_run_disabled_tests --gtest_filter='*VerifyPassCost*' \
+    > "$OUT/verify_cost.log" 2>&1
+  row "verify pass cost (8B shape)" "$(grep -E '\[ info \]' "$OUT/verify_cost.log" | sed 's/\[ info \] //' | tr '\n' ';')"
+  for m in "$real" "$big"; do
+    [ -f "$m" ] || continue
+    # shellcheck disable=SC2086
+    splash bench --device cuda -m "$m" --draft lookup ${DRAFT_ARGS:---prompt-sizes 64 --decode-tokens 256 --repetitions 3} \
+      > "$OUT/drafts_$(basename "$m" .gguf).txt" 2>&1
+    local rc=$?
+    row "drafts $(basename "$m" .gguf) (rc $rc)" "$(grep -E '^decode|^drafts' "$OUT/drafts_$(basename "$m" .gguf).txt" | tr -s ' ' | tr '\n' ';')"
+  done
+}
+
 case "${1:-tests}" in
   tests) phase_tests ;;
   quick) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_kernels; phase_bench
@@ -702,6 +729,7 @@ case "${1:-tests}" in
   moe-profile) phase_moe_profile ;;
   moe-ncu) phase_moe_ncu ;;
   tests-only) phase_fixtures > /dev/null; gtest gpu_tests "${2:-*}" SPLASH_GPU_FIXTURES="$KEEP/fixtures" ;;
+  drafts) phase_drafts "${2:-*}" ;;
   bench8b) phase_bench8b ;;
   *) echo "usage: $0 tests|quick|serve|bench|profile|kernels [FILTER]|sanitize FILTER|work|final|peer-build S|peer|bench8b|part N|real" >&2; exit 2 ;;
 esac

@@ -467,6 +467,99 @@ TEST_F(CudaMatmulTest, FusedGemvsAgainstFloat64AndTheSeparateKernels) {
   }
 }
 
+// Verify rows are computed as batch-1 decode computes a token (llama_model_cuda.cpp,
+// launch_exact_rows), which rests on this: a row's results from the fused GEMVs with 2-8
+// activation rows, and from the plain GEMV in every variant and pass size (a pass of 11
+// rows: passes of 8 and 3), are the bits that row gets alone. Every integer type, every
+// batch-1 launch shape. Exact equality.
+TEST_F(CudaMatmulTest, GemvRowsAreTheRowsAlone) {
+  const int k = 768, d = 512, ffn = 256;
+  cu::Stream stream;
+  cu::MatmulScratch scratch;
+  // One row of a quantized copy laid out for n rows (quantized_rows_in / normed_rows_in):
+  // its codes, scales, sums and (normed) sums of squares, as bytes.
+  const auto row_of = [&](const cu::DeviceBuffer& buffer, int n, int cols, int row, bool normed) {
+    const size_t code_bytes = (static_cast<size_t>(n) * cols + 15) / 16 * 16, groups = cols / 16;
+    const auto all = to_host<uint8_t>(buffer, code_bytes + (normed ? 3 : 2) * n * groups * sizeof(float));
+    std::vector<uint8_t> out(all.begin() + static_cast<ptrdiff_t>(row) * cols, all.begin() + static_cast<ptrdiff_t>(row + 1) * cols);
+    for (int part = 0; part < (normed ? 3 : 2); ++part) {
+      const auto at = all.begin() + static_cast<ptrdiff_t>(code_bytes + ((part * n + row) * groups) * sizeof(float));
+      out.insert(out.end(), at, at + static_cast<ptrdiff_t>(groups * sizeof(float)));
+    }
+    return out;
+  };
+  for (const GgmlType type : kWeightTypes) {
+    if (is_float_type(type)) continue;
+    const auto o_bytes = random_matrix(type, d, k, rng_), gu_bytes = random_matrix(type, 2 * ffn, d, rng_);
+    const auto o_dev = packed_on_device(type, o_bytes, d, k), gu_dev = packed_on_device(type, gu_bytes, 2 * ffn, d);
+    cu::DeviceWeight o{type, o_dev.as<uint8_t>(), d, k}, gate_up{type, gu_dev.as<uint8_t>(), 2 * ffn, d};
+    for (const int n : {2, 4, 5, 8}) {
+      const auto a = random_floats(rng_, static_cast<size_t>(n) * k), x0 = random_floats(rng_, static_cast<size_t>(n) * d);
+      const auto norm = random_floats(rng_, d);
+      const auto da = to_device(a), dnorm = to_device(norm);
+      for (const int variant : {0, 1, 2, 3}) {
+        SCOPED_TRACE(std::string(type_name(type)) + " rows " + std::to_string(n) + " shape " + std::to_string(variant));
+        o.gemv_choice[0] = gate_up.gemv_choice[0] = static_cast<int8_t>(variant);
+        // All n rows at once: residual, then SwiGLU over the pending norm it leaves.
+        cu::DeviceBuffer a_q8, next_q8, hidden_q8;
+        const cu::QuantizedRows in = cu::quantize_rows(da.as<float>(), k, n, k, a_q8, stream);
+        auto dx = to_device(x0);
+        const cu::QuantizedRowsBuffer next = cu::normed_rows_in(next_q8, n, d);
+        cu::gemv_residual_norm(o, in, dx.as<float>(), dnorm.as<float>(), &next, stream);
+        const cu::QuantizedRowsBuffer hidden = cu::quantized_rows_in(hidden_q8, n, ffn);
+        cu::gemv_swiglu(gate_up, next.pending_norm(n, d, 1e-6f), hidden, stream);
+        stream.synchronize("fused GEMVs over n rows");
+        const auto x = to_host<float>(dx, static_cast<size_t>(n) * d);
+        for (int row = 0; row < n; ++row) {
+          cu::DeviceBuffer a1_q8, next1_q8, hidden1_q8;
+          const auto da1 = to_device(std::vector<float>(a.begin() + row * k, a.begin() + (row + 1) * k));
+          const cu::QuantizedRows in1 = cu::quantize_rows(da1.as<float>(), k, 1, k, a1_q8, stream);
+          auto dx1 = to_device(std::vector<float>(x0.begin() + row * d, x0.begin() + (row + 1) * d));
+          const cu::QuantizedRowsBuffer next1 = cu::normed_rows_in(next1_q8, 1, d);
+          cu::gemv_residual_norm(o, in1, dx1.as<float>(), dnorm.as<float>(), &next1, stream);
+          const cu::QuantizedRowsBuffer hidden1 = cu::quantized_rows_in(hidden1_q8, 1, ffn);
+          cu::gemv_swiglu(gate_up, next1.pending_norm(1, d, 1e-6f), hidden1, stream);
+          stream.synchronize("fused GEMVs over one row");
+          EXPECT_EQ(to_host<float>(dx1, d), std::vector<float>(x.begin() + row * d, x.begin() + (row + 1) * d))
+              << "residual row " << row;
+          EXPECT_EQ(row_of(next1_q8, 1, d, 0, true), row_of(next_q8, n, d, row, true)) << "next input, row " << row;
+          EXPECT_EQ(row_of(hidden1_q8, 1, ffn, 0, false), row_of(hidden_q8, n, ffn, row, false)) << "SwiGLU row " << row;
+        }
+      }
+    }
+    // The plain GEMV: 11 rows in each pass size's variants (passes of 8 and 3, or of 2s and
+    // 4s where the variant says so) against every batch-1 variant on each row alone.
+    const int n = 11;
+    const auto a = random_floats(rng_, static_cast<size_t>(n) * k);
+    const auto da = to_device(a);
+    std::vector<std::vector<float>> alone(n);
+    for (int variant = 0; variant < static_cast<int>(cu::gemv_variants().size()); ++variant) {
+      const int tokens = cu::gemv_variants()[variant].tokens;
+      SCOPED_TRACE(std::string(type_name(type)) + " plain GEMV variant " + std::to_string(variant));
+      cu::DeviceBuffer y(static_cast<size_t>(n) * d * sizeof(float));
+      for (int first = 0; first < n; first += tokens) {  // (gemv runs passes of up to 8: one variant's size a call)
+        const int count = std::min(tokens, n - first);
+        const int bucket_variant = cu::gemv_bucket(count) == cu::gemv_bucket(tokens) ? variant : -1;
+        cu::gemv(o, da.as<float>() + static_cast<size_t>(first) * k, k, count, y.as<float>() + static_cast<size_t>(first) * d,
+                 d, false, scratch, stream, nullptr, bucket_variant);
+      }
+      stream.synchronize("plain GEMV");
+      const auto rows = to_host<float>(y, static_cast<size_t>(n) * d);
+      for (int row = 0; row < n; ++row) {
+        const std::vector<float> got(rows.begin() + row * d, rows.begin() + (row + 1) * d);
+        if (alone[row].empty()) {
+          cu::DeviceBuffer y1(d * sizeof(float));
+          cu::gemv(o, da.as<float>() + static_cast<size_t>(row) * k, k, 1, y1.as<float>(), d, false, scratch, stream,
+                   nullptr, 0);
+          stream.synchronize("plain GEMV, one row");
+          alone[row] = to_host<float>(y1, d);
+        }
+        EXPECT_EQ(got, alone[row]) << "row " << row;
+      }
+    }
+  }
+}
+
 // --- Best tokens ----------------------------------------------------------------------------
 
 // The GPU's best tokens of logits rows, exactly model::select_best_tokens's (ids and logits,

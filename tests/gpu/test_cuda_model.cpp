@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -279,6 +280,114 @@ TEST_F(CudaModelTest, BestOnlySlicesGetTheirRowsBestTokens) {
   }
 }
 
+// Speculative decoding changes no output only if a verified row is, bit for bit, the row
+// plain decoding computes for that token; on the GPU that is the sequence decoding alone (the
+// fused batch-1 layer). A verify block of 8 across the 256-position context bucket (two
+// attention launches, split along the context), beside a decode token of another sequence
+// and a prompt chunk (a pass of its own), then blocks of 4 and 6 (10 rows: two groups, the
+// second slice in both): every row equals the row batch-1 decode gave that token, and the
+// decode token's and the prompt's rows equal their rows alone. Exact equality: the same
+// kernels on the same bits, nothing else is right.
+TEST_F(CudaModelTest, VerifyRowsAreTheRowsOfDecodingAlone) {
+  auto paths = fixture_models();
+  if (const char* real = std::getenv("SPLASH_TEST_MODEL")) paths.push_back(real);
+  if (paths.empty()) GTEST_SKIP() << "SPLASH_GPU_FIXTURES names no random-*.gguf";
+  int verifying_models = 0;
+  for (const auto& path : paths) {
+    SCOPED_TRACE(path);
+    const auto file = gguf::File::open(path);
+    for (const auto kv : {model::KvType::Q8, model::KvType::F16, model::KvType::F32}) {  // (each its attention kernel)
+      SCOPED_TRACE(kernels::kv_type_name(kv));
+      auto gpu = model::load_model(file, options(model::Device::Cuda, kv, 640, 200));
+      if (gpu->info().max_logits_per_slice < 8) {  // (no fused layer: no verify slices on the GPU)
+        std::printf("[ info ] %s: no verify slices (%s)\n", std::filesystem::path(path).filename().c_str(),
+                    gpu->info().kernel_shapes.c_str());
+        continue;
+      }
+      ++verifying_models;
+      const size_t vocab = gpu->info().vocab;
+      auto table = [](int first) {
+        std::vector<int32_t> t;
+        for (int b = 0; b < 40; ++b) t.push_back(first + b);
+        return t;
+      };
+      const auto alone_a = table(0), verified_a = table(40), alone_c = table(80), verified_c = table(120);
+      const auto alone_e = table(160), prompt_d = table(160);  // (e's prompt runs after d is checked)
+      std::vector<int32_t> prompt(250), drafts(12), e_prompt(200), d_prompt(20);
+      for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 31 + 1) % vocab);
+      for (size_t i = 0; i < drafts.size(); ++i) drafts[i] = static_cast<int32_t>((i * 101 + 7) % vocab);
+      for (size_t i = 0; i < e_prompt.size(); ++i) e_prompt[i] = static_cast<int32_t>((i * 13 + 3) % vocab);
+      for (size_t i = 0; i < d_prompt.size(); ++i) d_prompt[i] = static_cast<int32_t>((i * 7 + 11) % vocab);
+      auto rows = [&](std::span<const model::SequenceSlice> pass) {
+        const auto logits = gpu->forward(pass);
+        return std::vector<float>(logits.begin(), logits.end());
+      };
+      auto row = [&](const std::vector<float>& all, size_t i) {
+        return std::vector<float>(all.begin() + i * vocab, all.begin() + (i + 1) * vocab);
+      };
+      // Batch-1 references: a's prompt, then its 12 tokens one by one; c's prompt and one token.
+      std::vector<std::vector<float>> want_a;
+      const model::SequenceSlice a_prompt{prompt, 0, alone_a, 1};
+      rows({&a_prompt, 1});
+      for (int i = 0; i < 12; ++i) {
+        const model::SequenceSlice step{{&drafts[i], 1}, 250 + i, alone_a, 1};
+        want_a.push_back(rows({&step, 1}));
+      }
+      const std::vector<int32_t> c_prompt(prompt.begin(), prompt.begin() + 100);
+      const model::SequenceSlice c_first{c_prompt, 0, alone_c, 1};
+      rows({&c_first, 1});
+      const model::SequenceSlice c_step{{&drafts[3], 1}, 100, alone_c, 1};
+      const auto want_c = rows({&c_step, 1});
+      const model::SequenceSlice d_alone{d_prompt, 0, prompt_d, 1};
+      const auto want_d = rows({&d_alone, 1});
+      // The same prompts again in other blocks (a prompt pass alone gives the same bits).
+      const model::SequenceSlice prompts[] = {{prompt, 0, verified_a, 1}};
+      rows(prompts);
+      const model::SequenceSlice c_again{c_prompt, 0, verified_c, 1};
+      rows({&c_again, 1});
+      // c's decode token, d's prompt, a's block of 8 (positions 250-257), in that order.
+      const model::SequenceSlice mixed[] = {{{&drafts[3], 1}, 100, verified_c, 1},
+                                            {d_prompt, 0, prompt_d, 1},
+                                            {std::span(drafts).first(8), 250, verified_a, 8}};
+      const auto got = rows(mixed);
+      ASSERT_EQ(got.size(), 10 * vocab);
+      EXPECT_TRUE(row(got, 0) == want_c) << "the decode token beside the verify block";
+      EXPECT_TRUE(row(got, 1) == want_d) << "the prompt chunk beside it";
+      for (int i = 0; i < 8; ++i) EXPECT_TRUE(row(got, 2 + i) == want_a[i]) << "verify row " << i;
+      // e: its batch-1 references, then a's block of 4 and e's block of 6 in one pass.
+      const model::SequenceSlice e_first{e_prompt, 0, alone_e, 1};
+      rows({&e_first, 1});
+      std::vector<std::vector<float>> want_e;
+      for (int i = 0; i < 6; ++i) {
+        const model::SequenceSlice step{{&drafts[i], 1}, 200 + i, alone_e, 1};
+        want_e.push_back(rows({&step, 1}));
+      }
+      const auto verified_e = table(0);  // (a's batch-1 blocks are free now)
+      const model::SequenceSlice e_again{e_prompt, 0, verified_e, 1};
+      rows({&e_again, 1});
+      const model::SequenceSlice two[] = {{std::span(drafts).subspan(8, 4), 258, verified_a, 4},
+                                          {std::span(drafts).first(6), 200, verified_e, 6}};
+      const auto both = rows(two);
+      ASSERT_EQ(both.size(), 10 * vocab);
+      for (int i = 0; i < 4; ++i) EXPECT_TRUE(row(both, i) == want_a[8 + i]) << "a's verify row " << 8 + i;
+      for (int i = 0; i < 6; ++i) EXPECT_TRUE(row(both, 4 + i) == want_e[i]) << "e's verify row " << i;
+      // Best tokens only: the same rows' best tokens, in batch order.
+      const model::SequenceSlice best_pass[] = {{std::span(drafts).first(3), 250, verified_a, 3, {}, true}};
+      gpu->forward(best_pass);
+      const auto best = gpu->best_tokens();
+      ASSERT_EQ(best.size(), 3 * model::kBestTokens);
+      for (int i = 0; i < 3; ++i) {
+        std::vector<model::TokenLogit> want(model::kBestTokens);
+        model::select_best_tokens(want_a[i], want);
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), best.begin() + i * model::kBestTokens)) << "best of row " << i;
+      }
+      std::printf("[ info ] %s, %s KV: verify rows identical to batch-1 decode (8 beside a decode token and a prompt, "
+                  "4 + 6)\n", std::filesystem::path(path).filename().c_str(), kernels::kv_type_name(kv));
+    }
+  }
+  EXPECT_GT(verifying_models, 0) << "no model verified on the GPU";
+}
+
 // The tuner: the first load times the launch shapes and keeps them in the cache directory
 // (one valid variant of the right pass size per bucket for every integer matrix); the second
 // reads them back without timing; the tuned model's logits are the untuned one's (the shapes
@@ -401,6 +510,47 @@ TEST_F(CudaModelTest, RealModelGreedyTokensMatchTheCpuPath) {
     g = gpu_seq.forward({&next, 1});
   }
   std::printf("[ info ] greedy tokens identical with the CPU path: %d of 64\n", same);
+}
+
+// What a verify pass of k rows costs against a plain decode step (batch 1, the fused layers'
+// graph), on the model SPLASH_BENCH_MODEL names at a 512-token context: the wall time of
+// forward() (the logits' copy back included), median of 20 after 3 warm-ups, whole rows (as
+// the engine's verify reads them) and best tokens only. Sets how many guesses a GPU pass
+// verifies nearly for free (ModelInfo::draft_pass_tokens). A benchmark: nothing asserted.
+TEST_F(CudaModelTest, DISABLED_VerifyPassCost) {
+  const char* path = std::getenv("SPLASH_BENCH_MODEL");
+  if (!path) GTEST_SKIP() << "SPLASH_BENCH_MODEL names no model";
+  const auto file = gguf::File::open(path);
+  auto gpu = model::load_model(file, options(model::Device::Cuda, model::KvType::Q8, 1024, 80));
+  const int vocab = gpu->info().vocab, most = gpu->info().max_logits_per_slice;
+  std::vector<int32_t> table(64), prompt(512), guesses(8);
+  for (int b = 0; b < 64; ++b) table[b] = b;
+  for (int i = 0; i < 512; ++i) prompt[i] = (i * 31 + 1) % vocab;
+  for (int i = 0; i < 8; ++i) guesses[i] = (i * 101 + 7) % vocab;
+  const model::SequenceSlice fill{prompt, 0, table, 1};
+  gpu->forward({&fill, 1});
+  auto time_ms = [&](int rows, bool best_only) {
+    const model::SequenceSlice pass{std::span(guesses).first(rows), 512, table, rows, {}, best_only};
+    for (int i = 0; i < 3; ++i) gpu->forward({&pass, 1});
+    std::vector<double> ms;
+    for (int i = 0; i < 20; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      gpu->forward({&pass, 1});
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
+  const double step = time_ms(1, true);
+  std::printf("[ info ] %s: %s; verify rows up to %d\n", std::filesystem::path(path).filename().c_str(),
+              gpu->info().kernel_shapes.c_str(), most);
+  std::printf("[ info ] decode step (1 row, best tokens): %.3f ms\n", step);
+  for (const int rows : {1, 2, 3, 4, 5, 6, 8}) {
+    if (rows > most) break;
+    const double whole = time_ms(rows, false), best = time_ms(rows, true);
+    std::printf("[ info ] verify %d rows: %.3f ms whole rows (%.2fx a step), %.3f ms best only (%.2fx)\n", rows, whole,
+                whole / step, best, best / step);
+  }
 }
 
 TEST(CudaDevice, AutoPicksTheGpuWhenOneIsVisible) {

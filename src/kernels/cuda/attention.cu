@@ -1059,12 +1059,36 @@ bool attention(const float* qkv, int ld, float* out, int n_heads, const BatchLay
   // as keep a split of the bucket at least kMinSplitPositions long, within the partials the
   // scratch holds, and enough thread blocks to fill the GPU about once.
   const int context = decode_context_bucket(batch.decode_context);
-  auto decode_splits = [&](int blocks_per_split, int blocks_per_sm) {
-    const size_t rows = static_cast<size_t>(batch.n_decode) * n_heads;
+  if (batch.splits_as_alone && (batch.n_decode > kFusedLargestBatch || batch.n_tiles > 0 || quantized || post))
+    cuda_fail("attention: splits as alone for at most kFusedLargestBatch decode tokens, no tiles, no epilogue");
+  if (batch.splits_as_alone && batch.n_decode > 1) {
+    // Where the tokens' partials could pass the scratch (many query heads at a long
+    // context: up to kMaxMergeSplits splits each), one token a launch.
+    const size_t most_splits =
+        std::min((decode_context_bucket(batch.decode_context) + kMinSplitPositions - 1) / kMinSplitPositions,
+                 kMaxMergeSplits);
+    if (most_splits * batch.n_decode * n_heads > kMaxPartials) {
+      BatchLayout one = batch;
+      one.n_decode = one.n_tokens = 1;
+      for (int i = 0; i < batch.n_decode; ++i) {
+        one.decode_tokens = batch.decode_tokens + i;
+        attention(qkv, ld, out, n_heads, one, pool, layer, scratch, stream);
+      }
+      return false;
+    }
+  }
+  // (as alone: the thread blocks a split asks for and the partials' budget are one token's)
+  const int sized_for = batch.splits_as_alone ? 1 : batch.n_decode;
+  auto decode_splits = [&](int blocks_per_token_split, int blocks_per_sm) {
+    const int blocks_per_split = sized_for * blocks_per_token_split;
+    const size_t rows = static_cast<size_t>(sized_for) * n_heads;
     const int budget_splits = static_cast<int>(std::max<size_t>(1, kMaxPartials / rows));
     const int wanted_splits = std::max(1, blocks_per_sm * multiprocessor_count() / blocks_per_split);
     const int splits = std::max(1, std::min({(context + kMinSplitPositions - 1) / kMinSplitPositions, budget_splits,
                                              wanted_splits, kMaxMergeSplits}));
+    if (splits > 1 && static_cast<size_t>(splits) * batch.n_decode * n_heads > kMaxPartials)
+      cuda_fail("attention: " + std::to_string(batch.n_decode) + " tokens of " + std::to_string(splits) +
+                " splits pass the partials' scratch");
     if (splits > 1) reserve_attention(scratch, pool.head_dim, stream);
     return splits;
   };
@@ -1087,7 +1111,7 @@ bool attention(const float* qkv, int ld, float* out, int n_heads, const BatchLay
       if constexpr (E != KvElement::F32 && HD <= 128) {
         auto decode = [&]<bool kTall, int kWarps>() {
           static const int per_sm = blocks_per_sm(attention_decode_mma_kernel<HD, E, kTall, kWarps>, kWarps * 32);
-          const int splits = decode_splits(batch.n_decode * pool.n_kv_heads, per_sm);
+          const int splits = decode_splits(pool.n_kv_heads, per_sm);
           const dim3 grid(batch.n_decode, pool.n_kv_heads, splits);
           const bool fold = splits > 1 && decode_shape().fold_merge;
           launch_dependent(attention_decode_mma_kernel<HD, E, kTall, kWarps>, grid, dim3(kWarps * 32), s, qkv, ld,
@@ -1107,7 +1131,7 @@ bool attention(const float* qkv, int ld, float* out, int n_heads, const BatchLay
       if (!decoded) {
         auto decode = [&]<int G>() {
           const int head_blocks = (group + G - 1) / G;
-          const int splits = decode_splits(batch.n_decode * pool.n_kv_heads * head_blocks, kDecodeBlocksPerSm);
+          const int splits = decode_splits(pool.n_kv_heads * head_blocks, kDecodeBlocksPerSm);
           const dim3 grid(batch.n_decode, pool.n_kv_heads * head_blocks, splits);
           launch_dependent(attention_decode_kernel<HD, E, G>, grid, dim3(kDecodeWarps * 32), s, qkv, ld, n_heads, batch,
                            pool, layer, splits, scale, scratch.partials.as<float>(), out);

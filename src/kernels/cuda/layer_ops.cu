@@ -145,8 +145,8 @@ __global__ void __launch_bounds__(kQkvWarps * 32)
 void rms_norm(const float* x, const float* weight, float* out, int n, int d, float eps, Stream& stream,
               const QuantizedRowsBuffer* quantized) {
   if (n == 0) return;
-  if (quantized && (d % kQ8Group != 0 || n > kGemvLargestBatch))
-    cuda_fail("rms_norm: an int8 copy needs at most kGemvLargestBatch rows whose width is a multiple of 16");
+  if (quantized && (d % kQ8Group != 0 || n > kFusedLargestBatch))
+    cuda_fail("rms_norm: an int8 copy needs at most kFusedLargestBatch rows whose width is a multiple of 16");
   launch_dependent(rms_norm_kernel, dim3(n), dim3(kNormThreads), raw(stream), x, weight, out, d, eps,
                    quantized ? *quantized : QuantizedRowsBuffer{});
 }

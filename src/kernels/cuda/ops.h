@@ -134,14 +134,16 @@ size_t small_gemm_scratch_bytes(int widest_rows);  // what reserve_small_gemm ho
 // w as f16 [rows][cols] (the tensor-core path's first half; tests check it exactly).
 void dequantize_to_f16(const DeviceWeight& w, void* out_f16, Stream& stream);
 
-// Batch-1 GEMVs (one activation row, an integer weight type) with the kernel that would
-// follow them fused in, so a decode layer is fewer launches (gemv_fused.cu), in the launch
-// shape of the weight's plain GEMV (gemv_shape):
+// GEMVs of an integer weight type with the kernel that would follow them fused in, so a
+// decode layer is fewer launches (gemv_fused.cu), in the launch shape of the weight's plain
+// batch-1 GEMV (gemv_shape), for 1 to kFusedLargestBatch activation rows (in.n): batch-1
+// decode, and verify rows, each of which comes out the very bits it would alone.
+constexpr int kFusedLargestBatch = 8;
 //
-// x += w . in (the residual stream, w.rows wide); then, with `norm`, the int8 copy of
-// x * norm into `next` (normed_rows_in, w.rows wide) with each group's sum of x^2: the
-// next RMSNorm, left pending for the GEMV that reads `next` (QuantizedRows::sumsq).
-// w.rows must be a multiple of 16.
+// x += w . in (the residual stream: in.n rows of w.rows, one after another); then, with
+// `norm`, the int8 copy of x * norm into `next` (normed_rows_in, in.n rows of w.rows) with
+// each group's sum of x^2: the next RMSNorm, left pending for the GEMV that reads `next`
+// (QuantizedRows::sumsq). w.rows must be a multiple of 16.
 void gemv_residual_norm(const DeviceWeight& w, const QuantizedRows& in, float* x, const float* norm,
                         const QuantizedRowsBuffer* next, Stream& stream);
 // `out` (ffn wide) = the int8 copy of silu(gate . in) * (up . in), w = [gate; up]
@@ -150,8 +152,8 @@ void gemv_swiglu(const DeviceWeight& w, const QuantizedRows& in, const Quantized
 // Whether those serve w (an integer weight type, rows a multiple of 16 or 32).
 bool gemv_fused_reads(const DeviceWeight& w);
 
-// out[t] = x[t] * weight / sqrt(mean(x[t]^2) + eps), rows of width d. With `quantized`
-// (n <= kGemvLargestBatch, d a multiple of 16), also writes out's int8 copy there.
+// out[t] = x[t] * weight / sqrt(mean(x[t]^2) + eps), rows of width d, each row alone. With
+// `quantized` (n <= kFusedLargestBatch, d a multiple of 16), also writes out's int8 copy there.
 void rms_norm(const float* x, const float* weight, float* out, int n, int d, float eps, Stream& stream,
               const QuantizedRowsBuffer* quantized = nullptr);
 // out[t][i] = silu(gate_up[t][i]) * gate_up[t][ffn + i]; with `quantized` (laid out for n
@@ -198,6 +200,11 @@ struct BatchLayout {
   int decode_context = 0;                  // the longest context among them (first_position + 1)
   const int32_t* tiles = nullptr;          // pairs {first token, token count}
   int n_tiles = 0;
+  // Each decode token split along its context as a pass of that token alone would split it
+  // (every other choice of the launch is the same for one token as for many), so its row
+  // is the bits batch-1 decode gives: verify rows. The caller gives tokens of one context
+  // bucket (decode_context_bucket) a launch, and at most kFusedLargestBatch of them.
+  bool splits_as_alone = false;
 };
 
 // The index lists of BatchLayout, built on the host from the batch's slices (first token

@@ -123,18 +123,30 @@ size_t gpu_bytes(const gguf::TensorInfo& t) {
 // near kMaxBatchTokens while other sequences decode.
 constexpr int kCudaMaxBatchTokens = 4096;
 
+// The logits rows one pass returns at most: a token of each of kMaxBatchSequences sequences,
+// and verify rows beside them. The scheduler keeps a decode pass with guesses within
+// ModelInfo::draft_pass_tokens rows (one exact pass, launch_exact_rows), so the guesses add
+// at most that many rows to a pass of kMaxBatchSequences slices.
+constexpr int kMostLogitsRows = kMaxBatchSequences + cu::kFusedLargestBatch;
+
+// The rows a decode pass verifies (ModelInfo::draft_pass_tokens): 2-4 rows run the fused
+// GEMVs' 4-row instances, 5-8 the 8-row ones (255 registers a thread, a block an SM), which
+// cost far more where the weights bound a pass (H100, Qwen3-8B shape: a pass of 2 / 3 / 4 /
+// 5 / 8 rows costs 1.46 / 1.74 / 1.84 / 2.90 / 3.37 decode steps).
+constexpr int kVerifyRowsOfWeightBoundPasses = 4;
+
 // The device scratch of one forward pass, for kCudaMaxBatchTokens tokens; the memory plan
 // counts exactly these bytes.
 struct ScratchSizes {
   size_t activations = 0;  // float rows: x, normed, qkv, attn, gate_up, hidden, last rows, logits
   size_t weight_f16 = 0;       // the tensor-core path's f16 copy of the largest (stacked) matrix
   size_t activations_f16 = 0;  // and of its widest activations
-  size_t activations_q8 = 0;   // the GEMV's int8 activations (the head: up to kMaxBatchSequences rows of the widest)
+  size_t activations_q8 = 0;   // the GEMV's int8 activations (the head: up to kMostLogitsRows rows of the widest)
   size_t split_k = 0;          // the small GEMM's partial sums
   size_t attention = 0;    // split partials
   size_t inputs = 0;       // token ids, positions, block tables
   size_t best_tokens = 0, best_tokens_scratch = 0;  // each wanted row's best tokens, their candidates
-  size_t fused_q8 = 0;  // the fused batch-1 layer's int8 copies: the normed row (+ sums of squares), the hidden row
+  size_t fused_q8 = 0;  // the fused layer's int8 copies (up to kFusedLargestBatch rows): normed (+ sums of squares), hidden
   size_t experts = 0;   // a mixture of experts' routing and its (token, expert) pairs' rows (ExpertScratch)
   size_t total() const {
     return activations + weight_f16 + activations_f16 + activations_q8 + split_k + attention + inputs + best_tokens +
@@ -188,7 +200,7 @@ ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
   const size_t q = static_cast<size_t>(s.n_heads) * s.head_dim, kv = static_cast<size_t>(s.n_kv_heads) * s.head_dim;
   const size_t per_token = 2 * s.d_model + (q + 2 * kv) + q + 2 * s.ffn + s.ffn;
   ScratchSizes sizes;
-  sizes.activations = sizeof(float) * (kCudaMaxBatchTokens * per_token + kMaxBatchSequences * (2 * s.d_model + s.vocab));
+  sizes.activations = sizeof(float) * (kCudaMaxBatchTokens * per_token + kMostLogitsRows * (2 * s.d_model + s.vocab));
   const size_t largest = std::max({(q + 2 * kv) * s.d_model, s.d_model * q, 2 * static_cast<size_t>(s.ffn) * s.d_model,
                                    static_cast<size_t>(s.d_model) * s.ffn});
   sizes.weight_f16 = largest * 2;
@@ -197,17 +209,18 @@ ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
   if (h.n_experts > 0)  // (the grouped expert matmul converts all pairs' rows at once)
     sizes.activations_f16 = std::max(sizes.activations_f16, static_cast<size_t>(kCudaMaxBatchTokens) * h.n_experts_used *
                                                                 std::max(s.d_model, s.ffn) * 2);
-  sizes.activations_q8 = cu::quantized_activation_bytes(kMaxBatchSequences, widest);
+  sizes.activations_q8 = cu::quantized_activation_bytes(kMostLogitsRows, widest);
   // (the output head is the widest matrix the small GEMM takes: batched decode's logits)
   sizes.split_k = cu::small_gemm_scratch_bytes(std::max({static_cast<int>(q + 2 * kv), 2 * s.ffn, s.d_model, s.vocab}));
   sizes.attention = cu::attention_scratch_bytes(s.n_heads, s.head_dim);
   const size_t table_entries = static_cast<size_t>(kMaxBatchSequences) * ((context + kKvBlockTokens - 1) / kKvBlockTokens);
   // ids, positions, table offsets, logits rows, attention's decode list and tiles, tables
-  sizes.inputs = sizeof(int32_t) * (6 * kCudaMaxBatchTokens + kMaxBatchSequences + table_entries);
-  sizes.best_tokens = sizeof(TokenLogit) * kMaxBatchSequences * kBestTokens;
-  sizes.best_tokens_scratch = cu::best_tokens_scratch_bytes(kMaxBatchSequences, s.vocab);
-  sizes.fused_q8 = cu::quantized_activation_bytes(1, s.d_model) + sizeof(float) * (s.d_model / 16) +
-                   cu::quantized_activation_bytes(1, s.ffn);
+  sizes.inputs = sizeof(int32_t) * (6 * kCudaMaxBatchTokens + kMostLogitsRows + table_entries);
+  sizes.best_tokens = sizeof(TokenLogit) * kMostLogitsRows * kBestTokens;
+  sizes.best_tokens_scratch = cu::best_tokens_scratch_bytes(kMostLogitsRows, s.vocab);
+  const int fused_rows = cu::kFusedLargestBatch;
+  sizes.fused_q8 = cu::quantized_activation_bytes(fused_rows, s.d_model) + sizeof(float) * fused_rows * (s.d_model / 16) +
+                   cu::quantized_activation_bytes(fused_rows, s.ffn);
   if (h.n_experts > 0) sizes.experts = expert_scratch_sizes(h, kCudaMaxBatchTokens).total();
   return sizes;
 }
@@ -488,13 +501,13 @@ class LlamaCudaModel final : public Model {
     floats(attn_, n * q_width());
     floats(gate_up_, n * 2 * s.ffn);
     floats(hidden_, n * s.ffn);
-    floats(last_, static_cast<size_t>(kMaxBatchSequences) * s.d_model);
-    floats(last_normed_, static_cast<size_t>(kMaxBatchSequences) * s.d_model);
-    floats(logits_, static_cast<size_t>(kMaxBatchSequences) * s.vocab);
+    floats(last_, static_cast<size_t>(kMostLogitsRows) * s.d_model);
+    floats(last_normed_, static_cast<size_t>(kMostLogitsRows) * s.d_model);
+    floats(logits_, static_cast<size_t>(kMostLogitsRows) * s.vocab);
     const ScratchSizes sizes = scratch_sizes(h_, info_.context);
     inputs_.resize(sizes.inputs);
     inputs_host_.resize(sizes.inputs);
-    logits_host_.resize(static_cast<size_t>(kMaxBatchSequences) * s.vocab * sizeof(float));
+    logits_host_.resize(static_cast<size_t>(kMostLogitsRows) * s.vocab * sizeof(float));
     whole_row_host_.resize(static_cast<size_t>(s.vocab) * sizeof(float));
     best_scratch_.resize(sizes.best_tokens_scratch);
     best_.resize(sizes.best_tokens);
@@ -512,9 +525,17 @@ class LlamaCudaModel final : public Model {
     rope_attention_factor_ = rope.attention_factor;
     fused_ = fused_decode_layers();
     if (fused_) {
-      info_.kernel_shapes += "; batch-1 decode: fused layers (norms and SwiGLU inside the GEMVs)";
-      fused_normed_ = cu::normed_rows_in(fused_normed_q8_, 1, s.d_model);
-      fused_hidden_ = cu::quantized_rows_in(fused_hidden_q8_, 1, s.ffn);
+      info_.kernel_shapes += "; batch-1 decode and verify rows: fused layers (norms and SwiGLU inside the GEMVs)";
+      fused_normed_ = cu::normed_rows_in(fused_normed_q8_, cu::kFusedLargestBatch, s.d_model);
+      fused_hidden_ = cu::quantized_rows_in(fused_hidden_q8_, cu::kFusedLargestBatch, s.ffn);
+      // Drafted guesses are verified where verify rows can be computed as batch-1 decode
+      // computes a token (launch_exact_rows): up to kFusedLargestBatch rows read the weights
+      // once, so a decode pass takes guesses up to that many rows.
+      if (verify_rows_enabled()) {
+        info_.max_logits_per_slice = cu::kFusedLargestBatch;
+        info_.draft_pass_tokens = kVerifyRowsOfWeightBoundPasses;
+        info_.kernel_shapes += fmt::format("; drafted guesses verified ({} rows a pass)", info_.draft_pass_tokens);
+      }
     }
     stream_.synchronize("allocating the KV cache and scratch");
   }
@@ -554,9 +575,34 @@ class LlamaCudaModel final : public Model {
     return cu::quantized_rows_in(matmul_scratch_.activations_q8, n, cols);
   }
 
+  // Each token's id, position and block-table offset, and each slice's block table (the blocks
+  // its positions use) from `tables` on, in the staging buffer; returns the tables' entries.
+  size_t stage_tokens(std::span<const SequenceSlice> batch, int32_t* ids, int32_t* positions, int32_t* offsets,
+                      int32_t* tables) {
+    const int32_t* end = inputs_host_.as<int32_t>() + inputs_host_.size() / sizeof(int32_t);
+    size_t table_size = 0;
+    int row = 0;
+    for (const auto& slice : batch) {
+      const int count = static_cast<int>(slice.tokens.size());
+      const size_t used_blocks = (slice.first_position + count + kKvBlockTokens - 1) / kKvBlockTokens;
+      if (tables + table_size + used_blocks > end)
+        fail("forward: the batch's block tables exceed the {}-token context", info_.context);
+      std::memcpy(tables + table_size, slice.block_table.data(), used_blocks * sizeof(int32_t));
+      for (int t = 0; t < count; ++t, ++row) {
+        ids[row] = slice.tokens[t];
+        positions[row] = slice.first_position + t;
+        offsets[row] = static_cast<int32_t>(table_size);
+      }
+      table_size += used_blocks;
+    }
+    return table_size;
+  }
+
   // Lays the batch's integers out in one staging buffer and sends them in one copy:
-  // [ids | positions | table offsets | logits rows | decode tokens | tiles | block tables].
-  cu::BatchLayout upload_batch(std::span<const SequenceSlice> batch, int n, int wanted) {
+  // [ids | positions | table offsets | logits rows | decode tokens | tiles | block tables],
+  // from int32 `at` of the inputs on (a pass with verify rows uploads its two parts one after
+  // the other: the staging buffer is read by copies still queued). upload_end_: where it ended.
+  cu::BatchLayout upload_batch(std::span<const SequenceSlice> batch, int n, int wanted, size_t at = 0) {
     std::vector<cu::SliceSpan> spans;
     int first_token = 0;
     for (const auto& slice : batch) {
@@ -565,32 +611,24 @@ class LlamaCudaModel final : public Model {
     }
     const auto& s = h_.shapes;
     const cu::AttentionWork work = cu::attention_work(spans, s.n_heads, s.n_kv_heads, s.head_dim);
-    int32_t* host = inputs_host_.as<int32_t>();
+    int32_t* host = inputs_host_.as<int32_t>() + at;
     int32_t *ids = host, *positions = host + n, *offsets = host + 2 * n, *rows = host + 3 * n;
     int32_t* decode = rows + wanted;
     int32_t* tiles = decode + work.decode.size();
     int32_t* tables = tiles + work.tiles.size();
     std::copy(work.decode.begin(), work.decode.end(), decode);
     std::copy(work.tiles.begin(), work.tiles.end(), tiles);
+    const size_t table_size = stage_tokens(batch, ids, positions, offsets, tables);
     int row = 0, out = 0;
-    size_t table_size = 0;
     for (const auto& slice : batch) {
-      const int count = static_cast<int>(slice.tokens.size());
-      const size_t used_blocks = (slice.first_position + count + kKvBlockTokens - 1) / kKvBlockTokens;
-      if ((tables - host) + table_size + used_blocks > inputs_host_.size() / sizeof(int32_t))
-        fail("forward: the batch's block tables exceed the {}-token context", info_.context);
-      std::memcpy(tables + table_size, slice.block_table.data(), used_blocks * sizeof(int32_t));
-      for (int t = 0; t < count; ++t, ++row) {
-        ids[row] = slice.tokens[t];
-        positions[row] = slice.first_position + t;
-        offsets[row] = static_cast<int32_t>(table_size);
-      }
-      if (slice.logits > 0) rows[out++] = row - 1;  // one at most (ModelInfo::max_logits_per_slice)
-      table_size += used_blocks;
+      row += static_cast<int>(slice.tokens.size());
+      if (slice.logits > 0) rows[out++] = row - 1;  // (one a slice: verify slices take launch_exact_rows)
     }
     const size_t bytes = ((tables - host) + table_size) * sizeof(int32_t);
-    stream_.copy_to_device(inputs_.data(), host, bytes);
-    const int32_t* device = inputs_.as<int32_t>();
+    int32_t* device = inputs_.as<int32_t>() + at;
+    stream_.copy_to_device(device, host, bytes);
+    upload_end_ = at + bytes / sizeof(int32_t);
+    ids_ = device;
     rows_ = device + 3 * n;
     cu::BatchLayout layout;
     layout.positions = device + n;
@@ -663,6 +701,13 @@ class LlamaCudaModel final : public Model {
       for (int i = 0; i < n; ++i) batch.push_back({std::span(ids).first(1), 0, std::span(table).subspan(i, 1), 1, {}, true});
       forward(batch);
     }
+    // Verify blocks (the fused kernels' passes of several rows).
+    for (const int rows : {info_.draft_pass_tokens, info_.max_logits_per_slice}) {
+      if (rows <= 1 || room < rows) continue;
+      const SequenceSlice verify{std::span(ids).first(rows), 0,
+                                 std::span(table).first((rows + kKvBlockTokens - 1) / kKvBlockTokens), rows, {}, true};
+      forward({&verify, 1});
+    }
     profiles_.clear();  // (SPLASH_CUDA_PROFILE reports the passes that follow)
     timeline_ = nullptr;
     info_.warm_up_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -678,26 +723,19 @@ class LlamaCudaModel final : public Model {
   }
 
   void run(std::span<const SequenceSlice> batch, int n, int wanted) {
-    const cu::BatchLayout layout = upload_batch(batch, n, wanted);
+    if (wanted > kMostLogitsRows)
+      fail("forward: {} logits rows in one pass (at most {} on the GPU)", wanted, kMostLogitsRows);
     timeline_ = profile_ ? &profiles_[n] : nullptr;
-    if (use_graphs_ && !profile_ && is_decode_pass(batch, n, wanted)) {
-      const std::pair<int, int> key{n, cu::decode_context_bucket(layout.decode_context)};
-      auto graph = decode_graphs_.find(key);
-      if (graph == decode_graphs_.end()) {
-        stream_.begin_capture();
-        try {
-          launch_pass(batch, layout, n, wanted);
-        } catch (...) {
-          stream_.abort_capture();
-          throw;
-        }
-        graph = decode_graphs_.emplace(key, stream_.end_capture()).first;
-      }
-      graph->second.launch(stream_);
+    std::vector<int> first_rows;  // each slice's first row among the pass's logits rows
+    if (std::any_of(batch.begin(), batch.end(), [](const SequenceSlice& slice) { return slice.logits > 1; })) {
+      first_rows = run_with_verify_rows(batch);
     } else {
-      launch_pass(batch, layout, n, wanted);
+      const cu::BatchLayout layout = upload_batch(batch, n, wanted);
+      run_pass(batch, layout, n, wanted);
+      int row = 0;
+      for (const auto& slice : batch) first_rows.push_back(row), row += slice.logits;
     }
-    copy_back(batch, wanted);
+    copy_back(batch, first_rows, wanted);
     stream_.synchronize("the forward pass on the GPU");
     if (timeline_) timeline_->collect();
     // The best tokens of best_only slices' rows, in batch order (all rows' were copied).
@@ -708,26 +746,103 @@ class LlamaCudaModel final : public Model {
     }
   }
 
+  // One uploaded pass, replayed from its recording where it is a decode pass.
+  void run_pass(std::span<const SequenceSlice> batch, const cu::BatchLayout& layout, int n, int wanted) {
+    if (use_graphs_ && !profile_ && is_decode_pass(batch, n, wanted)) {
+      const std::pair<int, int> key{n, cu::decode_context_bucket(layout.decode_context)};
+      auto graph = decode_graphs_.find(key);
+      if (graph == decode_graphs_.end()) {
+        stream_.begin_capture();
+        try {
+          launch_pass(batch, layout, n, wanted, 0);
+        } catch (...) {
+          stream_.abort_capture();
+          throw;
+        }
+        graph = decode_graphs_.emplace(key, stream_.end_capture()).first;
+      }
+      graph->second.launch(stream_);
+    } else {
+      launch_pass(batch, layout, n, wanted, 0);
+    }
+  }
+
+  // A pass with verify slices (SequenceSlice::logits > 1): the slices whose every token wants
+  // its row (verify blocks, and the decode tokens beside them) are computed as batch-1 decode
+  // computes a token (launch_exact_rows), after the rest (prompt chunks) as a pass of their
+  // own. Their logits rows: the rest's first, then the verify rows. Returns each slice's
+  // first row.
+  std::vector<int> run_with_verify_rows(std::span<const SequenceSlice> batch) {
+    std::vector<SequenceSlice> exact, rest;
+    int exact_tokens = 0, rest_tokens = 0, rest_wanted = 0;
+    for (const auto& slice : batch) {
+      const int count = static_cast<int>(slice.tokens.size());
+      if (slice.logits > 1 && slice.logits < count)
+        fail("forward: a slice of {} tokens wanting {} rows (the GPU verifies slices whose every token wants its row)",
+             count, slice.logits);
+      if (slice.logits == count) {
+        exact.push_back(slice), exact_tokens += count;
+      } else {
+        rest.push_back(slice), rest_tokens += count, rest_wanted += slice.logits;
+      }
+    }
+    std::vector<int> first_rows;
+    int rest_row = 0, exact_row = rest_wanted;
+    for (const auto& slice : batch) {
+      const bool is_exact = slice.logits == static_cast<int>(slice.tokens.size());
+      int& row = is_exact ? exact_row : rest_row;
+      first_rows.push_back(row);
+      row += slice.logits;
+    }
+    size_t at = 0;
+    if (!rest.empty()) {
+      const cu::BatchLayout layout = upload_batch(rest, rest_tokens, rest_wanted);
+      launch_pass(rest, layout, rest_tokens, rest_wanted, 0);
+      at = upload_end_;
+    }
+    const ExactRows plan = upload_exact_rows(exact, exact_tokens, at);
+    const bool features = std::any_of(exact.begin(), exact.end(), [](const auto& slice) { return !slice.embeddings.empty(); });
+    if (rest.empty() && use_graphs_ && !profile_ && !features) {
+      // Alone in its pass (the inputs at the start of their buffer), an exact pass is the
+      // same launches for every pass of its shape: recorded once, like a decode pass.
+      auto graph = exact_graphs_.find(plan.shape);
+      if (graph == exact_graphs_.end()) {
+        stream_.begin_capture();
+        try {
+          launch_exact_rows(exact, plan, 0);
+        } catch (...) {
+          stream_.abort_capture();
+          throw;
+        }
+        graph = exact_graphs_.emplace(plan.shape, stream_.end_capture()).first;
+      }
+      graph->second.launch(stream_);
+    } else {
+      launch_exact_rows(exact, plan, rest_wanted);
+    }
+    return first_rows;
+  }
+
   // Queues the copies back: every wanted row's best tokens (a few hundred bytes each), and
   // the whole rows of slices that want them, in runs of consecutive rows.
-  void copy_back(std::span<const SequenceSlice> batch, int wanted) {
+  void copy_back(std::span<const SequenceSlice> batch, std::span<const int> first_rows, int wanted) {
     best_rows_.clear();
     if (wanted == 0) return;
     const size_t vocab = h_.shapes.vocab, row_bytes = vocab * sizeof(float);
     stream_.copy_to_host(best_pinned_.data(), best_.data(), static_cast<size_t>(wanted) * kBestTokens * sizeof(TokenLogit));
-    size_t row = 0, whole = 0;
+    size_t whole = 0;
     auto* host = logits_host_.as<uint8_t>();
     const auto* device = logits_.as<uint8_t>();
-    for (const auto& slice : batch) {
-      const size_t rows = slice.logits;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const auto& slice = batch[i];
+      const size_t rows = slice.logits, row = first_rows[i];
       if (rows == 0) continue;
       if (slice.best_only) {
-        for (size_t i = 0; i < rows; ++i) best_rows_.push_back(row + i);
+        for (size_t r = 0; r < rows; ++r) best_rows_.push_back(row + r);
       } else {
         stream_.copy_to_host(host + whole * row_bytes, device + row * row_bytes, rows * row_bytes);
         whole += rows;
       }
-      row += rows;
     }
   }
 
@@ -786,23 +901,32 @@ class LlamaCudaModel final : public Model {
     cu::rms_norm(x, layers_[0].attn_norm, normed_.as<float>(), n, s.d_model, h_.rms_eps, stream_, &fused_normed_);
     mark("attn_norm");
     cu::QuantizedRows attn_in_rows = fused_normed_.view(n, s.d_model);
-    const cu::QuantizedRows ffn_in_rows = fused_normed_.pending_norm(n, s.d_model, h_.rms_eps);
     for (int l = 0; l < s.n_layers; ++l) {
-      const auto& layer = layers_[l];
       const bool attn_quantized = launch_attention_block(l, layout, n, nullptr, &attn_in_rows, attn_q8);
       const cu::QuantizedRows attn_rows =
           attn_quantized ? attn_q8->view(n, q_width())
                          : cu::quantize_rows(attn, q_width(), n, q_width(), matmul_scratch_.activations_q8, stream_);
-      cu::gemv_residual_norm(layer.attn_output, attn_rows, x, layer.ffn_norm, &fused_normed_, stream_);
-      mark("attn_output matmul + ffn_norm");
-      cu::gemv_swiglu(layer.gate_up[0], ffn_in_rows, fused_hidden_, stream_);
-      mark("gate_up matmul + silu_mul");
-      const bool last = l + 1 == s.n_layers;
-      cu::gemv_residual_norm(layer.down, fused_hidden_.view(n, s.ffn), x, last ? nullptr : layers_[l + 1].attn_norm,
-                             last ? nullptr : &fused_normed_, stream_);
-      mark("down matmul + attn_norm");
+      launch_fused_ffn(l, attn_rows, x);
       attn_in_rows = fused_normed_.pending_norm(n, s.d_model, h_.rms_eps);
     }
+  }
+
+  // The fused layer after its attention, for batch-1 decode and verify rows alike (so that
+  // their rows are the same bits): x += o . attn with the ffn norm left pending; SwiGLU in
+  // gate/up's GEMV; x += down . hidden with the next layer's attn norm left pending. x: the
+  // attention rows' residual rows.
+  void launch_fused_ffn(int l, const cu::QuantizedRows& attn_rows, float* x) {
+    const auto& s = h_.shapes;
+    const auto& layer = layers_[l];
+    const int n = attn_rows.n;
+    cu::gemv_residual_norm(layer.attn_output, attn_rows, x, layer.ffn_norm, &fused_normed_, stream_);
+    mark("attn_output matmul + ffn_norm");
+    cu::gemv_swiglu(layer.gate_up[0], fused_normed_.pending_norm(n, s.d_model, h_.rms_eps), fused_hidden_, stream_);
+    mark("gate_up matmul + silu_mul");
+    const bool last = l + 1 == s.n_layers;
+    cu::gemv_residual_norm(layer.down, fused_hidden_.view(n, s.ffn), x, last ? nullptr : layers_[l + 1].attn_norm,
+                           last ? nullptr : &fused_normed_, stream_);
+    mark("down matmul + attn_norm");
   }
 
   // SPLASH_CUDA_PROFILE=1: an event after each step, for where the time goes.
@@ -810,32 +934,189 @@ class LlamaCudaModel final : public Model {
     if (timeline_) timeline_->mark(stream_, step);
   }
 
-  // Every kernel of one pass, queued on the stream (or recorded into a graph).
-  void launch_pass(std::span<const SequenceSlice> batch, const cu::BatchLayout& layout, int n, int wanted) {
+  // The batch's token embeddings into x_ (ids_: the uploaded ids); image features replace
+  // their tokens' embeddings.
+  void embed_tokens(std::span<const SequenceSlice> batch, int n) {
     const auto& s = h_.shapes;
-    mark("start");
     float* x = x_.as<float>();
-    cu::embed(embedding_, inputs_.as<int32_t>(), n, x, stream_);
+    cu::embed(embedding_, ids_, n, x, stream_);
     int row = 0;
-    for (const auto& slice : batch)  // image features replace their tokens' embeddings
+    for (const auto& slice : batch)
       for (size_t t = 0; t < slice.tokens.size(); ++t, ++row)
         if (!slice.embeddings.empty() && slice.embeddings[t])
           stream_.copy_to_device(x + static_cast<size_t>(row) * s.d_model, slice.embeddings[t], sizeof(float) * s.d_model);
     mark("embed");
+  }
+
+  // Every kernel of one pass, queued on the stream (or recorded into a graph); its logits
+  // rows from `first_row` on.
+  void launch_pass(std::span<const SequenceSlice> batch, const cu::BatchLayout& layout, int n, int wanted,
+                   int first_row) {
+    const auto& s = h_.shapes;
+    mark("start");
+    embed_tokens(batch, n);
     if (fused_ && n == 1)
       launch_fused_layers(layout);
     else
       launch_layers(layout, n);
     if (wanted > 0) {
       // Only each wanting slice's last position needs logits.
-      cu::gather_rows(x, rows_, wanted, s.d_model, last_.as<float>(), stream_);
-      cu::rms_norm(last_.as<float>(), output_norm_, last_normed_.as<float>(), wanted, s.d_model, h_.rms_eps, stream_);
-      cu::matmul(output_, last_normed_.as<float>(), s.d_model, wanted, logits_.as<float>(), s.vocab, false,
-                 matmul_scratch_, stream_, /*xq=*/nullptr, /*always_gemv=*/true);
+      const size_t row = first_row;
+      float* normed = last_normed_.as<float>() + row * s.d_model;
+      float* logits = logits_.as<float>() + row * s.vocab;
+      cu::gather_rows(x_.as<float>(), rows_, wanted, s.d_model, last_.as<float>() + row * s.d_model, stream_);
+      cu::rms_norm(last_.as<float>() + row * s.d_model, output_norm_, normed, wanted, s.d_model, h_.rms_eps, stream_);
+      cu::matmul(output_, normed, s.d_model, wanted, logits, s.vocab, false, matmul_scratch_, stream_, /*xq=*/nullptr,
+                 /*always_gemv=*/true);
       mark("head (norm, matmul)");
-      cu::best_tokens(logits_.as<float>(), wanted, s.vocab, best_scratch_.as<int32_t>(), best_.as<cu::BestToken>(),
+      cu::best_tokens(logits, wanted, s.vocab, best_scratch_.as<int32_t>(), best_.as<cu::BestToken>() + row * kBestTokens,
                       stream_);
       mark("best tokens");
+    }
+  }
+
+  // --- verify rows: each token computed as batch-1 decode computes one -------------------
+  //
+  // Speculative decoding changes no output only if a verified row is the very row plain
+  // decoding would have computed for that token, bit for bit. On the GPU plain decoding is
+  // not batch-invariant (a token's row depends on the kernels its pass size takes), so the
+  // row of reference is the sequence decoding alone: the fused batch-1 layer
+  // (launch_fused_layers). Verify rows take the same kernels in groups of up to
+  // kFusedLargestBatch rows, which read the weights once a group:
+  //   - the fused GEMVs and the QKV GEMV give each activation row the bits it gets alone
+  //     (gemv_q8.cuh: a row's parts are summed in one order whatever the pass size);
+  //   - RMSNorm, the int8 copies, the head's GEMV and the best-token selection work row by row;
+  //   - attention takes each token as a decode token split along its context as a pass of
+  //     it alone would be (BatchLayout::splits_as_alone; a launch per context bucket), after
+  //     qkv_post has appended the group's keys and values (the epilogue inside batch-1's
+  //     attention writes the same bits: CudaAttentionTest).
+  // A group's tokens run every layer before the next group's (a later token of a slice reads
+  // the keys and values of the earlier ones). A pass of verify rows alone is recorded as a
+  // graph per shape (its groups' rows and context buckets).
+  struct ExactGroup {
+    int first = 0, count = 0;  // tokens of the exact pass's rows
+    struct Bucket {
+      int first = 0, count = 0, context = 0;  // entries of the decode list; the longest context
+    };
+    std::vector<Bucket> buckets;
+  };
+  struct ExactRows {
+    cu::BatchLayout layout;  // every row's position and table; decode_tokens: the list by group and bucket
+    std::vector<ExactGroup> groups;
+    int n = 0;
+    // What the launches depend on: each group's rows and its buckets' tokens and contexts.
+    std::vector<int> shape;
+  };
+
+  ExactRows upload_exact_rows(std::span<const SequenceSlice> batch, int n, size_t at) {
+    ExactRows plan;
+    plan.n = n;
+    int32_t* host = inputs_host_.as<int32_t>() + at;
+    int32_t *ids = host, *positions = host + n, *offsets = host + 2 * n, *decode = host + 3 * n;
+    int32_t* tables = host + 4 * n;
+    const size_t table_size = stage_tokens(batch, ids, positions, offsets, tables);
+    // Groups of consecutive rows; within one, the decode list ordered by context bucket.
+    int listed = 0;
+    for (int first = 0; first < n; first += cu::kFusedLargestBatch) {
+      ExactGroup group{first, std::min(cu::kFusedLargestBatch, n - first), {}};
+      std::vector<int32_t> order(group.count);
+      std::iota(order.begin(), order.end(), first);
+      const auto bucket = [&](int32_t t) { return cu::decode_context_bucket(positions[t] + 1); };
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return bucket(a) < bucket(b); });
+      for (const int32_t t : order) {
+        if (group.buckets.empty() || cu::decode_context_bucket(group.buckets.back().context) != bucket(t))
+          group.buckets.push_back({listed, 0, 0});
+        auto& b = group.buckets.back();
+        ++b.count;
+        b.context = std::max(b.context, positions[t] + 1);
+        decode[listed++] = t;
+      }
+      plan.shape.push_back(group.count);
+      for (const auto& b : group.buckets) plan.shape.insert(plan.shape.end(), {b.count, cu::decode_context_bucket(b.context)});
+      plan.shape.push_back(-1);
+      plan.groups.push_back(std::move(group));
+    }
+    const size_t bytes = ((tables - host) + table_size) * sizeof(int32_t);
+    int32_t* device = inputs_.as<int32_t>() + at;
+    stream_.copy_to_device(device, host, bytes);
+    ids_ = device;
+    plan.layout.positions = device + n;
+    plan.layout.table_offsets = device + 2 * n;
+    plan.layout.decode_tokens = device + 3 * n;
+    plan.layout.block_tables = device + (tables - host);
+    plan.layout.n_tokens = n;
+    return plan;
+  }
+
+  // The exact pass (upload_exact_rows) through the fused layers, group by group, then the
+  // head over all its rows, logits rows from `first_row` on.
+  void launch_exact_rows(std::span<const SequenceSlice> batch, const ExactRows& plan, int first_row) {
+    const auto& s = h_.shapes;
+    mark("start");
+    embed_tokens(batch, plan.n);
+    for (const auto& group : plan.groups) launch_exact_group(plan.layout, group);
+    const size_t row = first_row;
+    float* normed = last_normed_.as<float>() + row * s.d_model;
+    float* logits = logits_.as<float>() + row * s.vocab;
+    cu::rms_norm(x_.as<float>(), output_norm_, normed, plan.n, s.d_model, h_.rms_eps, stream_);
+    const bool float_type = output_.type == GgmlType::F32 || output_.type == GgmlType::F16 || output_.type == GgmlType::BF16;
+    if (!float_type) {
+      cu::gemv(output_, normed, s.d_model, plan.n, logits, s.vocab, false, matmul_scratch_, stream_);
+    } else {  // (a float type's GEMV takes one row apart from several: as batch-1 does, row by row)
+      for (int r = 0; r < plan.n; ++r)
+        cu::gemv(output_, normed + static_cast<size_t>(r) * s.d_model, s.d_model, 1, logits + static_cast<size_t>(r) * s.vocab,
+                 s.vocab, false, matmul_scratch_, stream_);
+    }
+    mark("head (norm, matmul)");
+    cu::best_tokens(logits, plan.n, s.vocab, best_scratch_.as<int32_t>(), best_.as<cu::BestToken>() + row * kBestTokens,
+                    stream_);
+    mark("best tokens");
+  }
+
+  // One group's rows through every layer, as launch_fused_layers takes one row.
+  void launch_exact_group(const cu::BatchLayout& all, const ExactGroup& group) {
+    const auto& s = h_.shapes;
+    const int n = group.count;
+    const size_t first = group.first;
+    float* x = x_.as<float>() + first * s.d_model;
+    float* qkv = qkv_.as<float>();
+    float* attn = attn_.as<float>();
+    cu::BatchLayout rows = all;  // the group's rows, for qkv_post
+    rows.positions += first;
+    rows.table_offsets += first;
+    rows.n_tokens = n;
+    rows.decode_tokens = nullptr;
+    cu::rms_norm(x, layers_[0].attn_norm, normed_.as<float>() + first * s.d_model, n, s.d_model, h_.rms_eps, stream_,
+                 &fused_normed_);
+    mark("attn_norm");
+    cu::QuantizedRows attn_in = fused_normed_.view(n, s.d_model);
+    for (int l = 0; l < s.n_layers; ++l) {
+      const auto& layer = layers_[l];
+      int column = 0;
+      for (const auto& w : layer.qkv) {
+        cu::gemv(w, nullptr, s.d_model, n, qkv + first * qkv_width() + column, qkv_width(), false, matmul_scratch_,
+                 stream_, &attn_in);
+        column += w.rows;
+      }
+      mark("qkv matmul");
+      cu::QkvPostArgs post = qkv_post_args(l);
+      post.qkv = qkv + first * qkv_width();
+      cu::qkv_post(post, rows, pool_, stream_);
+      mark("qkv_post (rope, kv)");
+      for (const auto& bucket : group.buckets) {
+        cu::BatchLayout tokens = all;
+        tokens.decode_tokens = all.decode_tokens + bucket.first;
+        tokens.n_decode = bucket.count;
+        tokens.n_tokens = bucket.count;
+        tokens.decode_context = bucket.context;
+        tokens.splits_as_alone = true;
+        cu::attention(qkv, qkv_width(), attn, s.n_heads, tokens, pool_, l, attention_scratch_, stream_);
+      }
+      mark("attention");
+      const cu::QuantizedRows attn_rows = cu::quantize_rows(attn + first * q_width(), q_width(), n, q_width(),
+                                                            matmul_scratch_.activations_q8, stream_);
+      launch_fused_ffn(l, attn_rows, x);
+      attn_in = fused_normed_.pending_norm(n, s.d_model, h_.rms_eps);
     }
   }
 
@@ -992,7 +1273,8 @@ class LlamaCudaModel final : public Model {
   cu::PinnedBuffer best_pinned_, whole_row_host_;
   std::vector<TokenLogit> best_host_;
   std::vector<size_t> best_rows_;
-  const int32_t* rows_ = nullptr;
+  const int32_t *ids_ = nullptr, *rows_ = nullptr;  // the uploaded pass's token ids, its logits rows' tokens
+  size_t upload_end_ = 0;                            // int32 past the last upload's inputs
   cu::MatmulScratch matmul_scratch_;
   cu::AttentionScratch attention_scratch_;
   // The fused batch-1 layer (launch_fused_layers) and its int8 copies, apart from the
@@ -1018,10 +1300,17 @@ class LlamaCudaModel final : public Model {
   std::map<int, cu::Timeline> profiles_;
   cu::Timeline* timeline_ = nullptr;  // this pass's, when profiled
   std::map<std::pair<int, int>, cu::Graph> decode_graphs_;
+  std::map<std::vector<int>, cu::Graph> exact_graphs_;  // recorded exact passes by ExactRows::shape
 
   static bool profile_requested() {
     const char* value = std::getenv("SPLASH_CUDA_PROFILE");
     return value && std::string_view(value) == "1";
+  }
+  // Drafted guesses verified on the GPU (launch_exact_rows); SPLASH_CUDA_VERIFY=0 turns them
+  // off (plain decoding, to compare).
+  static bool verify_rows_enabled() {
+    const char* value = std::getenv("SPLASH_CUDA_VERIFY");
+    return !value || std::string_view(value) != "0";
   }
   static bool graphs_enabled() {
     const char* value = std::getenv("SPLASH_CUDA_GRAPHS");
