@@ -85,8 +85,8 @@ def main(argv=None) -> int:
         for i in range(len(pool) * len(TASKS)):
             if written == args.count:
                 break
-            source, stub = pool[i % len(pool)]
-            task = list(TASKS)[(i // len(pool) + i) % len(TASKS)]
+            source, stub = pool[i % len(pool)]  # (round r gives function j task j + r: each its every task)
+            task = list(TASKS)[(i % len(pool) + i // len(pool)) % len(TASKS)]
             fields = {"source": source, "stub": stub}
             if task == "bug":
                 fields["buggy"] = buggy(source, rng)
