@@ -18,6 +18,8 @@
 #   tools/gpu_session.sh tests-only [F]  the GPU tests (those F names) and nothing else
 #   tools/gpu_session.sh drafts [F]  the GPU tests, then decode with and without drafts (bench
 #                                  --draft lookup) on the real test model and the 8B shape
+#   tools/gpu_session.sh serve-drafts  the real test model served with and without drafts,
+#                                  four requests at once to each, the replies compared
 #   tools/gpu_session.sh gtests    GPU unit tests and serving through HTTP
 #   tools/gpu_session.sh peer-build-tests S   the same beside a peer build of at most S seconds
 #   tools/gpu_session.sh work      GPU tests, kernel timings, the 8B benchmark and the profile
@@ -667,6 +669,58 @@ phase_drafts() {
   done
 }
 
+# Drafts through the server on the GPU: the real test model served with drafts (the default)
+# and with --draft none, four greedy requests one at a time to each (the replies must be the
+# same) and then at once to the drafting one (all answered; plain batched decoding is not
+# batch-invariant on the GPU, so these are compared but may differ at a near tie); /status's
+# kept guesses reported.
+phase_serve_drafts() {
+  for f in .gpu/parts/*.part*; do [ -f "$f" ] && cp "$f" "$KEEP/parts/"; done
+  local real=$KEEP/real.gguf
+  [ -f "$real" ] || cat "$KEEP"/parts/*.part* > "$real" 2>/dev/null
+  if [ "$(sha256sum "$real" | cut -d' ' -f1)" != "$(cat .gpu/parts/sha256 2>/dev/null)" ]; then
+    rm -f "$real"; row serve-drafts "skipped: the real model's parts are not here"; return
+  fi
+  LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/bin/splash serve --device cuda -m "$real" --port 8124 > "$OUT/serve_drafts.log" 2>&1 &
+  local with=$!
+  LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/bin/splash serve --device cuda -m "$real" --port 8125 --draft none \
+    > "$OUT/serve_plain.log" 2>&1 &
+  local without=$!
+  for port in 8124 8125; do
+    for _ in $(seq 1 120); do curl -sf --max-time 2 "http://127.0.0.1:$port/health" > /dev/null && break; sleep 0.5; done
+  done
+  python3 - > "$OUT/serve_drafts.txt" 2>&1 <<'PY'
+import json, threading, urllib.request
+code = "def word_counts(lines):\n    counts = {}\n    for line in lines:\n        for word in line.split():\n" \
+       "            word = word.strip('.,;:!?').lower()\n            if word:\n" \
+       "                counts[word] = counts.get(word, 0) + 1\n    return counts\n"
+prompts = ["Repeat this code exactly:\n" + code, "Rename counts to tally and show all of it:\n" + code,
+           "Add a docstring to this function and show all of it:\n" + code, "Name three colors."]
+def ask(port, prompt, out, i):
+    body = json.dumps({"messages": [{"role": "user", "content": prompt}], "max_tokens": 160, "temperature": 0}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", body, {"Content-Type": "application/json"})
+    out[i] = json.load(urllib.request.urlopen(req, timeout=120))["choices"][0]["message"]["content"]
+replies = {}
+for port in (8124, 8125):  # one at a time: each reply is the sequence decoding alone on both
+    out = [None] * len(prompts)
+    for i, p in enumerate(prompts):
+        ask(port, p, out, i)
+    replies[port] = out
+same = sum(a == b for a, b in zip(replies[8124], replies[8125]))
+out = [None] * len(prompts)  # and all at once (verify blocks beside other sequences' tokens)
+threads = [threading.Thread(target=ask, args=(8124, p, out, i)) for i, p in enumerate(prompts)]
+[t.start() for t in threads]; [t.join() for t in threads]
+together = sum(a == b for a, b in zip(out, replies[8125]))
+status = json.load(urllib.request.urlopen("http://127.0.0.1:8124/status", timeout=10))
+print(f"{same} of {len(prompts)} replies identical with and without drafts (one at a time; {together} of "
+      f"{len(prompts)} sent at once, where batches differ);",
+      "speculative_decoding:", json.dumps(status.get("speculative_decoding")))
+PY
+  kill -INT $with $without
+  for _ in $(seq 1 20); do kill -0 $with 2>/dev/null || kill -0 $without 2>/dev/null || break; sleep 0.5; done
+  row serve-drafts "$(tail -n 1 "$OUT/serve_drafts.txt")"
+}
+
 case "${1:-tests}" in
   tests) phase_tests ;;
   quick) phase_fixtures; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"; phase_kernels; phase_bench
@@ -730,6 +784,7 @@ case "${1:-tests}" in
   moe-ncu) phase_moe_ncu ;;
   tests-only) phase_fixtures > /dev/null; gtest gpu_tests "${2:-*}" SPLASH_GPU_FIXTURES="$KEEP/fixtures" ;;
   drafts) phase_drafts "${2:-*}" ;;
+  serve-drafts) phase_serve_drafts ;;
   bench8b) phase_bench8b ;;
   *) echo "usage: $0 tests|quick|serve|bench|profile|kernels [FILTER]|sanitize FILTER|work|final|peer-build S|peer|bench8b|part N|real" >&2; exit 2 ;;
 esac
