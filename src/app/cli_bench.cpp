@@ -131,8 +131,8 @@ Rewrite both functions with the parameter `gap` renamed to `tolerance`, and noth
 
 // That turn decoded through the whole generation loop plainly and with the --draft drafter:
 // the replies are the same tokens (speculative decoding is exact), so the rates compare.
-void bench_drafts(LoadedModel& loaded, engine::DraftMode mode, int decode_tokens, int repetitions,
-                  nlohmann::json& report) {
+void bench_drafts(LoadedModel& loaded, engine::DraftMode mode, const std::shared_ptr<model::dflash::BlockDraft>& draft,
+                  int decode_tokens, int repetitions, nlohmann::json& report) {
   engine::GenerationRequest request;
   const std::vector<chat::ChatMessage> messages{{"user", kBenchEditPrompt}};
   request.prompt = encode_chat(loaded, messages);
@@ -147,7 +147,7 @@ void bench_drafts(LoadedModel& loaded, engine::DraftMode mode, int decode_tokens
     const auto plain = engine::generate(sequence, loaded.tokenizer, request, nullptr);
     plain_rates.push_back(plain.tokens.size() / plain.decode_seconds);
     stats = {};
-    const auto drafter = make_drafter(mode);
+    const auto drafter = make_drafter(mode, draft);
     const auto drafted = engine::generate(sequence, loaded.tokenizer, request, nullptr, nullptr, 0, drafter.get(), &stats);
     drafted_rates.push_back(drafted.tokens.size() / drafted.decode_seconds);
     if (drafted.tokens != plain.tokens) fail("bench: the reply with drafts differs from the plain one");
@@ -298,8 +298,10 @@ void bench(BenchFlags flags) {
   if (flags.model.load.max_context == 0)
     flags.model.load.max_context = std::max(longest, 16 + flags.decode_tokens) + 16 + (flags.structured ? 64 : 0);
   const auto budget = flags.model.max_memory_bytes();  // checked before any download
+  const auto draft = open_block_draft(flags.model.draft_model, flags.draft, flags.model.load);
   auto loaded =
       load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget, flags.model.mmproj);
+  if (draft) draft->check_target(loaded->model->info());
   model::Sequence model(*loaded->model);  // one sequence on the model's KV pool
   const auto& info = model.info();
   print_summary(*loaded, stderr);
@@ -365,7 +367,7 @@ void bench(BenchFlags flags) {
   bench_parallel(*loaded->model, flags, tokens, report);
   if (flags.structured) bench_structured(*loaded, flags.decode_tokens, flags.repetitions, report);
   if (flags.draft != engine::DraftMode::None && info.max_logits_per_slice > 1 && info.draft_pass_tokens > 1)
-    bench_drafts(*loaded, flags.draft, flags.decode_tokens, flags.repetitions, report);
+    bench_drafts(*loaded, flags.draft, draft, flags.decode_tokens, flags.repetitions, report);
   if (loaded->vision) bench_images(*loaded->vision, flags.repetitions, report);
   if (flags.json) fmt::print("{}\n", report.dump());
 }
@@ -401,7 +403,7 @@ void add_bench_command(CLI::App& app) {
   command->add_flag("--json", flags->json, "Also print a JSON line with the results");
   command->add_flag("--structured", flags->structured,
                     "Also compare decode speed with and without a JSON Schema constraint");
-  add_draft_flag(*command, flags->draft);
+  add_draft_flag(*command, flags->draft, &flags->model.draft_model);
   command->callback([flags] { bench(*flags); });
 }
 

@@ -27,6 +27,7 @@ struct EvalFlags {
   engine::DraftMode draft = engine::DraftMode::Auto;
   std::vector<int32_t> guesses;  // --greedy's drafts: guesses of the continuation instead of --draft's
   std::string hidden_out;        // write the --hidden-layers outputs of every token (float32) here
+  std::string draft_logits_out;  // with --draft-model: the block draft's logits at the last token (float32)
 };
 
 // Guesses read from a given continuation (tests: right and wrong guesses where they choose,
@@ -67,9 +68,14 @@ std::string read_file(const std::string& path) {
 void eval(const EvalFlags& flags) {
   if (flags.hidden_out.empty() != flags.model.load.hidden_taps.empty())
     fail("--hidden-out and --hidden-layers go together");
+  if (!flags.draft_logits_out.empty() && flags.model.draft_model.empty())
+    fail("--draft-logits-out needs --draft-model");
   const auto budget = flags.model.max_memory_bytes();  // checked before any download
-  auto loaded =
-      load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget, flags.model.mmproj);
+  model::LoadOptions load = flags.model.load;
+  const auto draft = open_block_draft(flags.model.draft_model,
+                                      flags.draft_logits_out.empty() ? flags.draft : engine::DraftMode::Model, load);
+  auto loaded = load_model(resolve_model_path(flags.model.model), load, false, budget, flags.model.mmproj);
+  if (draft) draft->check_target(loaded->model->info());
   // The image's feature rows stand at the <image> positions of the token list, in order.
   std::vector<const float*> embeddings;
   vision::ImageFeatures features;
@@ -96,6 +102,15 @@ void eval(const EvalFlags& flags) {
   std::span<const float> logits = model.forward(flags.tokens, embeddings, &hidden);
   if (!flags.logits_out.empty()) write_floats(flags.logits_out, logits);
   if (!flags.hidden_out.empty()) write_floats(flags.hidden_out, hidden);
+  if (!flags.draft_logits_out.empty()) {
+    // The block at the last token, seeing the context of every token before it.
+    const size_t row = hidden.size() / flags.tokens.size();
+    auto context = draft->new_context();
+    draft->extend(context, 0, std::span(hidden).first(row * (flags.tokens.size() - 1)));
+    const int last = static_cast<int>(flags.tokens.size()) - 1;
+    write_floats(flags.draft_logits_out,
+                 draft->block_logits(context, flags.tokens.back(), last, 0, draft->info().block_size));
+  }
   if (flags.greedy > 0) {
     // Plain argmax with no end-of-generation handling, so the reference can compare every step;
     // with drafts, each step verifies the guesses too (the same tokens, fewer passes).
@@ -110,8 +125,15 @@ void eval(const EvalFlags& flags) {
     };
     std::unique_ptr<engine::Drafter> drafter;
     if (info.max_logits_per_slice > 1)
-      drafter = flags.guesses.empty() ? make_drafter(flags.draft)
+      drafter = flags.guesses.empty() ? make_drafter(flags.draft, draft)
                                       : std::make_unique<ListedDrafter>(flags.guesses, flags.tokens.size());
+    if (drafter && !hidden.empty()) drafter->observe_hidden(0, hidden);
+    // Each pass's committed rows (the last pass's first `committed` rows) go on to the drafter.
+    const auto hand_on_hidden = [&](int first, int committed) {
+      const auto taps = model.hidden_taps();
+      if (drafter && !taps.empty())
+        drafter->observe_hidden(first, taps.first(taps.size() / (model.position() - first) * committed));
+    };
     int drafted = 0, accepted = 0;
     std::optional<int32_t> next = argmax(logits);
     while (next) {
@@ -123,12 +145,15 @@ void eval(const EvalFlags& flags) {
         for (const int32_t guess : drafter->propose(text, room))
           if (static_cast<int>(block.size()) <= room && guess >= 0 && guess < info.vocab) block.push_back(guess);
       if (block.size() == 1) {
-        next = argmax(model.forward(block));
+        const auto row = model.forward(block);
+        hand_on_hidden(model.position() - 1, 1);
+        next = argmax(row);
         continue;
       }
       const int fed = model.position();
       const auto verified = engine::verify_guesses(std::span(block).subspan(1), model.verify(block),
                                                    static_cast<size_t>(info.vocab), argmax, [](int32_t) {});
+      hand_on_hidden(fed, 1 + verified.kept);
       model.truncate(fed + 1 + verified.kept);
       drafted += static_cast<int>(block.size()) - 1;
       accepted += verified.kept;
@@ -157,7 +182,10 @@ void add_eval_command(CLI::App& app) {
                       "Comma-separated layers whose outputs --hidden-out writes (CPU)")->delimiter(',');
   command->add_option("--hidden-out", flags->hidden_out,
                       "Write the --hidden-layers outputs of every token here (float32, [tokens][layers][d_model])");
-  add_draft_flag(*command, flags->draft);
+  add_draft_flag(*command, flags->draft, &flags->model.draft_model);
+  command->add_option("--draft-logits-out", flags->draft_logits_out,
+                      "With --draft-model: write the block draft's logits ([block][vocab] float32) for the block at "
+                      "the last token, its context every token before");
   command->add_option("--guesses", flags->guesses,
                       "With --greedy: comma-separated token ids guessed to follow --tokens, verified in place of --draft's")
       ->delimiter(',');

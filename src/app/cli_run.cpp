@@ -29,7 +29,9 @@ void run(const RunFlags& flags) {
   const auto budget = flags.model.max_memory_bytes();  // checked before any download
   model::LoadOptions load = flags.model.load;
   load.drafts = flags.draft != engine::DraftMode::None;
+  const auto draft = open_block_draft(flags.model.draft_model, flags.draft, load);
   auto loaded = load_model(resolve_model_path(flags.model.model), load, false, budget);
+  if (draft) draft->check_target(loaded->model->info());
   if (!flags.quiet) print_summary(*loaded, stderr);
 
   std::vector<chat::ChatMessage> messages;
@@ -43,7 +45,7 @@ void run(const RunFlags& flags) {
   request.ignore_end_of_generation = flags.ignore_eos;
 
   model::Sequence sequence(*loaded->model);
-  const auto drafter = make_drafter(flags.draft);
+  const auto drafter = make_drafter(flags.draft, draft);
   engine::DecodeStats stats;
   const auto print = [](const engine::GenerationPiece& piece) {
     std::fwrite(piece.text.data(), 1, piece.text.size(), stdout);
@@ -82,7 +84,7 @@ void add_run_command(CLI::App& app) {
   command->add_option("--stop", flags->stop, "Stop string (repeatable); not printed");
   command->add_flag("--ignore-eos", flags->ignore_eos, "Keep generating past end-of-generation tokens");
   command->add_flag("-q,--quiet", flags->quiet, "Print only the answer");
-  add_draft_flag(*command, flags->draft);
+  add_draft_flag(*command, flags->draft, &flags->model.draft_model);
   command->add_option("prompt", flags->prompt, "The user message")->required();
   command->callback([flags] { run(*flags); });
 }

@@ -123,8 +123,10 @@ void serve(ServeFlags flags) {
   const std::vector<engine::CacheBudget> server_caches = {
       {"stored responses", api::ResponseStore::kMaxBytes, "Responses API, store: true; least recently used out"},
       {"request bodies", flags.server.body_budget_bytes, "bodies and their parsed JSON at once; more get a 503"}};
+  const auto draft = open_block_draft(flags.model.draft_model, flags.draft, load);
   auto loaded =
       load_model(resolve_model_path(flags.model.model), load, false, budget, flags.model.mmproj, server_caches);
+  if (draft) draft->check_target(loaded->model->info());
   print_summary(*loaded, stderr);
   const auto& info = loaded->model->info();
   server::ServedModelInfo served;
@@ -163,11 +165,13 @@ void serve(ServeFlags flags) {
   const bool verifies = loaded->model->info().max_logits_per_slice > 1 && loaded->model->info().draft_pass_tokens > 1;
   served.details["speculative_decoding"] = {
       {"draft", engine::draft_mode_name(flags.draft)},
-      {"drafter", flags.draft == engine::DraftMode::None || !verifies ? "none" : "lookup"},
+      {"drafter", flags.draft == engine::DraftMode::None || !verifies ? "none" : draft ? "block draft after lookup" : "lookup"},
       {"max_draft_tokens", verifies ? loaded->model->info().max_logits_per_slice - 1 : 0}};
   engine::EngineService engine(*loaded->model, loaded->tokenizer, *loaded->chat,
                                {loaded->vision.get(), flags.model.max_image_pixels},
-                               {flags.draft, {}, {}, flags.snapshot_interval});
+                               {flags.draft, draft ? engine::DrafterFactory([draft] { return make_drafter(engine::DraftMode::Model, draft); })
+                                                   : engine::DrafterFactory{},
+                                {}, flags.snapshot_interval});
   server::HttpServer http(flags.server, engine, loaded->tokenizer, *loaded->chat, served);
   http.bind();
   running_engine.store(&engine);
@@ -195,7 +199,7 @@ void add_serve_command(CLI::App& app) {
   auto flags = std::make_shared<ServeFlags>();
   auto* command = app.add_subcommand("serve", "Serve the OpenAI-compatible HTTP API and the chat page");
   add_model_flags(*command, flags->model);
-  add_draft_flag(*command, flags->draft);
+  add_draft_flag(*command, flags->draft, &flags->model.draft_model);
   add_vision_flags(*command, flags->model);
   command->add_option("--host", flags->server.host, "Address to listen on")->capture_default_str();
   command->add_option("--port", flags->server.port, "Port to listen on (0: any free port)")

@@ -10,6 +10,7 @@
 
 #include "engine/drafter.h"
 #include "engine/sampler.h"
+#include "model/dflash/block_draft.h"
 #include "model/model.h"
 #include "vision/image_decode.h"
 
@@ -41,17 +42,21 @@ struct ModelFlags {
   std::string max_memory;  // "8G", "512M", ...; empty: what the machine can give
   std::string mmproj;      // the vision encoder's GGUF (SmolVLM's mmproj file); empty: none
   int64_t max_image_pixels = vision::kDefaultMaxImagePixels;
+  std::string draft_model;  // --draft-model: a block draft (dflash GGUF); empty: none
   std::optional<size_t> max_memory_bytes() const;  // throws splash::Error if malformed
 };
 void add_model_flags(CLI::App& command, ModelFlags& flags);
 // --mmproj and --max-image-pixels (serve, and eval for the reference tests).
 void add_vision_flags(CLI::App& command, ModelFlags& flags);
 
-// --draft auto|lookup|none: which guesses speculative decoding verifies (serve, run, bench,
-// eval). The reply is the same whichever: `none` is for comparing and checking.
-void add_draft_flag(CLI::App& command, engine::DraftMode& mode);
-// The drafter a mode gives one sequence (null for none).
-std::unique_ptr<engine::Drafter> make_drafter(engine::DraftMode mode);
+// --draft auto|lookup|model|none: which guesses speculative decoding verifies (serve, run,
+// bench, eval), and with draft_model --draft-model FILE, a block draft. The reply is the same
+// whichever: `none` is for comparing and checking.
+void add_draft_flag(CLI::App& command, engine::DraftMode& mode, std::string* draft_model = nullptr);
+// The drafter a mode gives one sequence (null for none): with a block draft (open_block_draft)
+// and auto or model, the block drafter.
+std::unique_ptr<engine::Drafter> make_drafter(engine::DraftMode mode,
+                                              const std::shared_ptr<model::dflash::BlockDraft>& draft = nullptr);
 
 // Sampling flags shared by run (and later serve's defaults).
 struct SamplingFlags {

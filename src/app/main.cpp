@@ -49,19 +49,27 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
       ->default_str("auto");
 }
 
-void add_draft_flag(CLI::App& command, engine::DraftMode& mode) {
+void add_draft_flag(CLI::App& command, engine::DraftMode& mode, std::string* draft_model) {
   command
       .add_option_function<std::string>(
           "--draft", [&mode](const std::string& name) { mode = engine::parse_draft_mode(name); },
-          "Speculative decoding: auto (the best drafts the model has: prompt lookup today), lookup (each step "
-          "verifies the tokens that followed the latest earlier occurrence of the last three), or none (plain "
-          "decoding). The output is the same")
-      ->check(CLI::IsMember({"auto", "lookup", "none"}))
+          "Speculative decoding: auto (the best drafts there are: the block draft of --draft-model after prompt "
+          "lookup's long matches, else prompt lookup), lookup (each step verifies the tokens that followed the "
+          "latest earlier occurrence of the last three), model (the block draft), or none (plain decoding). The "
+          "output is the same")
+      ->check(CLI::IsMember({"auto", "lookup", "model", "none"}))
       ->default_str("auto");
+  if (draft_model)
+    command.add_option("--draft-model", *draft_model,
+                       "Block draft made for the model (a dflash GGUF: tools/dflash/train.py), CPU: guesses a block "
+                       "of tokens from the model's own hidden states")
+        ->check(CLI::ExistingFile);
 }
 
-std::unique_ptr<engine::Drafter> make_drafter(engine::DraftMode mode) {
+std::unique_ptr<engine::Drafter> make_drafter(engine::DraftMode mode,
+                                              const std::shared_ptr<model::dflash::BlockDraft>& draft) {
   if (mode == engine::DraftMode::None) return nullptr;
+  if (draft && mode != engine::DraftMode::Lookup) return std::make_unique<engine::BlockDrafter>(draft);
   return std::make_unique<engine::LookupDrafter>();
 }
 

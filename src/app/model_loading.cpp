@@ -171,4 +171,21 @@ std::vector<int32_t> encode_chat(const LoadedModel& loaded, std::span<const chat
   return chat::encode_prompt(*loaded.chat, loaded.tokenizer, messages, {}, thinking);
 }
 
+std::shared_ptr<model::dflash::BlockDraft> open_block_draft(const std::string& path, engine::DraftMode mode,
+                                                            model::LoadOptions& options) {
+  if (mode == engine::DraftMode::Model && path.empty())
+    fail("--draft model needs the block draft: --draft-model FILE (tools/dflash/train.py makes one)");
+  if (path.empty() || mode == engine::DraftMode::None || mode == engine::DraftMode::Lookup) return nullptr;
+  if (options.device == model::Device::Cuda)
+    fail("--draft-model: block drafts run with the model on the CPU for now (--device cpu)");
+  auto draft = std::make_shared<model::dflash::BlockDraft>(gguf::File::open(path), options.threads);
+  const auto& taps = draft->info().target_taps;
+  if (!options.hidden_taps.empty() && options.hidden_taps != taps)
+    fail("--draft-model reads the outputs of other layers than --hidden-layers names");
+  options.hidden_taps = taps;
+  // (auto keeps the model where the draft runs: a GPU would refuse the taps)
+  if (options.device == model::Device::Auto) options.device = model::Device::Cpu;
+  return draft;
+}
+
 }  // namespace splash::app

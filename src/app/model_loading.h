@@ -10,8 +10,10 @@
 #include "hub/model_catalogue.h"
 
 #include "chat/chat_format.h"
+#include "engine/drafter.h"
 #include "engine/memory_plan.h"
 #include "formats/gguf.h"
+#include "model/dflash/block_draft.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "vision/vision_encoder.h"
@@ -54,6 +56,13 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::Lo
                                         const std::vector<engine::CacheBudget>& service_caches = {});
 
 void print_summary(const LoadedModel& loaded, std::FILE* out);
+
+// --draft-model: the block draft, read before the model loads, since the model must then keep
+// the hidden states the draft reads (options.hidden_taps; CPU only for now). Null without a
+// path, or when `mode` uses no block draft; --draft model without one is refused. After the
+// model loads, BlockDraft::check_target says whether the draft was made for it.
+std::shared_ptr<model::dflash::BlockDraft> open_block_draft(const std::string& path, engine::DraftMode mode,
+                                                            model::LoadOptions& options);
 
 // The prompt tokens of a conversation: rendered by the model's chat format, tokenized with
 // special tokens recognised, and BOS prepended when the vocabulary asks for it and the

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "model/dflash/block_draft.h"
 #include "model/model.h"
 
 namespace splash::engine {
@@ -10,14 +11,16 @@ namespace splash::engine {
 DraftMode parse_draft_mode(std::string_view name) {
   if (name == "auto") return DraftMode::Auto;
   if (name == "lookup") return DraftMode::Lookup;
+  if (name == "model") return DraftMode::Model;
   if (name == "none") return DraftMode::None;
-  fail("--draft: '{}' is not a draft mode (auto, lookup or none)", name);
+  fail("--draft: '{}' is not a draft mode (auto, lookup, model or none)", name);
 }
 
 const char* draft_mode_name(DraftMode mode) {
   switch (mode) {
     case DraftMode::Auto: return "auto";
     case DraftMode::Lookup: return "lookup";
+    case DraftMode::Model: return "model";
     case DraftMode::None: return "none";
   }
   return "auto";
@@ -58,5 +61,21 @@ std::vector<int32_t> LookupDrafter::propose(std::span<const int32_t> tokens, int
     guesses.push_back(from < size ? tokens[from] : guesses[from - size]);
   return guesses;
 }
+
+BlockDrafter::BlockDrafter(std::shared_ptr<model::dflash::BlockDraft> draft)
+    : draft_(std::move(draft)), context_(std::make_unique<model::dflash::BlockDraftContext>(draft_->new_context())) {}
+
+BlockDrafter::~BlockDrafter() = default;
+
+std::vector<int32_t> BlockDrafter::propose(std::span<const int32_t> tokens, int max_tokens) {
+  std::vector<int32_t> guesses = lookup_.propose(tokens, max_tokens);
+  if (static_cast<int>(guesses.size()) >= std::min(max_tokens, kLongMatch) || tokens.empty()) return guesses;
+  // The block starts at the last token, sampled but not yet run: the context holds what precedes it.
+  const int position = static_cast<int>(tokens.size()) - 1;
+  if (context_->end() != position) return guesses;  // (a gap: the draft has not seen the positions just before)
+  return draft_->propose(*context_, tokens.back(), position, max_tokens);
+}
+
+void BlockDrafter::observe_hidden(int first, std::span<const float> rows) { draft_->extend(*context_, first, rows); }
 
 }  // namespace splash::engine

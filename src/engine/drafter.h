@@ -12,6 +12,11 @@
 #include <unordered_map>
 #include <vector>
 
+namespace splash::model::dflash {
+class BlockDraft;
+class BlockDraftContext;
+}  // namespace splash::model::dflash
+
 namespace splash::engine {
 
 class Drafter {
@@ -20,6 +25,11 @@ class Drafter {
   // Up to max_tokens guesses of the tokens after `tokens` (the prompt and the reply so far;
   // it only grows between calls for one sequence). Fewer, or none, when it has no guess.
   virtual std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) = 0;
+  // A drafter conditioned on the model's hidden states (a block draft) is handed every pass's
+  // tapped rows (Model::hidden_taps, [n][taps][d_model]) of the sequence's positions
+  // first .. first + n - 1 that the pass committed (a verify block's refused guesses are not
+  // among them); others ignore them.
+  virtual void observe_hidden(int /*first*/, std::span<const float> /*rows*/) {}
 };
 
 // One drafter per request.
@@ -38,10 +48,10 @@ class DraftBudget {
   int limit_ = kInitial;
 };
 
-// Which drafts the engine verifies (`--draft`): auto picks the best the model has (today the
-// lookup drafter wherever the backend verifies drafts), none decodes plainly (to compare, or
-// to check).
-enum class DraftMode { Auto, Lookup, None };
+// Which drafts the engine verifies (`--draft`): auto picks the best the model has (its block
+// draft, with lookup's long matches first, where one is given; else the lookup drafter),
+// model the block draft (one must be given), none decodes plainly (to compare, or to check).
+enum class DraftMode { Auto, Lookup, Model, None };
 DraftMode parse_draft_mode(std::string_view name);  // throws splash::Error naming the choices
 const char* draft_mode_name(DraftMode mode);
 
@@ -61,6 +71,25 @@ class LookupDrafter final : public Drafter {
   static uint64_t gram_key(std::span<const int32_t> tokens, size_t end);
   std::unordered_map<uint64_t, uint32_t> next_after_;
   size_t indexed_end_ = 0;  // grams ending before this position are in the index
+};
+
+// The lookup drafter's long matches first (re-emitted code), else the block draft's guesses
+// (model/dflash/block_draft.h), which the sequence's hidden states condition. The draft is
+// shared by every sequence of an engine (one thread runs them); each sequence keeps its own
+// context.
+class BlockDrafter final : public Drafter {
+ public:
+  // A lookup match at least this long (or as long as asked) is taken as it is.
+  static constexpr int kLongMatch = 4;
+  explicit BlockDrafter(std::shared_ptr<model::dflash::BlockDraft> draft);
+  ~BlockDrafter() override;
+  std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) override;
+  void observe_hidden(int first, std::span<const float> rows) override;
+
+ private:
+  std::shared_ptr<model::dflash::BlockDraft> draft_;
+  std::unique_ptr<model::dflash::BlockDraftContext> context_;
+  LookupDrafter lookup_;
 };
 
 }  // namespace splash::engine

@@ -818,6 +818,8 @@ void EngineService::apply(const Pass& pass, std::span<const float> logits) {
   const auto best = pass.slots.empty() ? std::span<const model::TokenLogit>{} : model_.best_tokens();
   size_t row = 0, best_row = 0;
   uint64_t whole_reads = 0;
+  std::vector<int> first_positions;  // each slot's first position (what a hidden-state reader is given)
+  for (const Slot& slot : pass.slots) first_positions.push_back(slot.sequence->computed);
   for (size_t i = 0; i < pass.slots.size(); ++i) {
     const Slot& slot = pass.slots[i];
     Running& s = *slot.sequence;
@@ -853,12 +855,35 @@ void EngineService::apply(const Pass& pass, std::span<const float> logits) {
     LogitsRow whole(rows);
     on_logits(s, whole);
   }
+  hand_on_hidden_states(pass, first_positions);
   std::lock_guard lock(mutex_);
   counters_.batch_size = static_cast<int>(pass.batch.size());
   counters_.batch_tokens = pass.tokens;
   ++counters_.steps;
   counters_.best_token_rows += best_row;
   counters_.whole_rows_read += whole_reads;
+}
+
+void EngineService::hand_on_hidden_states(const Pass& pass, std::span<const int> first_positions) {
+  const auto taps = model_.hidden_taps();
+  size_t tokens = 0;
+  for (const Slot& slot : pass.slots) tokens += static_cast<size_t>(slot.count);
+  if (taps.empty() || tokens == 0) return;
+  const size_t row_floats = taps.size() / tokens;
+  size_t row = 0;  // the batch's rows: each slot's tokens in batch order
+  for (size_t i = 0; i < pass.slots.size(); ++i) {
+    Running& s = *pass.slots[i].sequence;
+    const int first = first_positions[i];
+    const int committed = s.computed - first;  // (a verify block's refused guesses are not)
+    if (s.drafter && !s.ended && committed > 0) {
+      try {
+        s.drafter->observe_hidden(first, taps.subspan(row * row_floats, committed * row_floats));
+      } catch (const std::exception&) {  // (a draft's failure costs this reply its guesses, never the reply)
+        s.drafter.reset();
+      }
+    }
+    row += static_cast<size_t>(pass.slots[i].count);
+  }
 }
 
 void EngineService::retire() {

@@ -191,6 +191,8 @@ class EngineService {
   // Takes a verify block's logits: samples position after position while the sampled token
   // is the drafted one, keeps those, and rolls the computed positions back past the rest.
   void verify(Running& sequence, int drafted, std::span<const float> logits);
+  // A block drafter's conditioning: each slot's committed positions' tapped hidden states.
+  void hand_on_hidden_states(const Pass& pass, std::span<const int> first_positions);
   // Prompt tokens each running sequence reads in this step (max-min fair split of budget).
   std::vector<int> prefill_shares(int budget, const std::vector<bool>& in_batch) const;
   bool grow(Running& sequence, int positions);

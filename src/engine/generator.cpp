@@ -296,11 +296,21 @@ GenerationResult generate(model::Sequence& sequence, const tokenizer::Tokenizer&
   generation.result().cached_prompt_tokens = reuse;
   sequence.truncate(reuse);
   const auto prefill_start = Clock::now();
-  std::span<const float> logits = sequence.forward(std::span(request.prompt).subspan(sequence.position()));
+  if (info.max_logits_per_slice < 2 || info.draft_pass_tokens < 2) drafter = nullptr;
+  // A block drafter reads the hidden states of every committed position (none: no taps).
+  std::vector<float> prompt_hidden;
+  const int prompt_first = sequence.position();
+  std::span<const float> logits =
+      sequence.forward(std::span(request.prompt).subspan(prompt_first), {}, drafter ? &prompt_hidden : nullptr);
+  if (drafter && !prompt_hidden.empty()) drafter->observe_hidden(prompt_first, prompt_hidden);
+  const auto hand_on_hidden = [&](int first, int committed) {
+    const auto taps = sequence.hidden_taps();
+    if (!drafter || taps.empty() || committed <= 0) return;
+    drafter->observe_hidden(first, taps.first(taps.size() / (sequence.position() - first) * committed));
+  };
   const auto decode_start = Clock::now();
   // One decode loop: each step feeds the sampled token and whatever guesses the drafter has
   // (none: a plain step), and samples what the verified rows allow.
-  if (info.max_logits_per_slice < 2 || info.draft_pass_tokens < 2) drafter = nullptr;
   std::vector<int32_t> text = request.prompt;  // what the drafter reads: the prompt and the reply so far
   DraftBudget budget;
   std::optional<int32_t> token = generation.step(logits);
@@ -318,11 +328,14 @@ GenerationResult generate(model::Sequence& sequence, const tokenizer::Tokenizer&
     if (block.size() == 1 && info.best_tokens_on_device && generation.best_tokens_suffice()) {
       // The row's best tokens, found where the logits are; the whole row only if they cannot decide.
       LogitsRow row(sequence.forward_best(*token), [&] { return sequence.whole_row(); });
+      hand_on_hidden(sequence.position() - 1, 1);
       token = generation.step(row);
       continue;
     }
     if (block.size() == 1) {
-      token = generation.step(sequence.forward(block));
+      const auto row = sequence.forward(block);
+      hand_on_hidden(sequence.position() - 1, 1);
+      token = generation.step(row);
       continue;
     }
     const int fed = sequence.position();
@@ -331,6 +344,7 @@ GenerationResult generate(model::Sequence& sequence, const tokenizer::Tokenizer&
     const VerifiedGuesses verified = verify_guesses(guesses, rows, static_cast<size_t>(info.vocab),
                                                     [&](std::span<const float> row) { return generation.step(row); },
                                                     [&](int32_t kept) { text.push_back(kept); });
+    hand_on_hidden(fed, 1 + verified.kept);  // (before truncate: the rows are the block's)
     sequence.truncate(fed + 1 + verified.kept);  // the refused guesses' positions are forgotten
     budget.update(static_cast<int>(guesses.size()), verified.kept);
     if (stats) ++stats->verify_steps, stats->draft_tokens += static_cast<int>(guesses.size()),

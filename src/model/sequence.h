@@ -31,6 +31,8 @@ class Sequence {
   // row itself, until the next pass.
   std::span<const TokenLogit> forward_best(int32_t token);
   std::span<const float> whole_row() { return model_.whole_row(0); }
+  // The last pass's tapped hidden states (Model::hidden_taps): the rows of the tokens it appended.
+  std::span<const float> hidden_taps() const { return model_.hidden_taps(); }
   int position() const { return position_; }
   // Forgets everything after the first n tokens (n <= position()). A hybrid model's
   // recurrent state goes back only inside the last verify block (Model::rewind_state), else

@@ -64,7 +64,8 @@ TEST(DraftMode, ParsesItsNamesAndRefusesOthers) {
   EXPECT_EQ(parse_draft_mode("auto"), DraftMode::Auto);
   EXPECT_EQ(parse_draft_mode("lookup"), DraftMode::Lookup);
   EXPECT_EQ(parse_draft_mode("none"), DraftMode::None);
-  EXPECT_THROW(parse_draft_mode("model"), Error);
+  EXPECT_EQ(parse_draft_mode("model"), DraftMode::Model);
+  EXPECT_THROW(parse_draft_mode("mtp"), Error);
   EXPECT_THROW(parse_draft_mode(""), Error);
   EXPECT_STREQ(draft_mode_name(DraftMode::Lookup), "lookup");
 }

@@ -264,9 +264,10 @@ def export(draft: Draft, target: Target, taps, args, path: str):
     raw.reshape(target.vocab, -1)[args.mask_token] = row.reshape(-1)
     w.add_tensor("token_embd.weight", raw, raw_shape=list(embd.data.shape) if embd.tensor_type == GGMLQuantizationType.F32
                  else None, raw_dtype=embd.tensor_type)
-    if not target.tied:
-        head = target.tensors["output.weight"]
-        w.add_tensor("output.weight", np.array(head.data, copy=True), raw_dtype=head.tensor_type)
+    # The head, always: a tied target's head is its embedding table, whose mask row the draft's
+    # copy no longer holds.
+    head = target.tensors["output.weight" if not target.tied else "token_embd.weight"]
+    w.add_tensor("output.weight", np.array(head.data, copy=True), raw_dtype=head.tensor_type)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -1,0 +1,313 @@
+#include "model/dflash/block_draft.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/error.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant_formats.h"
+#include "model/llama/llama_hparams.h"
+
+namespace splash::model::dflash {
+
+using kernels::PackedWeight;
+using kernels::WeightSource;
+
+struct BlockDraft::Layer {
+  std::vector<float> attn_norm, ffn_norm, q_norm, k_norm;
+  PackedWeight qkv;      // rows [q | k | v]
+  PackedWeight kv;       // rows [k | v]: the context rows' projections
+  PackedWeight output;   // attn_output
+  PackedWeight gate_up;  // rows [gate | up]
+  PackedWeight down;
+};
+
+namespace {
+
+WeightSource matrix(const gguf::File& file, const std::string& name, int rows, int cols) {
+  const auto& t = llama::matrix_tensor(file, name, rows, cols);
+  if (!kernels::is_supported_weight_type(t.type))
+    fail("{}: tensor '{}' has type {}, which has no CPU kernel", file.path(), name, type_name(t.type));
+  return {t.type, t.data, rows, cols};
+}
+
+// Matrices stacked row-wise into one packed weight (one matmul computes every part).
+PackedWeight stack(const gguf::File& file, std::initializer_list<WeightSource> parts, const std::string& what) {
+  for (const auto& part : parts)
+    if (part.type != parts.begin()->type) fail("{}: the draft's {} matrices must share one type", file.path(), what);
+  return kernels::pack_weights(std::span(parts.begin(), parts.size()));
+}
+
+int positive(const gguf::File& file, const std::string& key) {
+  const uint64_t value = file.get_uint(key);
+  if (value == 0 || value > (1u << 24)) fail("{}: {} = {} is out of range", file.path(), key, value);
+  return static_cast<int>(value);
+}
+
+}  // namespace
+
+BlockDraft::BlockDraft(gguf::File owned, int threads) : file_(std::move(owned)), pool_(threads) {
+  const gguf::File& file = file_;
+  const std::string arch = file.opt_string("general.architecture").value_or("");
+  if (arch != "dflash")
+    fail("{}: a block draft is a GGUF of architecture 'dflash' (tools/dflash/train.py writes one), not '{}'",
+         file.path(), arch);
+  auto& n = info_;
+  n.d_model = positive(file, "dflash.embedding_length");
+  n.n_layers = positive(file, "dflash.block_count");
+  n.ffn = positive(file, "dflash.feed_forward_length");
+  n.n_heads = positive(file, "dflash.attention.head_count");
+  n.n_kv_heads = positive(file, "dflash.attention.head_count_kv");
+  n.head_dim = positive(file, "dflash.attention.key_length");
+  n.block_size = positive(file, "dflash.block_size");
+  n.vocab = positive(file, "dflash.vocab_size");
+  n.rms_eps = file.opt_float("dflash.attention.layer_norm_rms_epsilon").value_or(1e-6f);
+  n.rope_base = file.opt_float("dflash.rope.freq_base").value_or(10000.0f);
+  n.mask_token = static_cast<int32_t>(file.opt_uint("tokenizer.ggml.mask_token_id").value_or(0));
+  if (file.opt_uint("dflash.attention.value_length").value_or(n.head_dim) != static_cast<uint64_t>(n.head_dim))
+    fail("{}: the draft's key and value heads must have one length", file.path());
+  if (n.n_heads % n.n_kv_heads != 0 || n.head_dim % 2 != 0 || n.block_size < 2 || n.block_size > kMaxDraftTokens + 1 ||
+      n.mask_token < 0 || n.mask_token >= n.vocab)
+    fail("{}: inconsistent draft shape (heads {}/{}, head_dim {}, block {}, mask token {})", file.path(), n.n_heads,
+         n.n_kv_heads, n.head_dim, n.block_size, n.mask_token);
+  // llama.cpp names the layers whose *input* it reads: our tap is the layer before.
+  for (const int32_t layer : file.get_int_array("dflash.target_layers")) {
+    if (layer < 1) fail("{}: dflash.target_layers holds {}, not a layer past the first", file.path(), layer);
+    n.target_taps.push_back(layer - 1);
+  }
+  if (n.target_taps.empty()) fail("{}: dflash.target_layers is empty", file.path());
+
+  const int d = n.d_model, q_width = n.n_heads * n.head_dim, kv_width = n.n_kv_heads * n.head_dim;
+  const int taps = static_cast<int>(n.target_taps.size());
+  fc_ = kernels::pack_weight(matrix(file, "fc.weight", d, taps * d));
+  hidden_norm_ = llama::vector_weight(file, "enc.output_norm.weight", d);
+  output_norm_ = llama::vector_weight(file, "output_norm.weight", d);
+  for (int l = 0; l < n.n_layers; ++l) {
+    const std::string p = llama::layer_prefix(l);
+    Layer layer;
+    layer.attn_norm = llama::vector_weight(file, p + "attn_norm.weight", d);
+    layer.ffn_norm = llama::vector_weight(file, p + "ffn_norm.weight", d);
+    layer.q_norm = llama::vector_weight(file, p + "attn_q_norm.weight", n.head_dim);
+    layer.k_norm = llama::vector_weight(file, p + "attn_k_norm.weight", n.head_dim);
+    const WeightSource q = matrix(file, p + "attn_q.weight", q_width, d);
+    const WeightSource k = matrix(file, p + "attn_k.weight", kv_width, d);
+    const WeightSource v = matrix(file, p + "attn_v.weight", kv_width, d);
+    layer.qkv = stack(file, {q, k, v}, "attention");
+    layer.kv = stack(file, {k, v}, "attention");
+    layer.output = kernels::pack_weight(matrix(file, p + "attn_output.weight", d, q_width));
+    layer.gate_up = stack(file, {matrix(file, p + "ffn_gate.weight", n.ffn, d), matrix(file, p + "ffn_up.weight", n.ffn, d)},
+                          "feed-forward");
+    layer.down = kernels::pack_weight(matrix(file, p + "ffn_down.weight", d, n.ffn));
+    layers_.push_back(std::move(layer));
+  }
+  // The embedding table (the target's, its mask row the learned vector) and the LM head: the
+  // target's own, which the file carries as output.weight (else the table is the head).
+  const WeightSource embedding = matrix(file, "token_embd.weight", n.vocab, d);
+  embedding_ = &file.tensor("token_embd.weight");
+  embedding_row_bytes_ = embedding_->n_bytes / n.vocab;
+  mask_row_.resize(d);
+  kernels::dequantize_row(embedding.type, embedding.data + embedding_row_bytes_ * n.mask_token, mask_row_.data(), d);
+  head_ = kernels::pack_weight(file.find_tensor("output.weight") ? matrix(file, "output.weight", n.vocab, d) : embedding);
+}
+
+BlockDraft::~BlockDraft() = default;
+
+void BlockDraft::check_target(const ModelInfo& target) const {
+  if (target.d_model != info_.d_model || target.vocab != info_.vocab)
+    fail("the block draft was made for a model of width {} and {} tokens, not this one ({}, {})", info_.d_model,
+         info_.vocab, target.d_model, target.vocab);
+  for (const int tap : info_.target_taps)
+    if (tap >= target.n_layers)
+      fail("the block draft reads layer {}'s output, past this model's {} layers", tap, target.n_layers);
+}
+
+BlockDraftContext BlockDraft::new_context() const {
+  BlockDraftContext context;
+  context.keys_.resize(layers_.size());
+  context.values_.resize(layers_.size());
+  return context;
+}
+
+void BlockDraft::project(const PackedWeight& w, const float* x, int n, float* y, int ldy) {
+  if (kernels::packed_kind_info(w.kind).integer)
+    activations_.quantize(x, n, w.cols, pool_);
+  else
+    activations_.use_floats(x, n, w.cols);
+  kernels::matmul(w, activations_, y, ldy, pool_);
+}
+
+void BlockDraft::rotate(float* rows, int n, int stride, int heads, const int* positions) {
+  const int half = info_.head_dim / 2;
+  cos_.resize(static_cast<size_t>(n) * half);
+  sin_.resize(cos_.size());
+  std::vector<int> local(n);
+  for (int r = 0; r < n; ++r) {
+    local[r] = r;
+    for (int i = 0; i < half; ++i) {
+      const double angle = positions[r] * std::pow(static_cast<double>(info_.rope_base), -2.0 * i / info_.head_dim);
+      cos_[static_cast<size_t>(r) * half + i] = static_cast<float>(std::cos(angle));
+      sin_[static_cast<size_t>(r) * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  kernels::rope_neox(rows, n, stride, heads, info_.head_dim, local.data(), cos_.data(), sin_.data());
+}
+
+void BlockDraft::extend(BlockDraftContext& context, int first, std::span<const float> taps) {
+  const int d = info_.d_model, kv_width = info_.n_kv_heads * info_.head_dim;
+  const size_t row_floats = info_.target_taps.size() * static_cast<size_t>(d);
+  if (taps.size() % row_floats != 0)
+    fail("block draft: {} hidden-state floats are not whole rows of {} taps of {}", taps.size(),
+         info_.target_taps.size(), d);
+  if (first < 0) fail("block draft: context position {} is negative", first);
+  // A recomputed tail replaces what the context held from `first` on.
+  const auto kept = static_cast<size_t>(std::lower_bound(context.positions_.begin(), context.positions_.end(), first) -
+                                        context.positions_.begin());
+  context.positions_.resize(kept);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    context.keys_[l].resize(kept * kv_width);
+    context.values_[l].resize(kept * kv_width);
+  }
+  int n = static_cast<int>(taps.size() / row_floats);
+  const int skipped = std::max(0, n - kWindow);  // (rows the window would drop at once)
+  constexpr int kChunk = 256;
+  std::vector<int> positions;
+  std::vector<float> kv;
+  for (int begin = skipped; begin < n; begin += kChunk) {
+    const int m = std::min(kChunk, n - begin);
+    positions.resize(m);
+    for (int r = 0; r < m; ++r) positions[r] = first + begin + r;
+    scratch_.resize(static_cast<size_t>(m) * d);
+    project(fc_, taps.data() + begin * row_floats, m, scratch_.data(), d);
+    kernels::rms_norm(scratch_.data(), hidden_norm_.data(), scratch_.data(), m, d, info_.rms_eps, pool_);
+    kv.resize(static_cast<size_t>(m) * 2 * kv_width);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      project(layers_[l].kv, scratch_.data(), m, kv.data(), 2 * kv_width);
+      for (int r = 0; r < m; ++r) {
+        float* row = kv.data() + static_cast<size_t>(r) * 2 * kv_width;
+        kernels::rms_norm(row, layers_[l].k_norm.data(), row, info_.n_kv_heads, info_.head_dim, info_.rms_eps, pool_);
+      }
+      rotate(kv.data(), m, 2 * kv_width, info_.n_kv_heads, positions.data());
+      for (int r = 0; r < m; ++r) {
+        const float* row = kv.data() + static_cast<size_t>(r) * 2 * kv_width;
+        context.keys_[l].insert(context.keys_[l].end(), row, row + kv_width);
+        context.values_[l].insert(context.values_[l].end(), row + kv_width, row + 2 * kv_width);
+      }
+    }
+    context.positions_.insert(context.positions_.end(), positions.begin(), positions.end());
+  }
+  // The window: the oldest rows go (a quarter of it at a time, so the move is paid rarely).
+  const int held = context.positions();
+  if (held > kWindow + kWindow / 4) {
+    const size_t drop = static_cast<size_t>(held - kWindow);
+    context.positions_.erase(context.positions_.begin(), context.positions_.begin() + drop);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      context.keys_[l].erase(context.keys_[l].begin(), context.keys_[l].begin() + drop * kv_width);
+      context.values_[l].erase(context.values_[l].begin(), context.values_[l].begin() + drop * kv_width);
+    }
+  }
+}
+
+void BlockDraft::attend(const BlockDraftContext& context, int layer, const float* qkv, int n, int position,
+                        float* out) {
+  const int hd = info_.head_dim, heads = info_.n_heads, group = heads / info_.n_kv_heads;
+  const int q_width = heads * hd, kv_width = info_.n_kv_heads * hd, stride = q_width + 2 * kv_width;
+  // The context rows before the block (committed positions only ever precede it).
+  const int seen = static_cast<int>(std::lower_bound(context.positions_.begin(), context.positions_.end(), position) -
+                                    context.positions_.begin());
+  const float* keys = context.keys_[layer].data();
+  const float* values = context.values_[layer].data();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  pool_.run(heads * n, [&](int task) {
+    const int head = task % heads, row = task / heads, kv_head = head / group;
+    const float* q = qkv + static_cast<size_t>(row) * stride + head * hd;
+    std::vector<float> scores(static_cast<size_t>(seen) + n);
+    float best = -std::numeric_limits<float>::infinity();
+    auto dot = [&](const float* k) {
+      float sum = 0.0f;
+      for (int i = 0; i < hd; ++i) sum += q[i] * k[i];
+      return sum * scale;
+    };
+    for (int j = 0; j < seen; ++j) best = std::max(best, scores[j] = dot(keys + static_cast<size_t>(j) * kv_width + kv_head * hd));
+    for (int j = 0; j < n; ++j)
+      best = std::max(best, scores[seen + j] = dot(qkv + static_cast<size_t>(j) * stride + q_width + kv_head * hd));
+    float total = 0.0f;
+    for (float& s : scores) total += (s = std::exp(s - best));
+    float* o = out + static_cast<size_t>(row) * q_width + head * hd;
+    std::fill(o, o + hd, 0.0f);
+    auto add = [&](const float* v, float weight) {
+      for (int i = 0; i < hd; ++i) o[i] += weight * v[i];
+    };
+    for (int j = 0; j < seen; ++j) add(values + static_cast<size_t>(j) * kv_width + kv_head * hd, scores[j] / total);
+    for (int j = 0; j < n; ++j)
+      add(qkv + static_cast<size_t>(j) * stride + q_width + kv_width + kv_head * hd, scores[seen + j] / total);
+  });
+}
+
+std::span<const float> BlockDraft::block_logits(const BlockDraftContext& context, int32_t token, int position,
+                                                int first_row, int rows) {
+  const auto& n = info_;
+  if (first_row < 0 || rows < 1 || first_row + rows > n.block_size)
+    fail("block draft: rows {} .. {} of a block of {}", first_row, first_row + rows - 1, n.block_size);
+  if (token < 0 || token >= n.vocab) fail("block draft: token {} is outside the vocabulary", token);
+  run_block(context, token, position);
+  logits_.resize(static_cast<size_t>(rows) * n.vocab);
+  project(head_, normed_.data() + static_cast<size_t>(first_row) * n.d_model, rows, logits_.data(), n.vocab);
+  return logits_;
+}
+
+void BlockDraft::run_block(const BlockDraftContext& context, int32_t token, int position) {
+  const auto& n = info_;
+  const int rows = n.block_size;  // (always whole: the rows see each other, as in training)
+  const int d = n.d_model, q_width = n.n_heads * n.head_dim, kv_width = n.n_kv_heads * n.head_dim;
+  const int stride = q_width + 2 * kv_width;
+  const size_t cells = static_cast<size_t>(rows) * d;
+  hidden_.resize(cells);
+  normed_.resize(cells);
+  scratch_.resize(cells);
+  qkv_.resize(static_cast<size_t>(rows) * stride);
+  attended_.resize(static_cast<size_t>(rows) * q_width);
+  gate_up_.resize(static_cast<size_t>(rows) * 2 * n.ffn);
+  ffn_out_.resize(static_cast<size_t>(rows) * n.ffn);
+  kernels::dequantize_row(embedding_->type, embedding_->data + embedding_row_bytes_ * token, hidden_.data(), d);
+  for (int r = 1; r < rows; ++r) std::copy(mask_row_.begin(), mask_row_.end(), hidden_.begin() + static_cast<size_t>(r) * d);
+  std::vector<int> positions(rows);
+  for (int r = 0; r < rows; ++r) positions[r] = position + r;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& layer = layers_[l];
+    kernels::rms_norm(hidden_.data(), layer.attn_norm.data(), normed_.data(), rows, d, n.rms_eps, pool_);
+    project(layer.qkv, normed_.data(), rows, qkv_.data(), stride);
+    for (int r = 0; r < rows; ++r) {
+      float* row = qkv_.data() + static_cast<size_t>(r) * stride;
+      kernels::rms_norm(row, layer.q_norm.data(), row, n.n_heads, n.head_dim, n.rms_eps, pool_);
+      kernels::rms_norm(row + q_width, layer.k_norm.data(), row + q_width, n.n_kv_heads, n.head_dim, n.rms_eps, pool_);
+    }
+    rotate(qkv_.data(), rows, stride, n.n_heads, positions.data());
+    rotate(qkv_.data() + q_width, rows, stride, n.n_kv_heads, positions.data());
+    attend(context, static_cast<int>(l), qkv_.data(), rows, position, attended_.data());
+    project(layer.output, attended_.data(), rows, scratch_.data(), d);
+    for (size_t i = 0; i < cells; ++i) hidden_[i] += scratch_[i];
+    kernels::rms_norm(hidden_.data(), layer.ffn_norm.data(), normed_.data(), rows, d, n.rms_eps, pool_);
+    project(layer.gate_up, normed_.data(), rows, gate_up_.data(), 2 * n.ffn);
+    kernels::silu_mul(gate_up_.data(), ffn_out_.data(), rows, n.ffn, pool_);
+    project(layer.down, ffn_out_.data(), rows, scratch_.data(), d);
+    for (size_t i = 0; i < cells; ++i) hidden_[i] += scratch_[i];
+  }
+  kernels::rms_norm(hidden_.data(), output_norm_.data(), normed_.data(), rows, d, n.rms_eps, pool_);
+}
+
+std::vector<int32_t> BlockDraft::propose(const BlockDraftContext& context, int32_t token, int position,
+                                         int max_tokens) {
+  const int guesses = std::min(max_tokens, info_.block_size - 1);
+  if (guesses <= 0) return {};
+  // (slot 0 is the token given: the head runs over the guessing slots only)
+  const auto logits = block_logits(context, token, position, 1, guesses);
+  std::vector<int32_t> out;
+  for (int slot = 0; slot < guesses; ++slot) {
+    const auto row = logits.subspan(static_cast<size_t>(slot) * info_.vocab, info_.vocab);
+    out.push_back(static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin()));
+  }
+  return out;
+}
+
+}  // namespace splash::model::dflash

@@ -1,0 +1,229 @@
+"""The block draft (DFlash, issue 14) run by splash: its logits against an independent numpy
+forward of the same GGUF (llama.cpp's `dflash` layout, as tools/dflash/train.py writes it),
+the output with it identical to plain decoding (`eval --greedy`, and through the server), and
+the drafts that cannot run refused with a clear message.
+
+The draft here has random weights: what is checked is the arithmetic (context rows from the
+taps, per-layer context keys and values, the non-causal block, NEOX RoPE at absolute
+positions, the shared head), not guessing skill. Tolerance: the engine multiplies the F16
+weights with float activations and the Q8_0 head with int8-rounded activations (as the target
+model's own matmuls do), so each block row's logits are within 3% (relative L2) of the float64
+reference; the same reference without the context is far off (the check sees the context)."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+import requests
+from gguf import GGUFReader, GGUFWriter
+from gguf.quants import dequantize
+
+TAPS = [1, 10, 18, 27]  # the target layers whose outputs the draft reads
+BLOCK = 8
+ROW_REL_MAX = 0.03
+
+
+def write_draft(path, target_path: str, *, d_model: int | None = None, layers: int = 2, ffn: int = 256,
+                seed: int = 0) -> dict:
+    """A random-weight dflash GGUF for the target (its embedding table copied raw), and the
+    weights as float arrays (F16-rounded, as stored) for the reference."""
+    rng = np.random.default_rng(seed)
+    target = GGUFReader(target_path)
+    embd = next(t for t in target.tensors if t.name == "token_embd.weight")
+    arch = bytes(target.fields["general.architecture"].parts[-1]).decode()
+    target_d = int(target.fields[f"{arch}.embedding_length"].parts[-1][0])
+    vocab = int(embd.n_elements) // target_d
+    d = d_model or target_d
+    heads, kv_heads, head_dim = 9, 3, 64
+    eps = 1e-5
+    w = GGUFWriter(str(path), "dflash")
+    for key, value in [("embedding_length", d), ("block_count", layers), ("feed_forward_length", ffn),
+                       ("attention.head_count", heads), ("attention.head_count_kv", kv_heads),
+                       ("attention.key_length", head_dim), ("attention.value_length", head_dim),
+                       ("context_length", 8192), ("block_size", BLOCK), ("vocab_size", vocab)]:
+        w.add_uint32(f"dflash.{key}", value)
+    w.add_float32("dflash.attention.layer_norm_rms_epsilon", eps)
+    w.add_float32("dflash.rope.freq_base", 100000.0)
+    w.add_array("dflash.target_layers", [t + 1 for t in TAPS])
+    w.add_uint32("tokenizer.ggml.mask_token_id", 0)
+    weights = {}
+
+    def matrix(name, rows, cols):
+        m = (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float16)
+        w.add_tensor(name, m)
+        weights[name] = m.astype(np.float64)
+
+    def vector(name, n):
+        v = rng.uniform(0.5, 1.5, n).astype(np.float32)
+        w.add_tensor(name, v)
+        weights[name] = v.astype(np.float64)
+
+    matrix("fc.weight", d, len(TAPS) * d)
+    vector("enc.output_norm.weight", d)
+    vector("output_norm.weight", d)
+    for i in range(layers):
+        p = f"blk.{i}."
+        for name, n in [("attn_norm", d), ("ffn_norm", d), ("attn_q_norm", head_dim), ("attn_k_norm", head_dim)]:
+            vector(p + name + ".weight", n)
+        for name, rows, cols in [("attn_q", heads * head_dim, d), ("attn_k", kv_heads * head_dim, d),
+                                 ("attn_v", kv_heads * head_dim, d), ("attn_output", d, heads * head_dim),
+                                 ("ffn_gate", ffn, d), ("ffn_up", ffn, d), ("ffn_down", d, ffn)]:
+            matrix(p + name + ".weight", rows, cols)
+    if d_model is None:
+        w.add_tensor("token_embd.weight", np.array(embd.data, copy=True), raw_dtype=embd.tensor_type)
+        weights["token_embd.weight"] = dequantize(embd.data, embd.tensor_type).reshape(-1, d).astype(np.float64)
+    else:  # (a draft for another width: its own table)
+        table = (rng.standard_normal((vocab, d)) * 0.02).astype(np.float32)
+        w.add_tensor("token_embd.weight", table)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return {"weights": weights, "layers": layers, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
+            "eps": eps, "base": 100000.0}
+
+
+def rms(x, weight, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * weight
+
+
+def rope(x, positions, base):
+    """NEOX RoPE of x [n, heads, dim] at absolute positions."""
+    dim = x.shape[-1]
+    angles = positions[:, None] * base ** (-np.arange(0, dim, 2) / dim)[None, :]
+    cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
+    a, b = x[..., : dim // 2], x[..., dim // 2:]
+    return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
+
+
+def reference_block(draft: dict, taps: np.ndarray, token: int, position: int, with_context: bool = True):
+    """The block [token, MASK...] at `position` seeing the context rows of positions 0 .. position - 1
+    (taps [position][taps][d]): its logits [BLOCK][vocab], float64."""
+    W, eps, base = draft["weights"], draft["eps"], draft["base"]
+    H, K, hd = draft["heads"], draft["kv_heads"], draft["head_dim"]
+    table = W["token_embd.weight"]
+    ctx = rms(taps.reshape(taps.shape[0], -1).astype(np.float64) @ W["fc.weight"].T, W["enc.output_norm.weight"], eps)
+    if not with_context:
+        ctx = ctx[:0]
+    ctx_pos = np.arange(ctx.shape[0], dtype=np.float64)
+    pos = position + np.arange(BLOCK, dtype=np.float64)
+    h = np.stack([table[token]] + [table[0]] * (BLOCK - 1))  # (the mask vector: token 0's row)
+    for i in range(draft["layers"]):
+        p = f"blk.{i}."
+
+        def kv(x, positions):
+            k = rope(rms((x @ W[p + "attn_k.weight"].T).reshape(-1, K, hd), W[p + "attn_k_norm.weight"], eps),
+                     positions, base)
+            return k, (x @ W[p + "attn_v.weight"].T).reshape(-1, K, hd)
+
+        x = rms(h, W[p + "attn_norm.weight"], eps)
+        q = rope(rms((x @ W[p + "attn_q.weight"].T).reshape(BLOCK, H, hd), W[p + "attn_q_norm.weight"], eps), pos, base)
+        ck, cv = kv(ctx, ctx_pos)
+        bk, bv = kv(x, pos)
+        keys, values = np.concatenate([ck, bk]), np.concatenate([cv, bv])
+        out = np.zeros((BLOCK, H, hd))
+        for head in range(H):
+            g = head // (H // K)
+            scores = q[:, head] @ keys[:, g].T / np.sqrt(hd)
+            scores = np.exp(scores - scores.max(-1, keepdims=True))
+            out[:, head] = (scores / scores.sum(-1, keepdims=True)) @ values[:, g]
+        h = h + out.reshape(BLOCK, -1) @ W[p + "attn_output.weight"].T
+        x = rms(h, W[p + "ffn_norm.weight"], eps)
+        gate = x @ W[p + "ffn_gate.weight"].T
+        h = h + (gate / (1 + np.exp(-gate)) * (x @ W[p + "ffn_up.weight"].T)) @ W[p + "ffn_down.weight"].T
+    return rms(h, W["output_norm.weight"], eps) @ table.T
+
+
+def run(splash_binary, *args, check=True):
+    proc = subprocess.run([splash_binary, *args], capture_output=True, text=True, timeout=300)
+    if check:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def draft_file(tmp_path_factory, model_path):
+    path = tmp_path_factory.mktemp("draft") / "draft.gguf"
+    return path, write_draft(path, model_path)
+
+
+def test_block_logits_match_reference(splash_binary, model_path, draft_file, tmp_path):
+    path, draft = draft_file
+    ids = np.random.default_rng(7).integers(2, 49152, 300).tolist()  # (past one 256-row context chunk)
+    hidden, logits = tmp_path / "hidden.f32", tmp_path / "draft.f32"
+    run(splash_binary, "eval", "--device", "cpu", "--model", model_path, "--tokens", ",".join(map(str, ids)),
+        "--hidden-layers", ",".join(map(str, TAPS)), "--hidden-out", str(hidden),
+        "--draft-model", str(path), "--draft-logits-out", str(logits))
+    table = draft["weights"]["token_embd.weight"]
+    taps = np.fromfile(hidden, dtype="<f4").reshape(len(ids), len(TAPS), table.shape[1])
+    eng = np.fromfile(logits, dtype="<f4").reshape(BLOCK, table.shape[0])
+    want = reference_block(draft, taps[:-1], ids[-1], len(ids) - 1)
+    rel = np.linalg.norm(eng - want, axis=1) / np.linalg.norm(want, axis=1)
+    print("block rows' relative error:", np.round(rel, 4))
+    assert rel.max() <= ROW_REL_MAX, rel
+    top2 = np.sort(want, axis=1)[:, -2:]
+    clear = (top2[:, 1] - top2[:, 0]) > 0.05 * want.std(axis=1)  # (rows without a near tie)
+    assert (eng.argmax(1) == want.argmax(1))[clear].all(), (eng.argmax(1), want.argmax(1))
+    blind = reference_block(draft, taps[:-1], ids[-1], len(ids) - 1, with_context=False)
+    assert (np.linalg.norm(eng - blind, axis=1) / np.linalg.norm(blind, axis=1)).min() > 3 * ROW_REL_MAX
+
+
+CODE_PROMPT = ("Repeat this function exactly, then write it again with `total` renamed to `acc`:\n\n"
+               "def add_all(values):\n    total = 0\n    for v in values:\n        total = total + v\n"
+               "    return total\n")
+
+
+def test_output_identical_with_the_block_draft(splash_binary, model_path, draft_file):
+    path, _ = draft_file
+    ids = ",".join(str(i) for i in np.random.default_rng(3).integers(2, 49152, 40).tolist())
+    replies = {}
+    for mode in ["none", "lookup", "model", "auto"]:
+        out = run(splash_binary, "eval", "--device", "cpu", "--model", model_path, "--tokens", ids, "--greedy", "64",
+                  "--draft", mode, "--draft-model", str(path)).stdout
+        replies[mode] = json.loads(out.strip().splitlines()[-1])
+    assert replies["model"]["generated"] == replies["none"]["generated"] == replies["auto"]["generated"] \
+        == replies["lookup"]["generated"]
+    assert replies["none"]["drafted"] == 0
+    # The block draft guesses where lookup has nothing (random weights: mostly refused, never a wrong output),
+    # so it ran, fed with the hidden states of every committed position.
+    assert replies["model"]["drafted"] > replies["lookup"]["drafted"] + 20, replies
+    assert replies["auto"]["drafted"] == replies["model"]["drafted"]
+
+
+def test_served_with_the_block_draft(splash_server, draft_file):
+    path, _ = draft_file
+    with_draft = splash_server("--draft-model", str(path), "--device", "cpu")
+    plain = splash_server("--draft", "lookup", "--device", "cpu")
+    body = {"messages": [{"role": "user", "content": CODE_PROMPT}], "max_tokens": 96, "temperature": 0}
+    replies = [requests.post(f"{server.url}/v1/chat/completions", json=body, timeout=120).json()
+               for server in (with_draft, plain)]
+    assert replies[0]["choices"][0]["message"]["content"] == replies[1]["choices"][0]["message"]["content"]
+    status = [requests.get(f"{server.url}/status", timeout=10).json() for server in (with_draft, plain)]
+    assert "block draft after lookup" in json.dumps(status[0])
+    drafted = [s["speculative_decoding"]["draft_tokens"] for s in status]
+    assert drafted[0] > drafted[1] + 10, drafted  # (the engine fed the draft: it guessed where lookup had nothing)
+
+
+def test_drafts_that_cannot_run_are_refused(splash_binary, model_path, draft_file, tmp_path):
+    path, _ = draft_file
+    base = ["eval", "--device", "cpu", "--model", model_path, "--tokens", "1,2,3", "--greedy", "4"]
+    cases = [
+        (["--draft", "model"], "--draft-model"),
+        (["--draft-model", model_path], "architecture 'dflash'"),
+        (["--draft-model", str(path), "--hidden-layers", "0", "--hidden-out", "/dev/null"], "other layers"),
+    ]
+    narrow = tmp_path / "narrow.gguf"
+    write_draft(narrow, model_path, d_model=64, ffn=64)
+    cases.append((["--draft-model", str(narrow)], "made for a model of width 64"))
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    cases.append((["--draft-model", str(cut)], str(cut)))
+    cases.append((["--draft-model", str(path), "--device", "cuda"], "CPU"))
+    for extra, message in cases:
+        args = base + extra
+        if "--device" in extra:
+            args = [a for a in base if a not in ("--device", "cpu")] + extra
+        proc = run(splash_binary, *args, check=False)
+        assert proc.returncode != 0 and message in proc.stderr, (extra, proc.stderr[-800:])
