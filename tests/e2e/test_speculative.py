@@ -82,7 +82,10 @@ def test_run_reports_the_kept_guesses(splash_binary, model_path, mode):
 
 
 def test_an_unknown_draft_mode_is_refused(splash_binary, model_path):
-    out = subprocess.run([splash_binary, "run", "-m", model_path, "--draft", "model", "hi"], capture_output=True,
+    out = subprocess.run([splash_binary, "run", "-m", model_path, "--draft", "mtp", "hi"], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode != 0
     assert "--draft" in out.stderr and "auto" in out.stderr
+    out = subprocess.run([splash_binary, "run", "-m", model_path, "--draft", "model", "hi"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode != 0 and "--draft-model" in out.stderr, out.stderr
