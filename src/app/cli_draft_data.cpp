@@ -3,10 +3,13 @@
 // chat template): each prompt's greedy reply, then the whole conversation run once more with
 // the tapped layers' outputs kept for every token (the draft's conditioning). Written as
 // numpy files a PyTorch recipe reads without splash:
-//   DIR/NNNNNN.tokens.npy  int32 [tokens]                  prompt then reply
-//   DIR/NNNNNN.hidden.npy  float16 [tokens][layers][d_model]
-//   DIR/manifest.jsonl     one line per sample: its name, token counts, how the reply ended
-// A run that stops part-way goes on where it stopped when started again on the same DIR.
+//   DIR/NAME.tokens.npy  int32 [tokens]                  prompt then reply
+//   DIR/NAME.hidden.npy  float16 [tokens][layers][d_model]
+//   DIR/manifest.jsonl   one line per sample: its name, token counts, how the reply ended
+// NAME is the prompt's line number and a hash of what makes the sample (the model file's name,
+// the layers, the reply limit, the conversation), so a run that stops part-way goes on where
+// it stopped when started again on the same DIR, and a prompt edited since (or other flags)
+// gives a new sample in place of the stale one.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -21,6 +24,7 @@
 #include "app/model_loading.h"
 #include "common/error.h"
 #include "engine/generator.h"
+#include "hub/sha256.h"
 #include "kernels/cpu/half.h"
 #include "model/sequence.h"
 
@@ -45,6 +49,12 @@ void write_npy(const std::filesystem::path& path, std::string_view dtype, const 
   header.append(64 - (10 + header.size() + 1) % 64, ' ');  // (the data starts 64-byte aligned)
   header += '\n';
   const auto temporary = std::filesystem::path(path.string() + ".part");
+  // (nothing half-written stays behind a failure)
+  const auto give_up = [&temporary](const std::string& why) {
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+    fail("{}", why);
+  };
   std::ofstream file(temporary, std::ios::binary);
   const uint16_t header_bytes = static_cast<uint16_t>(header.size());
   file.write("\x93NUMPY\x01\x00", 8);
@@ -52,8 +62,10 @@ void write_npy(const std::filesystem::path& path, std::string_view dtype, const 
   file << header;
   file.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
   file.close();
-  if (!file) fail("cannot write {}", temporary.string());
-  std::filesystem::rename(temporary, path);  // (a sample's files appear whole or not at all)
+  if (!file) give_up(fmt::format("cannot write {}", temporary.string()));
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);  // (a sample's files appear whole or not at all)
+  if (error) give_up(fmt::format("cannot write {}: {}", path.string(), error.message()));
 }
 
 // One prompt line as chat messages; a malformed line is refused naming it.
@@ -85,24 +97,47 @@ void make_draft_data(const DraftDataFlags& flags) {
   std::ifstream prompts(flags.prompts);
   if (!prompts) fail("cannot read {}", flags.prompts);
   std::vector<std::vector<chat::ChatMessage>> conversations;
+  std::vector<std::string> names;
+  const std::string recipe = fmt::format("{}\n{}\n{}\n", std::filesystem::path(flags.model.model).filename().string(),
+                                         fmt::join(taps, ","), flags.max_tokens);
   size_t number = 0;
   for (std::string line; std::getline(prompts, line);) {
     ++number;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     conversations.push_back(read_messages(line, number, flags.prompts));
+    nlohmann::json canonical = nlohmann::json::array();
+    for (const auto& m : conversations.back()) canonical.push_back({m.role, m.content});
+    names.push_back(fmt::format("{:06d}-{}", conversations.size() - 1,
+                                hub::sha256_hex(recipe + canonical.dump()).substr(0, 12)));
   }
   if (conversations.empty()) fail("{}: no prompts", flags.prompts);
 
   const std::filesystem::path dir(flags.out);
   std::filesystem::create_directories(dir);
-  // Samples already written (a run started again goes on after them).
+  // Samples already written (a run started again goes on after them); those of prompts no
+  // longer in the file (or made otherwise) leave the manifest, their files with them.
   std::set<std::string> done;
   {
-    std::ifstream manifest(dir / "manifest.jsonl");
-    for (std::string line; std::getline(manifest, line);) {
+    const std::set<std::string> wanted(names.begin(), names.end());
+    std::string kept;
+    std::ifstream old(dir / "manifest.jsonl");
+    for (std::string line; std::getline(old, line);) {
       const auto entry = nlohmann::json::parse(line, nullptr, false);
-      if (entry.is_object() && entry.contains("name") && entry["name"].is_string()) done.insert(entry["name"]);
+      if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string()) continue;
+      const std::string name = entry["name"];
+      if (wanted.contains(name) && done.insert(name).second) {
+        kept += line + '\n';
+      } else if (!wanted.contains(name) && name.find('/') == std::string::npos && name.find("..") == std::string::npos) {
+        std::error_code ignored;
+        for (const char* suffix : {".tokens.npy", ".hidden.npy"}) std::filesystem::remove(dir / (name + suffix), ignored);
+      }
     }
+    const auto temporary = dir / "manifest.jsonl.part";
+    std::ofstream rewritten(temporary, std::ios::binary | std::ios::trunc);
+    rewritten << kept;
+    rewritten.close();
+    if (!rewritten) fail("cannot write {}", temporary.string());
+    std::filesystem::rename(temporary, dir / "manifest.jsonl");
   }
   std::ofstream manifest(dir / "manifest.jsonl", std::ios::app);
 
@@ -119,7 +154,7 @@ void make_draft_data(const DraftDataFlags& flags) {
   size_t written_tokens = 0, written = 0;
   size_t skipped = 0;
   for (size_t i = 0; i < conversations.size(); ++i) {
-    const std::string name = fmt::format("{:06d}", i);
+    const std::string& name = names[i];
     if (done.contains(name)) continue;
     engine::GenerationRequest request;
     try {

@@ -179,9 +179,7 @@ class LlamaModel final : public Model {
     info_.threads = pool_.size();
     info_.kernel_shapes = Shapes::name ? fmt::format("compile-time shapes of {}", Shapes::name)
                                        : std::string("run-time shapes (no specialised kernels for this model)");
-    load_weights();
-    allocate_cache(options);
-    allocate_states(options);
+    // (the taps are checked before the weights are packed: a bad layer is refused at once)
     tap_of_layer_.assign(shapes_.n_layers, -1);
     for (size_t i = 0; i < options.hidden_taps.size(); ++i) {
       const int l = options.hidden_taps[i];
@@ -190,6 +188,9 @@ class LlamaModel final : public Model {
       tap_of_layer_[l] = static_cast<int>(i);
     }
     taps_ = static_cast<int>(options.hidden_taps.size());
+    load_weights();
+    allocate_cache(options);
+    allocate_states(options);
   }
 
   const ModelInfo& info() const override { return info_; }
