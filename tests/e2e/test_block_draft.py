@@ -6,9 +6,9 @@ the drafts that cannot run refused with a clear message.
 The draft here has random weights: what is checked is the arithmetic (context rows from the
 taps, per-layer context keys and values, the non-causal block, NEOX RoPE at absolute
 positions, the shared head), not guessing skill. Tolerance: the engine multiplies the F16
-weights with float activations and the Q8_0 head with int8-rounded activations (as the target
-model's own matmuls do), so each block row's logits are within 3% (relative L2) of the float64
-reference; the same reference without the context is far off (the check sees the context)."""
+weights as Q8_0 (the reference rounds them alike) and every matrix with int8-rounded
+activations (as the target model's own matmuls do), so each block row's logits are within 3%
+(relative L2) of the float64 reference; the same reference without the context is far off (the check sees the context)."""
 from __future__ import annotations
 
 import json
@@ -17,8 +17,8 @@ import subprocess
 import numpy as np
 import pytest
 import requests
-from gguf import GGUFReader, GGUFWriter
-from gguf.quants import dequantize
+from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
+from gguf.quants import dequantize, quantize
 
 TAPS = [1, 10, 18, 27]  # the target layers whose outputs the draft reads
 BLOCK = 8
@@ -53,7 +53,9 @@ def write_draft(path, target_path: str, *, d_model: int | None = None, layers: i
     def matrix(name, rows, cols):
         m = (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float16)
         w.add_tensor(name, m)
-        weights[name] = m.astype(np.float64)
+        # (splash multiplies the draft's float matrices as Q8_0: the reference rounds them alike)
+        weights[name] = dequantize(quantize(m.astype(np.float32), GGMLQuantizationType.Q8_0),
+                                   GGMLQuantizationType.Q8_0).reshape(rows, cols).astype(np.float64)
 
     def vector(name, n):
         v = rng.uniform(0.5, 1.5, n).astype(np.float32)

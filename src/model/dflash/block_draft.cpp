@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "common/error.h"
+#include "kernels/cpu/half.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant_formats.h"
 #include "model/llama/llama_hparams.h"
@@ -32,11 +34,62 @@ WeightSource matrix(const gguf::File& file, const std::string& name, int rows, i
   return {t.type, t.data, rows, cols};
 }
 
-// Matrices stacked row-wise into one packed weight (one matmul computes every part).
+// A float matrix (the recipe writes F16) as Q8_0 blocks: the CPU's int8 kernels multiply it
+// several times faster than the float kernels, and a draft's guesses only have to be likely
+// (the model verifies each), so its 8-bit rounding costs nothing of the output.
+struct Q8Matrix {
+  std::vector<uint8_t> bytes;
+  WeightSource source;
+};
+Q8Matrix to_q8_0(const WeightSource& w) {
+  constexpr int kBlock = 32, kBlockBytes = 2 + kBlock;
+  Q8Matrix out;
+  if (w.type != GgmlType::F16 && w.type != GgmlType::F32 && w.type != GgmlType::BF16) {
+    out.source = w;  // (already integer-quantized: packed as it is)
+    return out;
+  }
+  if (w.cols % kBlock != 0) {
+    out.source = w;
+    return out;
+  }
+  const auto traits = *type_traits(static_cast<uint32_t>(w.type));
+  const size_t row_bytes = static_cast<size_t>(w.cols) / traits.block_elements * traits.block_bytes;
+  const size_t blocks = static_cast<size_t>(w.cols) / kBlock;
+  out.bytes.resize(static_cast<size_t>(w.rows) * blocks * kBlockBytes);
+  std::vector<float> row(w.cols);
+  for (int r = 0; r < w.rows; ++r) {
+    kernels::dequantize_row(w.type, w.data + r * row_bytes, row.data(), w.cols);
+    for (size_t b = 0; b < blocks; ++b) {
+      const float* x = row.data() + b * kBlock;
+      float largest = 0.0f;
+      for (int i = 0; i < kBlock; ++i) largest = std::max(largest, std::fabs(x[i]));
+      const float scale = largest / 127.0f, inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
+      uint8_t* block = out.bytes.data() + (static_cast<size_t>(r) * blocks + b) * kBlockBytes;
+      const uint16_t half = kernels::fp32_to_fp16(scale);
+      std::memcpy(block, &half, 2);
+      for (int i = 0; i < kBlock; ++i)
+        block[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(std::clamp(x[i] * inverse, -127.0f, 127.0f))));
+    }
+  }
+  out.source = {GgmlType::Q8_0, out.bytes.data(), w.rows, w.cols};
+  return out;
+}
+
+// Matrices stacked row-wise into one packed weight (one matmul computes every part), as Q8_0.
 PackedWeight stack(const gguf::File& file, std::initializer_list<WeightSource> parts, const std::string& what) {
-  for (const auto& part : parts)
-    if (part.type != parts.begin()->type) fail("{}: the draft's {} matrices must share one type", file.path(), what);
-  return kernels::pack_weights(std::span(parts.begin(), parts.size()));
+  std::vector<Q8Matrix> quantized;
+  std::vector<WeightSource> sources;
+  for (const auto& part : parts) {
+    quantized.push_back(to_q8_0(part));
+    sources.push_back(quantized.back().source);
+  }
+  for (const auto& source : sources)
+    if (source.type != sources.front().type) fail("{}: the draft's {} matrices must share one type", file.path(), what);
+  return kernels::pack_weights(sources);
+}
+PackedWeight pack_q8(const WeightSource& w) {
+  const Q8Matrix q = to_q8_0(w);
+  return kernels::pack_weight(q.source);
 }
 
 int positive(const gguf::File& file, const std::string& key) {
@@ -80,7 +133,7 @@ BlockDraft::BlockDraft(gguf::File owned, int threads) : file_(std::move(owned)),
 
   const int d = n.d_model, q_width = n.n_heads * n.head_dim, kv_width = n.n_kv_heads * n.head_dim;
   const int taps = static_cast<int>(n.target_taps.size());
-  fc_ = kernels::pack_weight(matrix(file, "fc.weight", d, taps * d));
+  fc_ = pack_q8(matrix(file, "fc.weight", d, taps * d));
   hidden_norm_ = llama::vector_weight(file, "enc.output_norm.weight", d);
   output_norm_ = llama::vector_weight(file, "output_norm.weight", d);
   for (int l = 0; l < n.n_layers; ++l) {
@@ -95,10 +148,10 @@ BlockDraft::BlockDraft(gguf::File owned, int threads) : file_(std::move(owned)),
     const WeightSource v = matrix(file, p + "attn_v.weight", kv_width, d);
     layer.qkv = stack(file, {q, k, v}, "attention");
     layer.kv = stack(file, {k, v}, "attention");
-    layer.output = kernels::pack_weight(matrix(file, p + "attn_output.weight", d, q_width));
+    layer.output = pack_q8(matrix(file, p + "attn_output.weight", d, q_width));
     layer.gate_up = stack(file, {matrix(file, p + "ffn_gate.weight", n.ffn, d), matrix(file, p + "ffn_up.weight", n.ffn, d)},
                           "feed-forward");
-    layer.down = kernels::pack_weight(matrix(file, p + "ffn_down.weight", d, n.ffn));
+    layer.down = pack_q8(matrix(file, p + "ffn_down.weight", d, n.ffn));
     layers_.push_back(std::move(layer));
   }
   // The embedding table (the target's, its mask row the learned vector) and the LM head: the
