@@ -78,4 +78,14 @@ std::vector<int32_t> BlockDrafter::propose(std::span<const int32_t> tokens, int 
 
 void BlockDrafter::observe_hidden(int first, std::span<const float> rows) { draft_->extend(*context_, first, rows); }
 
+std::vector<float> BlockDrafter::export_state(int first, int count) const {
+  return draft_->export_context(*context_, first, count);
+}
+
+void BlockDrafter::import_state(int first, std::span<const float> state) {
+  draft_->import_context(*context_, first, state);
+}
+
+int BlockDrafter::state_positions() const { return model::dflash::BlockDraft::kWindow; }
+
 }  // namespace splash::engine

@@ -30,6 +30,14 @@ class Drafter {
   // first .. first + n - 1 that the pass committed (a verify block's refused guesses are not
   // among them); others ignore them.
   virtual void observe_hidden(int /*first*/, std::span<const float> /*rows*/) {}
+  // A drafter whose state follows the sequence's positions (a block draft's context) hands out
+  // the state of positions first .. first + count - 1, kept beside the prefix cache, and takes
+  // such state back for a sequence that reuses that prefix (whose hidden states it will never
+  // see). Empty: it does not hold all of them.
+  virtual std::vector<float> export_state(int /*first*/, int /*count*/) const { return {}; }
+  virtual void import_state(int /*first*/, std::span<const float> /*state*/) {}
+  // How many positions before the sequence's end its state reaches back (0: it keeps none).
+  virtual int state_positions() const { return 0; }
 };
 
 // One drafter per request.
@@ -85,6 +93,9 @@ class BlockDrafter final : public Drafter {
   ~BlockDrafter() override;
   std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) override;
   void observe_hidden(int first, std::span<const float> rows) override;
+  std::vector<float> export_state(int first, int count) const override;
+  void import_state(int first, std::span<const float> state) override;
+  int state_positions() const override;
 
  private:
   std::shared_ptr<model::dflash::BlockDraft> draft_;

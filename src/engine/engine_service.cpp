@@ -31,6 +31,7 @@ struct EngineService::Running {
   std::unique_ptr<Drafter> drafter;     // speculative decoding's guesses (null: plain decoding)
   DraftBudget draft_budget;             // guesses its next step may verify
   int draft_tokens = 0, accepted_draft_tokens = 0;
+  int draft_published = 0;              // leading full blocks whose drafter state is in draft_states_
   int state_slot = -1;                  // a hybrid model's recurrent-state slot (-1: none held)
   int snapshot_at = -1;                 // and where its prompt is cut for a snapshot (-1: nowhere)
 
@@ -369,6 +370,8 @@ bool EngineService::admit(Running& sequence) {
   for (int i = 0; i < sequence.published; ++i)
     sequence.keys.push_back(cache::extend_prefix(
         sequence.keys.back(), std::span(sequence.tokens).subspan(i * cache::kBlockTokens, cache::kBlockTokens)));
+  sequence.draft_published = sequence.published;
+  if (sequence.drafter) restore_draft_states(sequence);
   sequence.preempted = false;
   sequence.order = ++admissions_;
   if (!sequence.started) {
@@ -878,12 +881,30 @@ void EngineService::hand_on_hidden_states(const Pass& pass, std::span<const int>
     if (s.drafter && !s.ended && committed > 0) {
       try {
         s.drafter->observe_hidden(first, taps.subspan(row * row_floats, committed * row_floats));
+        keep_draft_states(s);
       } catch (const std::exception&) {  // (a draft's failure costs this reply its guesses, never the reply)
         s.drafter.reset();
       }
     }
     row += static_cast<size_t>(pass.slots[i].count);
   }
+}
+
+void EngineService::keep_draft_states(Running& sequence) {
+  for (; sequence.draft_published < sequence.published; ++sequence.draft_published) {
+    const int i = sequence.draft_published;
+    auto state = sequence.drafter->export_state(i * cache::kBlockTokens, cache::kBlockTokens);
+    if (!state.empty()) draft_states_.put(sequence.keys[i + 1], std::move(state));
+  }
+}
+
+void EngineService::restore_draft_states(Running& sequence) {
+  const int reach = sequence.drafter->state_positions();
+  if (reach <= 0 || sequence.published == 0) return;
+  const int first = std::max(0, sequence.published - (reach + cache::kBlockTokens - 1) / cache::kBlockTokens);
+  for (int i = first; i < sequence.published; ++i)
+    if (const auto* state = draft_states_.find(sequence.keys[i + 1]))  // (one missing: the rest still help)
+      sequence.drafter->import_state(i * cache::kBlockTokens, *state);
 }
 
 void EngineService::retire() {

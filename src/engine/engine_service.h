@@ -30,6 +30,7 @@
 #include "engine/image_feature_cache.h"
 #include "engine/image_prompt.h"
 #include "engine/latency_histogram.h"
+#include "engine/draft_state_store.h"
 #include "engine/prompt_logits_cache.h"
 #include "grammar/token_trie.h"
 #include "vision/image_decode.h"
@@ -124,6 +125,9 @@ struct EngineOptions {
   // before the prompt's end and at the reply's end, none at message boundaries either); a
   // multiple of the KV block.
   int snapshot_interval = kSnapshotInterval;
+  // Bytes of drafter state kept beside the prefix cache (a block draft's context of cached
+  // blocks: DraftStateStore).
+  size_t draft_state_bytes = size_t{128} << 20;
 };
 
 // How requests' images reach the model: a vision encoder (null: the model takes no images)
@@ -193,6 +197,10 @@ class EngineService {
   void verify(Running& sequence, int drafted, std::span<const float> logits);
   // A block drafter's conditioning: each slot's committed positions' tapped hidden states.
   void hand_on_hidden_states(const Pass& pass, std::span<const int> first_positions);
+  // A drafter's state of the sequence's full blocks, kept beside the prefix cache, and taken
+  // back by a sequence admitted on a cached prefix (DraftStateStore).
+  void keep_draft_states(Running& sequence);
+  void restore_draft_states(Running& sequence);
   // Prompt tokens each running sequence reads in this step (max-min fair split of budget).
   std::vector<int> prefill_shares(int budget, const std::vector<bool>& in_batch) const;
   bool grow(Running& sequence, int positions);
@@ -249,6 +257,7 @@ class EngineService {
   std::deque<std::unique_ptr<Running>> waiting_;   // admitted in order; preempted ones first
   std::vector<std::unique_ptr<Running>> running_;  // in admission order
   PromptLogitsCache prompt_logits_;
+  DraftStateStore draft_states_{options_.draft_state_bytes};
   uint64_t admissions_ = 0;
   std::thread worker_;
 };

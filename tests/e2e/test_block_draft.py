@@ -229,3 +229,28 @@ def test_drafts_that_cannot_run_are_refused(splash_binary, model_path, draft_fil
             args = [a for a in base if a not in ("--device", "cpu")] + extra
         proc = run(splash_binary, *args, check=False)
         assert proc.returncode != 0 and message in proc.stderr, (extra, proc.stderr[-800:])
+
+
+def test_a_cached_prefix_brings_the_drafts_context_back(splash_server, draft_file):
+    """The second request reuses the first one's cached system prompt: the block draft's context
+    of those positions comes back from what the first request's draft computed (no hidden states
+    are computed for a cached prefix; the engine's side of this is checked exactly by the unit
+    test DrafterStateComesBackWithACachedPrefix). Here, through the server: the reply and the
+    counts of guesses kept and refused are those of the same request on a fresh server."""
+    path, _ = draft_file
+    system = "You are a careful Python reviewer. " + " ".join(f"Rule {i}: keep functions short." for i in range(40))
+
+    def ask(server, question):
+        body = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
+                "max_tokens": 48, "temperature": 0}
+        return requests.post(f"{server.url}/v1/chat/completions", json=body, timeout=120).json()
+
+    warm = splash_server("--draft-model", str(path), "--device", "cpu")
+    ask(warm, "Is `def f(): pass` fine?")
+    reused = ask(warm, CODE_PROMPT)
+    fresh = ask(splash_server("--draft-model", str(path), "--device", "cpu"), CODE_PROMPT)
+    assert reused["usage"]["prompt_tokens_details"]["cached_tokens"] >= 256, reused["usage"]
+    assert fresh["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert reused["choices"][0]["message"]["content"] == fresh["choices"][0]["message"]["content"]
+    assert reused["usage"]["completion_tokens_details"] == fresh["usage"]["completion_tokens_details"]
+    assert fresh["usage"]["completion_tokens_details"]["rejected_prediction_tokens"] > 0

@@ -321,6 +321,92 @@ TEST_F(SpeculativeOnModel, AdversarialDraftsChangeNoReply) {
   }
 }
 
+// A drafter that reads hidden states (as a block draft does): it keeps the first tapped value
+// of every position it was handed, hands each block's values out as its state and records the
+// state it is given back. Its guesses are lookup's.
+class RecordingDrafter final : public Drafter {
+ public:
+  struct Log {
+    std::map<int, float> seen;                       // position -> first tapped value
+    std::vector<std::pair<int, std::vector<float>>> imported;  // (first position, state)
+    int first_observed = -1;
+  };
+  RecordingDrafter(std::shared_ptr<Log> log, int row_floats) : log_(std::move(log)), row_floats_(row_floats) {}
+  std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) override {
+    return lookup_.propose(tokens, max_tokens);
+  }
+  void observe_hidden(int first, std::span<const float> rows) override {
+    if (log_->first_observed < 0) log_->first_observed = first;
+    for (size_t r = 0; r * row_floats_ < rows.size(); ++r) log_->seen[first + static_cast<int>(r)] = rows[r * row_floats_];
+  }
+  std::vector<float> export_state(int first, int count) const override {
+    std::vector<float> state;
+    for (int p = first; p < first + count; ++p) {
+      const auto it = log_->seen.find(p);
+      if (it == log_->seen.end()) return {};
+      state.push_back(it->second);
+    }
+    return state;
+  }
+  void import_state(int first, std::span<const float> state) override {
+    log_->imported.emplace_back(first, std::vector<float>(state.begin(), state.end()));
+    for (size_t i = 0; i < state.size(); ++i) log_->seen[first + static_cast<int>(i)] = state[i];
+  }
+  int state_positions() const override { return 4096; }
+
+ private:
+  std::shared_ptr<RecordingDrafter::Log> log_;
+  int row_floats_;
+  LookupDrafter lookup_;
+};
+
+// A request admitted on a cached prefix computes no hidden states for it: its drafter gets
+// the prefix's state back from what the first request's drafter handed out, the very values
+// it would have computed itself, and is handed hidden states only from the prefix's end on.
+TEST_F(SpeculativeOnModel, DrafterStateComesBackWithACachedPrefix) {
+  model::LoadOptions load{.max_context = 1024, .threads = 0, .kv_blocks = 256};
+  load.hidden_taps = {3};
+  const std::string shared(400, 'x');  // (the system prompt both requests share: many full blocks)
+  const auto ask = [&](const std::string& question) {
+    ChatRequest r = request(question, 12);
+    r.messages.insert(r.messages.begin(), chat::ChatMessage{"system", "Answer briefly. " + shared});
+    return r;
+  };
+  const auto run_one = [](EngineService& engine, const ChatRequest& r) {
+    const auto outcome = run_all(engine, {r})[0];
+    EXPECT_TRUE(outcome.finished) << outcome.error;
+    return outcome;
+  };
+  auto model = model::load_model(*file_, load);
+  const int row_floats = model->info().d_model;
+  std::vector<std::shared_ptr<RecordingDrafter::Log>> logs;
+  EngineOptions options;
+  options.draft = DraftMode::Lookup;
+  options.drafter = [&] {
+    logs.push_back(std::make_shared<RecordingDrafter::Log>());
+    return std::make_unique<RecordingDrafter>(logs.back(), row_floats);
+  };
+  EngineService engine(*model, *tokenizer_, *chat_, {}, options);
+  run_one(engine, ask("What is 2 + 2?"));
+  const auto second = run_one(engine, ask("Name a colour."));
+  ASSERT_EQ(logs.size(), 2u);
+  ASSERT_GE(second.cached_prompt_tokens, 64);
+  const auto& log = *logs[1];
+  EXPECT_EQ(log.first_observed, second.cached_prompt_tokens);  // (no hidden states for the cached prefix)
+  ASSERT_EQ(static_cast<int>(log.imported.size()) * 16, second.cached_prompt_tokens);
+  for (size_t i = 0; i < log.imported.size(); ++i) EXPECT_EQ(log.imported[i].first, static_cast<int>(i) * 16);
+
+  // The same request on a fresh engine computes those positions itself: the same values.
+  auto fresh_model = model::load_model(*file_, load);
+  EngineService fresh(*fresh_model, *tokenizer_, *chat_, {}, options);
+  run_one(fresh, ask("Name a colour."));
+  ASSERT_EQ(logs.size(), 3u);
+  EXPECT_EQ(logs[2]->first_observed, 0);
+  for (const auto& [first, state] : log.imported)
+    for (size_t i = 0; i < state.size(); ++i)
+      EXPECT_EQ(state[i], logs[2]->seen.at(first + static_cast<int>(i))) << "position " << first + i;
+}
+
 // The single-sequence loop (`splash run`, `bench`): the same reply with prompt lookup and
 // with wrong guesses as without drafts, greedy and sampled, and the statistics add up.
 TEST_F(SpeculativeOnModel, GenerateWithDraftsEqualsPlainGenerate) {

@@ -213,14 +213,7 @@ void BlockDraft::extend(BlockDraftContext& context, int first, std::span<const f
     fail("block draft: {} hidden-state floats are not whole rows of {} taps of {}", taps.size(),
          info_.target_taps.size(), d);
   if (first < 0) fail("block draft: context position {} is negative", first);
-  // A recomputed tail replaces what the context held from `first` on.
-  const auto kept = static_cast<size_t>(std::lower_bound(context.positions_.begin(), context.positions_.end(), first) -
-                                        context.positions_.begin());
-  context.positions_.resize(kept);
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    context.keys_[l].resize(kept * kv_width);
-    context.values_[l].resize(kept * kv_width);
-  }
+  forget_from(context, first);  // (a recomputed tail replaces what the context held from `first` on)
   int n = static_cast<int>(taps.size() / row_floats);
   const int skipped = std::max(0, n - kWindow);  // (rows the window would drop at once)
   constexpr int kChunk = 256;
@@ -249,16 +242,66 @@ void BlockDraft::extend(BlockDraftContext& context, int first, std::span<const f
     }
     context.positions_.insert(context.positions_.end(), positions.begin(), positions.end());
   }
-  // The window: the oldest rows go (a quarter of it at a time, so the move is paid rarely).
-  const int held = context.positions();
-  if (held > kWindow + kWindow / 4) {
-    const size_t drop = static_cast<size_t>(held - kWindow);
-    context.positions_.erase(context.positions_.begin(), context.positions_.begin() + drop);
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      context.keys_[l].erase(context.keys_[l].begin(), context.keys_[l].begin() + drop * kv_width);
-      context.values_[l].erase(context.values_[l].begin(), context.values_[l].begin() + drop * kv_width);
-    }
+  keep_window(context);
+}
+
+void BlockDraft::forget_from(BlockDraftContext& context, int first) const {
+  const size_t kv_width = static_cast<size_t>(info_.n_kv_heads) * info_.head_dim;
+  const auto kept = static_cast<size_t>(std::lower_bound(context.positions_.begin(), context.positions_.end(), first) -
+                                        context.positions_.begin());
+  context.positions_.resize(kept);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    context.keys_[l].resize(kept * kv_width);
+    context.values_[l].resize(kept * kv_width);
   }
+}
+
+void BlockDraft::keep_window(BlockDraftContext& context) const {
+  // The oldest rows go (a quarter of the window at a time, so the move is paid rarely).
+  const size_t kv_width = static_cast<size_t>(info_.n_kv_heads) * info_.head_dim;
+  const int held = context.positions();
+  if (held <= kWindow + kWindow / 4) return;
+  const size_t drop = static_cast<size_t>(held - kWindow);
+  context.positions_.erase(context.positions_.begin(), context.positions_.begin() + drop);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    context.keys_[l].erase(context.keys_[l].begin(), context.keys_[l].begin() + drop * kv_width);
+    context.values_[l].erase(context.values_[l].begin(), context.values_[l].begin() + drop * kv_width);
+  }
+}
+
+std::vector<float> BlockDraft::export_context(const BlockDraftContext& context, int first, int count) const {
+  const size_t kv_width = static_cast<size_t>(info_.n_kv_heads) * info_.head_dim;
+  const auto& positions = context.positions_;
+  const auto at = std::lower_bound(positions.begin(), positions.end(), first);
+  const auto index = static_cast<size_t>(at - positions.begin());
+  if (count <= 0 || index + count > positions.size() || positions[index + count - 1] != first + count - 1) return {};
+  std::vector<float> rows;
+  rows.reserve(static_cast<size_t>(count) * layers_.size() * 2 * kv_width);
+  for (size_t r = index; r < index + count; ++r)
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      rows.insert(rows.end(), context.keys_[l].begin() + r * kv_width, context.keys_[l].begin() + (r + 1) * kv_width);
+      rows.insert(rows.end(), context.values_[l].begin() + r * kv_width, context.values_[l].begin() + (r + 1) * kv_width);
+    }
+  return rows;
+}
+
+void BlockDraft::import_context(BlockDraftContext& context, int first, std::span<const float> rows) {
+  const size_t kv_width = static_cast<size_t>(info_.n_kv_heads) * info_.head_dim;
+  const size_t per_position = layers_.size() * 2 * kv_width;
+  if (first < 0 || rows.size() % per_position != 0)
+    fail("block draft: {} context floats at position {} are not whole positions of {}", rows.size(), first,
+         per_position);
+  forget_from(context, first);
+  const int count = static_cast<int>(rows.size() / per_position);
+  for (int r = 0; r < count; ++r) {
+    const float* row = rows.data() + static_cast<size_t>(r) * per_position;
+    for (size_t l = 0; l < layers_.size(); ++l, row += 2 * kv_width) {
+      context.keys_[l].insert(context.keys_[l].end(), row, row + kv_width);
+      context.values_[l].insert(context.values_[l].end(), row + kv_width, row + 2 * kv_width);
+    }
+    context.positions_.push_back(first + r);
+  }
+  keep_window(context);
 }
 
 void BlockDraft::attend(const BlockDraftContext& context, int layer, const float* qkv, int n, int position,

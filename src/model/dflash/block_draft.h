@@ -72,6 +72,12 @@ class BlockDraft {
   // (a recomputed tail) is replaced. first may lie past end() (positions the draft never saw,
   // such as a reused prefix's, are simply missing).
   void extend(BlockDraftContext& context, int first, std::span<const float> taps);
+  // Each draft layer's keys and values of positions first .. first + count - 1
+  // ([count][layers][keys, values]), to be kept for a sequence that reuses this prefix; empty
+  // unless the context holds every one of them.
+  std::vector<float> export_context(const BlockDraftContext& context, int first, int count) const;
+  // Takes such rows back: the context then holds them in place of what it held from `first` on.
+  void import_context(BlockDraftContext& context, int first, std::span<const float> rows);
   // The logits of rows first_row .. first_row + rows - 1 of the block [token, MASK ...] at
   // positions position .. position + block_size - 1, seeing the context rows before
   // `position`: [rows][vocab], valid until the next call.
@@ -85,6 +91,8 @@ class BlockDraft {
   struct Layer;
   void project(const kernels::PackedWeight& w, const float* x, int n, float* y, int ldy);
   void rotate(float* rows, int n, int stride, int heads, const int* positions);
+  void forget_from(BlockDraftContext& context, int first) const;  // positions from `first` on
+  void keep_window(BlockDraftContext& context) const;              // the oldest past kWindow
   // The block through every layer and the final norm (into normed_).
   void run_block(const BlockDraftContext& context, int32_t token, int position);
   void attend(const BlockDraftContext& context, int layer, const float* qkv, int n, int position, float* out);
