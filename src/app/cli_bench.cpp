@@ -301,7 +301,7 @@ void bench(BenchFlags flags) {
   const auto draft = open_block_draft(flags.model.draft_model, flags.draft, flags.model.load);
   auto loaded =
       load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget, flags.model.mmproj);
-  if (draft) draft->check_target(loaded->model->info());
+  if (draft) draft->attach(*loaded->model);
   model::Sequence model(*loaded->model);  // one sequence on the model's KV pool
   const auto& info = model.info();
   print_summary(*loaded, stderr);

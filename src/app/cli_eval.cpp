@@ -75,7 +75,7 @@ void eval(const EvalFlags& flags) {
   const auto draft = open_block_draft(flags.model.draft_model,
                                       flags.draft_logits_out.empty() ? flags.draft : engine::DraftMode::Model, load);
   auto loaded = load_model(resolve_model_path(flags.model.model), load, false, budget, flags.model.mmproj);
-  if (draft) draft->check_target(loaded->model->info());
+  if (draft) draft->attach(*loaded->model);
   // The image's feature rows stand at the <image> positions of the token list, in order.
   std::vector<const float*> embeddings;
   vision::ImageFeatures features;
@@ -154,6 +154,7 @@ void eval(const EvalFlags& flags) {
       const auto verified = engine::verify_guesses(std::span(block).subspan(1), model.verify(block),
                                                    static_cast<size_t>(info.vocab), argmax, [](int32_t) {});
       hand_on_hidden(fed, 1 + verified.kept);
+      drafter->verified(static_cast<int>(block.size()) - 1, verified.kept);
       model.truncate(fed + 1 + verified.kept);
       drafted += static_cast<int>(block.size()) - 1;
       accepted += verified.kept;

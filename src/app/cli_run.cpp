@@ -31,7 +31,7 @@ void run(const RunFlags& flags) {
   load.drafts = flags.draft != engine::DraftMode::None;
   const auto draft = open_block_draft(flags.model.draft_model, flags.draft, load);
   auto loaded = load_model(resolve_model_path(flags.model.model), load, false, budget);
-  if (draft) draft->check_target(loaded->model->info());
+  if (draft) draft->attach(*loaded->model);
   if (!flags.quiet) print_summary(*loaded, stderr);
 
   std::vector<chat::ChatMessage> messages;

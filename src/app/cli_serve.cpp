@@ -126,7 +126,7 @@ void serve(ServeFlags flags) {
   const auto draft = open_block_draft(flags.model.draft_model, flags.draft, load);
   auto loaded =
       load_model(resolve_model_path(flags.model.model), load, false, budget, flags.model.mmproj, server_caches);
-  if (draft) draft->check_target(loaded->model->info());
+  if (draft) draft->attach(*loaded->model);
   print_summary(*loaded, stderr);
   const auto& info = loaded->model->info();
   server::ServedModelInfo served;

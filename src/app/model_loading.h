@@ -60,7 +60,7 @@ void print_summary(const LoadedModel& loaded, std::FILE* out);
 // --draft-model: the block draft, read before the model loads, since the model must then keep
 // the hidden states the draft reads (options.hidden_taps; CPU only for now). Null without a
 // path, or when `mode` uses no block draft; --draft model without one is refused. After the
-// model loads, BlockDraft::check_target says whether the draft was made for it.
+// model loads, BlockDraft::attach checks that the draft was made for it.
 std::shared_ptr<model::dflash::BlockDraft> open_block_draft(const std::string& path, engine::DraftMode mode,
                                                             model::LoadOptions& options);
 

@@ -42,6 +42,10 @@ uint64_t LookupDrafter::gram_key(std::span<const int32_t> tokens, size_t end) {
 }
 
 std::vector<int32_t> LookupDrafter::propose(std::span<const int32_t> tokens, int max_tokens) {
+  return match(tokens, std::min(max_tokens, budget_.limit()));
+}
+
+std::vector<int32_t> LookupDrafter::match(std::span<const int32_t> tokens, int max_tokens) {
   const size_t size = tokens.size();
   if (size < indexed_end_) next_after_.clear(), indexed_end_ = 0;  // not the same sequence: start over
   if (max_tokens <= 0 || size <= kMatch) return {};
@@ -68,12 +72,24 @@ BlockDrafter::BlockDrafter(std::shared_ptr<model::dflash::BlockDraft> draft)
 BlockDrafter::~BlockDrafter() = default;
 
 std::vector<int32_t> BlockDrafter::propose(std::span<const int32_t> tokens, int max_tokens) {
-  std::vector<int32_t> guesses = lookup_.propose(tokens, max_tokens);
-  if (static_cast<int>(guesses.size()) >= std::min(max_tokens, kLongMatch) || tokens.empty()) return guesses;
+  last_from_draft_ = false;
+  std::vector<int32_t> guesses = lookup_.match(tokens, max_tokens);
+  const bool long_match = static_cast<int>(guesses.size()) >= std::min(max_tokens, kLongMatch);
+  if (guesses.size() > static_cast<size_t>(lookup_.budget().limit())) guesses.resize(lookup_.budget().limit());
+  if (long_match || tokens.empty()) return guesses;
   // The block starts at the last token, sampled but not yet run: the context holds what precedes it.
   const int position = static_cast<int>(tokens.size()) - 1;
   if (context_->end() != position) return guesses;  // (a gap: the draft has not seen the positions just before)
-  return draft_->propose(*context_, tokens.back(), position, max_tokens);
+  if (kept_per_block_ < kPaysFrom && ++steps_since_asked_ < kProbeEvery) return guesses;
+  steps_since_asked_ = 0;
+  last_from_draft_ = true;
+  return draft_->propose(*context_, tokens.back(), position, std::min(max_tokens, draft_budget_.limit()));
+}
+
+void BlockDrafter::verified(int drafted, int kept) {
+  if (!last_from_draft_) return lookup_.verified(drafted, kept);
+  draft_budget_.update(drafted, kept);
+  if (drafted > 0) kept_per_block_ = 0.8 * kept_per_block_ + 0.2 * kept;
 }
 
 void BlockDrafter::observe_hidden(int first, std::span<const float> rows) { draft_->extend(*context_, first, rows); }

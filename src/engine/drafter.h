@@ -30,6 +30,9 @@ class Drafter {
   // first .. first + n - 1 that the pass committed (a verify block's refused guesses are not
   // among them); others ignore them.
   virtual void observe_hidden(int /*first*/, std::span<const float> /*rows*/) {}
+  // How its last guesses fared: `drafted` verified, the first `kept` of them kept (a drafter
+  // sizes its next guesses by this: DraftBudget).
+  virtual void verified(int /*drafted*/, int /*kept*/) {}
   // A drafter whose state follows the sequence's positions (a block draft's context) hands out
   // the state of positions first .. first + count - 1, kept beside the prefix cache, and takes
   // such state back for a sequence that reuses that prefix (whose hidden states it will never
@@ -43,9 +46,10 @@ class Drafter {
 // One drafter per request.
 using DrafterFactory = std::function<std::unique_ptr<Drafter>()>;
 
-// How many guesses a sequence's next step may verify: longer while its guesses are taken
-// whole, shorter once the first is refused (a refused guess costs a verify row; on a GPU or
-// a busy CPU batch those rows are not free).
+// How many guesses a drafter's next proposal holds: longer while its guesses are taken whole,
+// shorter once the first is refused (a refused guess costs a verify row; on a GPU or a busy
+// CPU batch those rows are not free). Each source of guesses keeps its own, so one that
+// guesses badly does not cut another's runs short.
 class DraftBudget {
  public:
   static constexpr int kInitial = 8;
@@ -72,9 +76,15 @@ const char* draft_mode_name(DraftMode mode);
 class LookupDrafter final : public Drafter {
  public:
   static constexpr int kMatch = 3;
+  // The match's guesses, at most the budget's.
   std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) override;
+  void verified(int drafted, int kept) override { budget_.update(drafted, kept); }
+  // The match's guesses, up to max_tokens whatever the budget (none: no match).
+  std::vector<int32_t> match(std::span<const int32_t> tokens, int max_tokens);
+  const DraftBudget& budget() const { return budget_; }
 
  private:
+  DraftBudget budget_;
   // A kMatch-gram ending at `end` (exclusive) mapped to `end`, the position that followed it.
   static uint64_t gram_key(std::span<const int32_t> tokens, size_t end);
   std::unordered_map<uint64_t, uint32_t> next_after_;
@@ -84,11 +94,15 @@ class LookupDrafter final : public Drafter {
 // The lookup drafter's long matches first (re-emitted code), else the block draft's guesses
 // (model/dflash/block_draft.h), which the sequence's hidden states condition. The draft is
 // shared by every sequence of an engine (one thread runs them); each sequence keeps its own
-// context.
+// context. A block draft whose guesses are seldom kept costs more than it saves (each refused
+// guess is a verified row): while the tokens it gets kept a block average under kPaysFrom,
+// only every kProbeEvery-th step asks it (so it is taken up again once it guesses well).
 class BlockDrafter final : public Drafter {
  public:
   // A lookup match at least this long (or as long as asked) is taken as it is.
   static constexpr int kLongMatch = 4;
+  static constexpr double kPaysFrom = 1.0;
+  static constexpr int kProbeEvery = 16;
   explicit BlockDrafter(std::shared_ptr<model::dflash::BlockDraft> draft);
   ~BlockDrafter() override;
   std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) override;
@@ -96,11 +110,16 @@ class BlockDrafter final : public Drafter {
   std::vector<float> export_state(int first, int count) const override;
   void import_state(int first, std::span<const float> state) override;
   int state_positions() const override;
+  void verified(int drafted, int kept) override;
 
  private:
   std::shared_ptr<model::dflash::BlockDraft> draft_;
   std::unique_ptr<model::dflash::BlockDraftContext> context_;
-  LookupDrafter lookup_;
+  LookupDrafter lookup_;          // (and the budget of lookup's guesses)
+  DraftBudget draft_budget_;      // the budget of the block draft's guesses
+  bool last_from_draft_ = false;  // the last guesses were the block draft's
+  double kept_per_block_ = 2.0;   // moving average of the tokens kept of its blocks (hopeful at first)
+  int steps_since_asked_ = 0;
 };
 
 }  // namespace splash::engine

@@ -29,7 +29,6 @@ struct EngineService::Running {
   int cached_prompt_tokens = 0;
   uint64_t order = 0;                   // admission order (older runs first, newer is preempted first)
   std::unique_ptr<Drafter> drafter;     // speculative decoding's guesses (null: plain decoding)
-  DraftBudget draft_budget;             // guesses its next step may verify
   int draft_tokens = 0, accepted_draft_tokens = 0;
   int draft_published = 0;              // leading full blocks whose drafter state is in draft_states_
   int state_slot = -1;                  // a hybrid model's recurrent-state slot (-1: none held)
@@ -594,7 +593,7 @@ int EngineService::draft(Running& sequence, int room) {
   const GenerationResult& result = sequence.generation->result();
   // The step emits at most drafted + 1 tokens: no more guesses than the reply has room for.
   const int reply_room = sequence.generation->request().max_tokens - static_cast<int>(result.tokens.size()) - 1;
-  const int limit = std::min({room, sequence.draft_budget.limit(), info.max_logits_per_slice - 1, reply_room,
+  const int limit = std::min({room, info.max_logits_per_slice - 1, reply_room,
                               info.context - static_cast<int>(sequence.tokens.size())});
   if (limit <= 0) return 0;
   const std::vector<int32_t> guesses = sequence.drafter->propose(sequence.tokens, limit);
@@ -636,7 +635,7 @@ void EngineService::verify(Running& sequence, int drafted, std::span<const float
       return;
     }
   }
-  sequence.draft_budget.update(drafted, verified.kept);
+  if (sequence.drafter) sequence.drafter->verified(drafted, verified.kept);
   std::lock_guard lock(mutex_);
   ++counters_.verify_steps;
   counters_.draft_tokens += drafted;

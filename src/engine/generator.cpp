@@ -312,11 +312,10 @@ GenerationResult generate(model::Sequence& sequence, const tokenizer::Tokenizer&
   // One decode loop: each step feeds the sampled token and whatever guesses the drafter has
   // (none: a plain step), and samples what the verified rows allow.
   std::vector<int32_t> text = request.prompt;  // what the drafter reads: the prompt and the reply so far
-  DraftBudget budget;
   std::optional<int32_t> token = generation.step(logits);
   while (token) {
     text.push_back(*token);
-    const int room = std::min({budget.limit(), info.max_logits_per_slice - 1, info.draft_pass_tokens - 1,
+    const int room = std::min({info.max_logits_per_slice - 1, info.draft_pass_tokens - 1,
                                generation.request().max_tokens - static_cast<int>(generation.result().tokens.size()) - 1,
                                info.context - sequence.position() - 1});
     std::vector<int32_t> block{*token};
@@ -346,7 +345,7 @@ GenerationResult generate(model::Sequence& sequence, const tokenizer::Tokenizer&
                                                     [&](int32_t kept) { text.push_back(kept); });
     hand_on_hidden(fed, 1 + verified.kept);  // (before truncate: the rows are the block's)
     sequence.truncate(fed + 1 + verified.kept);  // the refused guesses' positions are forgotten
-    budget.update(static_cast<int>(guesses.size()), verified.kept);
+    drafter->verified(static_cast<int>(guesses.size()), verified.kept);
     if (stats) ++stats->verify_steps, stats->draft_tokens += static_cast<int>(guesses.size()),
                stats->accepted_draft_tokens += verified.kept;
     token = verified.next;

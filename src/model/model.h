@@ -13,6 +13,10 @@
 #include "formats/gguf.h"
 #include "kernels/cpu/kv_layout.h"
 
+namespace splash::kernels {
+class ThreadPool;
+}  // namespace splash::kernels
+
 namespace splash::model {
 
 // The tokens of a forward pass every backend takes (the CPU's largest pass; a model's own
@@ -209,6 +213,9 @@ class Model {
   // batch in batch order, each the taps' rows in the order asked, [tokens][taps][d_model]
   // floats. Empty without taps. Valid until the next pass.
   virtual std::span<const float> hidden_taps() const { return {}; }
+  // A CPU model's threads, for work that runs between its passes on the same thread (a block
+  // draft): sharing them keeps two pools from spinning against each other. Null on the GPU.
+  virtual kernels::ThreadPool* cpu_threads() { return nullptr; }
 };
 
 // The device a model will run on, with its memory when it is a GPU.

@@ -188,9 +188,10 @@ def test_output_identical_with_the_block_draft(splash_binary, model_path, draft_
     assert replies["model"]["generated"] == replies["none"]["generated"] == replies["auto"]["generated"] \
         == replies["lookup"]["generated"]
     assert replies["none"]["drafted"] == 0
-    # The block draft guesses where lookup has nothing (random weights: mostly refused, never a wrong output),
-    # so it ran, fed with the hidden states of every committed position.
-    assert replies["model"]["drafted"] > replies["lookup"]["drafted"] + 20, replies
+    # The block draft guesses where lookup has nothing (random weights: refused, never a wrong output; after
+    # its first blocks it is only asked now and then, BlockDrafter::kPaysFrom), so it ran, fed with the hidden
+    # states of every committed position.
+    assert replies["model"]["drafted"] > replies["lookup"]["drafted"] + 10, replies
     assert replies["auto"]["drafted"] == replies["model"]["drafted"]
 
 

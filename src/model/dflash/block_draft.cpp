@@ -100,7 +100,7 @@ int positive(const gguf::File& file, const std::string& key) {
 
 }  // namespace
 
-BlockDraft::BlockDraft(gguf::File owned, int threads) : file_(std::move(owned)), pool_(threads) {
+BlockDraft::BlockDraft(gguf::File owned, int threads) : file_(std::move(owned)), own_pool_(threads) {
   const gguf::File& file = file_;
   const std::string arch = file.opt_string("general.architecture").value_or("");
   if (arch != "dflash")
@@ -175,6 +175,11 @@ void BlockDraft::check_target(const ModelInfo& target) const {
       fail("the block draft reads layer {}'s output, past this model's {} layers", tap, target.n_layers);
 }
 
+void BlockDraft::attach(Model& target) {
+  check_target(target.info());
+  if (kernels::ThreadPool* threads = target.cpu_threads()) pool_ = threads;
+}
+
 BlockDraftContext BlockDraft::new_context() const {
   BlockDraftContext context;
   context.keys_.resize(layers_.size());
@@ -184,10 +189,10 @@ BlockDraftContext BlockDraft::new_context() const {
 
 void BlockDraft::project(const PackedWeight& w, const float* x, int n, float* y, int ldy) {
   if (kernels::packed_kind_info(w.kind).integer)
-    activations_.quantize(x, n, w.cols, pool_);
+    activations_.quantize(x, n, w.cols, *pool_);
   else
     activations_.use_floats(x, n, w.cols);
-  kernels::matmul(w, activations_, y, ldy, pool_);
+  kernels::matmul(w, activations_, y, ldy, *pool_);
 }
 
 void BlockDraft::rotate(float* rows, int n, int stride, int heads, const int* positions) {
@@ -225,13 +230,13 @@ void BlockDraft::extend(BlockDraftContext& context, int first, std::span<const f
     for (int r = 0; r < m; ++r) positions[r] = first + begin + r;
     scratch_.resize(static_cast<size_t>(m) * d);
     project(fc_, taps.data() + begin * row_floats, m, scratch_.data(), d);
-    kernels::rms_norm(scratch_.data(), hidden_norm_.data(), scratch_.data(), m, d, info_.rms_eps, pool_);
+    kernels::rms_norm(scratch_.data(), hidden_norm_.data(), scratch_.data(), m, d, info_.rms_eps, *pool_);
     kv.resize(static_cast<size_t>(m) * 2 * kv_width);
     for (size_t l = 0; l < layers_.size(); ++l) {
       project(layers_[l].kv, scratch_.data(), m, kv.data(), 2 * kv_width);
       for (int r = 0; r < m; ++r) {
         float* row = kv.data() + static_cast<size_t>(r) * 2 * kv_width;
-        kernels::rms_norm(row, layers_[l].k_norm.data(), row, info_.n_kv_heads, info_.head_dim, info_.rms_eps, pool_);
+        kernels::rms_norm(row, layers_[l].k_norm.data(), row, info_.n_kv_heads, info_.head_dim, info_.rms_eps, *pool_);
       }
       rotate(kv.data(), m, 2 * kv_width, info_.n_kv_heads, positions.data());
       for (int r = 0; r < m; ++r) {
@@ -314,7 +319,7 @@ void BlockDraft::attend(const BlockDraftContext& context, int layer, const float
   const float* keys = context.keys_[layer].data();
   const float* values = context.values_[layer].data();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  pool_.run(heads * n, [&](int task) {
+  pool_->run(heads * n, [&](int task) {
     const int head = task % heads, row = task / heads, kv_head = head / group;
     const float* q = qkv + static_cast<size_t>(row) * stride + head * hd;
     std::vector<float> scores(static_cast<size_t>(seen) + n);
@@ -371,25 +376,25 @@ void BlockDraft::run_block(const BlockDraftContext& context, int32_t token, int 
   for (int r = 0; r < rows; ++r) positions[r] = position + r;
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& layer = layers_[l];
-    kernels::rms_norm(hidden_.data(), layer.attn_norm.data(), normed_.data(), rows, d, n.rms_eps, pool_);
+    kernels::rms_norm(hidden_.data(), layer.attn_norm.data(), normed_.data(), rows, d, n.rms_eps, *pool_);
     project(layer.qkv, normed_.data(), rows, qkv_.data(), stride);
     for (int r = 0; r < rows; ++r) {
       float* row = qkv_.data() + static_cast<size_t>(r) * stride;
-      kernels::rms_norm(row, layer.q_norm.data(), row, n.n_heads, n.head_dim, n.rms_eps, pool_);
-      kernels::rms_norm(row + q_width, layer.k_norm.data(), row + q_width, n.n_kv_heads, n.head_dim, n.rms_eps, pool_);
+      kernels::rms_norm(row, layer.q_norm.data(), row, n.n_heads, n.head_dim, n.rms_eps, *pool_);
+      kernels::rms_norm(row + q_width, layer.k_norm.data(), row + q_width, n.n_kv_heads, n.head_dim, n.rms_eps, *pool_);
     }
     rotate(qkv_.data(), rows, stride, n.n_heads, positions.data());
     rotate(qkv_.data() + q_width, rows, stride, n.n_kv_heads, positions.data());
     attend(context, static_cast<int>(l), qkv_.data(), rows, position, attended_.data());
     project(layer.output, attended_.data(), rows, scratch_.data(), d);
     for (size_t i = 0; i < cells; ++i) hidden_[i] += scratch_[i];
-    kernels::rms_norm(hidden_.data(), layer.ffn_norm.data(), normed_.data(), rows, d, n.rms_eps, pool_);
+    kernels::rms_norm(hidden_.data(), layer.ffn_norm.data(), normed_.data(), rows, d, n.rms_eps, *pool_);
     project(layer.gate_up, normed_.data(), rows, gate_up_.data(), 2 * n.ffn);
-    kernels::silu_mul(gate_up_.data(), ffn_out_.data(), rows, n.ffn, pool_);
+    kernels::silu_mul(gate_up_.data(), ffn_out_.data(), rows, n.ffn, *pool_);
     project(layer.down, ffn_out_.data(), rows, scratch_.data(), d);
     for (size_t i = 0; i < cells; ++i) hidden_[i] += scratch_[i];
   }
-  kernels::rms_norm(hidden_.data(), output_norm_.data(), normed_.data(), rows, d, n.rms_eps, pool_);
+  kernels::rms_norm(hidden_.data(), output_norm_.data(), normed_.data(), rows, d, n.rms_eps, *pool_);
 }
 
 std::vector<int32_t> BlockDraft::propose(const BlockDraftContext& context, int32_t token, int position,

@@ -65,6 +65,9 @@ class BlockDraft {
   // Throws splash::Error unless the draft was made for a target of this shape (width,
   // vocabulary, tapped layers inside its layers).
   void check_target(const ModelInfo& target) const;
+  // Checks the model (check_target) and runs on its threads from now on (its passes and the
+  // draft's alternate on one thread: two pools would spin against each other).
+  void attach(Model& target);
 
   BlockDraftContext new_context() const;
   // Appends the context rows of positions first .. first + n - 1 from their tapped hidden
@@ -99,7 +102,8 @@ class BlockDraft {
 
   gguf::File file_;
   BlockDraftInfo info_;
-  kernels::ThreadPool pool_;
+  kernels::ThreadPool own_pool_;
+  kernels::ThreadPool* pool_ = &own_pool_;  // the model's once attached
   kernels::PackedWeight fc_, head_;
   std::vector<float> hidden_norm_, output_norm_, mask_row_;
   std::vector<Layer> layers_;

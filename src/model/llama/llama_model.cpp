@@ -229,6 +229,7 @@ class LlamaModel final : public Model {
 
   std::span<const TokenLogit> best_tokens() const override { return best_; }
   std::span<const float> hidden_taps() const override { return tapped_; }
+  kernels::ThreadPool* cpu_threads() override { return &pool_; }
 
   std::span<const float> whole_row(int best_row) override {
     if (best_row < 0 || static_cast<size_t>(best_row) >= best_rows_.size())
