@@ -6,10 +6,11 @@
 //   DIR/NAME.tokens.npy  int32 [tokens]                  prompt then reply
 //   DIR/NAME.hidden.npy  float16 [tokens][layers][d_model]
 //   DIR/manifest.jsonl   one line per sample: its name, token counts, how the reply ended
-// NAME is the prompt's line number and a hash of what makes the sample (the model file's name,
-// the layers, the reply limit, the conversation), so a run that stops part-way goes on where
-// it stopped when started again on the same DIR, and a prompt edited since (or other flags)
-// gives a new sample in place of the stale one.
+// NAME is a hash of what makes the sample (the model file's name, the layers, the reply
+// limit, the conversation), so a run that stops part-way goes on where it stopped when
+// started again on the same DIR, and a prompt edited since (or other flags) gives a new
+// sample; the manifest then lists what the prompts file makes now, and the entries it no
+// longer makes move to DIR/manifest.stale.jsonl (their files stay: nothing is deleted).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -98,7 +99,8 @@ void make_draft_data(const DraftDataFlags& flags) {
   if (!prompts) fail("cannot read {}", flags.prompts);
   std::vector<std::vector<chat::ChatMessage>> conversations;
   std::vector<std::string> names;
-  const std::string recipe = fmt::format("{}\n{}\n{}\n", std::filesystem::path(flags.model.model).filename().string(),
+  const std::string model_path = resolve_model_path(flags.model.model);
+  const std::string recipe = fmt::format("{}\n{}\n{}\n", std::filesystem::path(model_path).filename().string(),
                                          fmt::join(taps, ","), flags.max_tokens);
   size_t number = 0;
   for (std::string line; std::getline(prompts, line);) {
@@ -107,45 +109,43 @@ void make_draft_data(const DraftDataFlags& flags) {
     conversations.push_back(read_messages(line, number, flags.prompts));
     nlohmann::json canonical = nlohmann::json::array();
     for (const auto& m : conversations.back()) canonical.push_back({m.role, m.content});
-    names.push_back(fmt::format("{:06d}-{}", conversations.size() - 1,
-                                hub::sha256_hex(recipe + canonical.dump()).substr(0, 12)));
+    names.push_back(hub::sha256_hex(recipe + canonical.dump()).substr(0, 16));
   }
   if (conversations.empty()) fail("{}: no prompts", flags.prompts);
-
-  const std::filesystem::path dir(flags.out);
-  std::filesystem::create_directories(dir);
-  // Samples already written (a run started again goes on after them); those of prompts no
-  // longer in the file (or made otherwise) leave the manifest, their files with them.
-  std::set<std::string> done;
-  {
-    const std::set<std::string> wanted(names.begin(), names.end());
-    std::string kept;
-    std::ifstream old(dir / "manifest.jsonl");
-    for (std::string line; std::getline(old, line);) {
-      const auto entry = nlohmann::json::parse(line, nullptr, false);
-      if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string()) continue;
-      const std::string name = entry["name"];
-      if (wanted.contains(name) && done.insert(name).second) {
-        kept += line + '\n';
-      } else if (!wanted.contains(name) && name.find('/') == std::string::npos && name.find("..") == std::string::npos) {
-        std::error_code ignored;
-        for (const char* suffix : {".tokens.npy", ".hidden.npy"}) std::filesystem::remove(dir / (name + suffix), ignored);
-      }
-    }
-    const auto temporary = dir / "manifest.jsonl.part";
-    std::ofstream rewritten(temporary, std::ios::binary | std::ios::trunc);
-    rewritten << kept;
-    rewritten.close();
-    if (!rewritten) fail("cannot write {}", temporary.string());
-    std::filesystem::rename(temporary, dir / "manifest.jsonl");
-  }
-  std::ofstream manifest(dir / "manifest.jsonl", std::ios::app);
 
   const auto budget = flags.model.max_memory_bytes();
   model::LoadOptions load = flags.model.load;
   if (load.device == model::Device::Auto) load.device = model::Device::Cpu;  // (taps are kept on the CPU path)
   load.drafts = flags.draft != engine::DraftMode::None;
-  auto loaded = load_model(resolve_model_path(flags.model.model), load, false, budget);
+  auto loaded = load_model(model_path, load, false, budget);  // (before the manifest changes)
+
+  const std::filesystem::path dir(flags.out);
+  std::filesystem::create_directories(dir);
+  // Samples already written (a run started again goes on after them); the entries of prompts
+  // no longer in the file (or made otherwise) move to manifest.stale.jsonl.
+  std::set<std::string> done;
+  {
+    const std::set<std::string> wanted(names.begin(), names.end());
+    std::string kept, stale;
+    std::ifstream old(dir / "manifest.jsonl");
+    for (std::string line; std::getline(old, line);) {
+      const auto entry = nlohmann::json::parse(line, nullptr, false);
+      if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string()) continue;
+      const std::string name = entry["name"];
+      if (!wanted.contains(name)) stale += line + '\n';
+      else if (done.insert(name).second) kept += line + '\n';
+    }
+    const auto write = [](const std::filesystem::path& path, const std::string& text, std::ios::openmode mode) {
+      std::ofstream file(path, std::ios::binary | mode);
+      file << text;
+      file.close();
+      if (!file) fail("cannot write {}", path.string());
+    };
+    if (!stale.empty()) write(dir / "manifest.stale.jsonl", stale, std::ios::app);
+    write(dir / "manifest.jsonl.part", kept, std::ios::trunc);
+    std::filesystem::rename(dir / "manifest.jsonl.part", dir / "manifest.jsonl");
+  }
+  std::ofstream manifest(dir / "manifest.jsonl", std::ios::app);
   const size_t d_model = loaded->model->info().d_model;
   model::Sequence sequence(*loaded->model);
   const auto drafter_mode = flags.draft;

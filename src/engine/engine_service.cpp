@@ -304,8 +304,13 @@ bool EngineService::prepare(Running& sequence) {
       return ticket.sink_(event_of(piece)) && !ticket.cancelled();
     };
     sequence.generation.emplace(tokenizer_, std::move(request), sink, &stopping_, model_.info().vocab, context);
-    if (drafting_)
-      sequence.drafter = options_.drafter ? options_.drafter() : std::make_unique<LookupDrafter>();
+    if (drafting_) {
+      try {
+        sequence.drafter = options_.drafter ? options_.drafter() : std::make_unique<LookupDrafter>();
+      } catch (const std::exception&) {  // (plain decoding for this reply)
+        sequence.drafter.reset();
+      }
+    }
   } catch (const Error& e) {
     ticket.sink_(ChatEvent::failed(e.what()));
     return false;
@@ -370,7 +375,13 @@ bool EngineService::admit(Running& sequence) {
     sequence.keys.push_back(cache::extend_prefix(
         sequence.keys.back(), std::span(sequence.tokens).subspan(i * cache::kBlockTokens, cache::kBlockTokens)));
   sequence.draft_published = sequence.published;
-  if (sequence.drafter) restore_draft_states(sequence);
+  if (sequence.drafter) {
+    try {
+      restore_draft_states(sequence);
+    } catch (const std::exception&) {  // (as above: no guesses, the reply goes on)
+      sequence.drafter.reset();
+    }
+  }
   sequence.preempted = false;
   sequence.order = ++admissions_;
   if (!sequence.started) {
@@ -596,7 +607,13 @@ int EngineService::draft(Running& sequence, int room) {
   const int limit = std::min({room, info.max_logits_per_slice - 1, reply_room,
                               info.context - static_cast<int>(sequence.tokens.size())});
   if (limit <= 0) return 0;
-  const std::vector<int32_t> guesses = sequence.drafter->propose(sequence.tokens, limit);
+  std::vector<int32_t> guesses;
+  try {
+    guesses = sequence.drafter->propose(sequence.tokens, limit);
+  } catch (const std::exception&) {  // (a drafter's failure costs this reply its guesses, never the reply)
+    sequence.drafter.reset();
+    return 0;
+  }
   int drafted = 0;
   for (const int32_t id : guesses) {  // a guess must be a token the model reads (prompts hold image keys)
     if (drafted == limit || id < 0 || id >= info.vocab) break;

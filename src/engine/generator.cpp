@@ -297,11 +297,16 @@ GenerationResult generate(model::Sequence& sequence, const tokenizer::Tokenizer&
   sequence.truncate(reuse);
   const auto prefill_start = Clock::now();
   if (info.max_logits_per_slice < 2 || info.draft_pass_tokens < 2) drafter = nullptr;
-  // A block drafter reads the hidden states of every committed position (none: no taps).
+  // A block drafter reads the hidden states of the committed positions its state reaches back
+  // to (none: no taps): the prompt's earlier part runs without keeping them.
   std::vector<float> prompt_hidden;
-  const int prompt_first = sequence.position();
+  const int reach = drafter ? drafter->state_positions() : 0;
+  const int prompt_first =
+      reach > 0 ? std::max(sequence.position(), static_cast<int>(request.prompt.size()) - reach) : sequence.position();
+  if (prompt_first > sequence.position())
+    sequence.forward(std::span(request.prompt).subspan(sequence.position(), prompt_first - sequence.position()));
   std::span<const float> logits =
-      sequence.forward(std::span(request.prompt).subspan(prompt_first), {}, drafter ? &prompt_hidden : nullptr);
+      sequence.forward(std::span(request.prompt).subspan(prompt_first), {}, reach > 0 ? &prompt_hidden : nullptr);
   if (drafter && !prompt_hidden.empty()) drafter->observe_hidden(prompt_first, prompt_hidden);
   const auto hand_on_hidden = [&](int first, int committed) {
     const auto taps = sequence.hidden_taps();

@@ -37,7 +37,7 @@ def test_samples_are_the_greedy_replies_and_their_taps(splash_binary, model_path
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "2/2 prompts" in proc.stderr
     manifest = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
-    assert [m["name"][:7] for m in manifest] == ["000000-", "000001-"]
+    assert len({m["name"] for m in manifest}) == 2 and all(len(m["name"]) == 16 for m in manifest)
     chat = ["<|im_start|>system\n" + SMOLLM_SYSTEM + "<|im_end|>\n<|im_start|>user\n"
             "Write a Python function that reverses a string.<|im_end|>\n<|im_start|>assistant\n",
             "<|im_start|>system\nYou write Python.<|im_end|>\n<|im_start|>user\n"
@@ -72,7 +72,7 @@ def test_samples_are_the_greedy_replies_and_their_taps(splash_binary, model_path
         {k: v for k, v in before.items() if k != "manifest.jsonl"}
     assert len((out / "manifest.jsonl").read_text().splitlines()) == 2
 
-    # A prompt edited since: its sample is made again, the stale one gone with its files.
+    # A prompt edited since: its sample is made again, the stale one's entry moved aside (its files kept).
     lines[0]["prompt"] = "Write a Python function that reverses a list."
     prompts.write_text("\n".join("" if line is None else json.dumps(line) for line in lines) + "\n")
     edited = draft_data(splash_binary, model_path, prompts, out, "-n", "40")
@@ -80,10 +80,10 @@ def test_samples_are_the_greedy_replies_and_their_taps(splash_binary, model_path
     assert "1 samples written" in edited.stderr and "1 already there" in edited.stderr
     now = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
     assert sorted(m["name"] for m in now) == sorted([manifest[1]["name"], now[-1]["name"]])
-    assert now[-1]["name"] != manifest[0]["name"] and now[-1]["name"].startswith("000000-")
-    assert not (out / f"{manifest[0]['name']}.hidden.npy").exists()
-    assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["manifest.jsonl"] + [f"{m['name']}.{kind}.npy" for m in now for kind in ("tokens", "hidden")])
+    assert now[-1]["name"] != manifest[0]["name"]
+    stale = [json.loads(line) for line in (out / "manifest.stale.jsonl").read_text().splitlines()]
+    assert [m["name"] for m in stale] == [manifest[0]["name"]]
+    assert (out / f"{manifest[0]['name']}.hidden.npy").exists()
 
 
 @pytest.mark.parametrize("line, why", [

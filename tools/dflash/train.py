@@ -289,7 +289,10 @@ def main(argv=None) -> int:
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--gamma", type=float, default=4.0, help="slot k's loss weight exp(-(k-1)/gamma)")
     ap.add_argument("--held-out", type=float, default=0.1, help="share of samples kept for the acceptance figure")
-    ap.add_argument("--mask-token", type=int, default=0, help="the id whose row carries the mask vector")
+    ap.add_argument("--mask-token", type=int, default=-1,
+                    help="the id whose row of the draft's embedding table carries the mask vector (default: the "
+                         "table's last row, a padding row or a rare token: a block whose first token is it reads "
+                         "the mask vector in its place)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
 
@@ -297,6 +300,10 @@ def main(argv=None) -> int:
     rng = random.Random(args.seed)
     data = Path(args.data)
     target = Target(args.target)
+    if args.mask_token < 0:
+        args.mask_token = target.vocab - 1
+    if args.mask_token >= target.vocab:
+        sys.exit(f"train: --mask-token {args.mask_token} is past the vocabulary of {target.vocab}")
     manifest, taps = samples(data)
     heads = args.heads or target.heads
     head_dim = target.d_model // target.heads

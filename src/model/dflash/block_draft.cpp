@@ -130,6 +130,11 @@ BlockDraft::BlockDraft(gguf::File owned, int threads) : file_(std::move(owned)),
     n.target_taps.push_back(layer - 1);
   }
   if (n.target_taps.empty()) fail("{}: dflash.target_layers is empty", file.path());
+  // (each product of the sizes above stays well inside int: a hostile file is refused here)
+  for (const int64_t cells : {int64_t{n.n_heads} * n.head_dim, int64_t{n.n_kv_heads} * n.head_dim * 2,
+                              int64_t{n.ffn} * 2, static_cast<int64_t>(n.target_taps.size()) * n.d_model,
+                              int64_t{n.vocab} * n.block_size})
+    if (cells > (int64_t{1} << 28)) fail("{}: the draft's shapes are out of range", file.path());
 
   const int d = n.d_model, q_width = n.n_heads * n.head_dim, kv_width = n.n_kv_heads * n.head_dim;
   const int taps = static_cast<int>(n.target_taps.size());
@@ -296,6 +301,13 @@ void BlockDraft::import_context(BlockDraftContext& context, int first, std::span
   if (first < 0 || rows.size() % per_position != 0)
     fail("block draft: {} context floats at position {} are not whole positions of {}", rows.size(), first,
          per_position);
+  // Positions it holds already (a sequence taken back after preemption) stay as they are: the
+  // rows it computed itself are these, and dropping the tail would lose what follows.
+  const int count_given = static_cast<int>(rows.size() / per_position);
+  const auto at = std::lower_bound(context.positions_.begin(), context.positions_.end(), first);
+  if (count_given > 0 && context.positions_.end() - at >= count_given && *at == first &&
+      at[count_given - 1] == first + count_given - 1)
+    return;
   forget_from(context, first);
   const int count = static_cast<int>(rows.size() / per_position);
   for (int r = 0; r < count; ++r) {
