@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,5 +92,13 @@ def test_training_writes_a_dflash_gguf(splash_binary, model_path, tmp_path):
     assert fields["dflash.block_size"] == 4 and fields["dflash.block_count"] == 1
     assert fields["dflash.target_layers"] == [2, 11, 19, 28]  # (llama.cpp reads each tap's next layer's input)
     names = {t.name for t in reader.tensors}
-    assert {"fc.weight", "enc.output_norm.weight", "output_norm.weight", "token_embd.weight",
+    assert {"fc.weight", "enc.output_norm.weight", "output_norm.weight", "token_embd.weight", "output.weight",
             "blk.0.attn_q.weight", "blk.0.ffn_down.weight"} <= names
+    assert fields["tokenizer.ggml.mask_token_id"] == fields["dflash.vocab_size"] - 1  # (the table's last row)
+    # splash runs it: the same greedy tokens as plain decoding.
+    ids = ",".join(str(i) for i in np.load(data / f"{json.loads((data / 'manifest.jsonl').read_text().splitlines()[0])['name']}.tokens.npy")[:40])
+    replies = [json.loads(subprocess.run([splash_binary, "eval", "--device", "cpu", "--model", model_path, "--tokens", ids,
+                                          "--greedy", "24", "--draft", mode, "--draft-model", str(draft)],
+                                         check=True, capture_output=True, text=True, timeout=300).stdout)
+               for mode in ("none", "model")]
+    assert replies[0]["generated"] == replies[1]["generated"] and replies[1]["drafted"] > 0
