@@ -784,6 +784,12 @@ case "${1:-tests}" in
   moe-ncu) phase_moe_ncu ;;
   tests-only) phase_fixtures > /dev/null; gtest gpu_tests "${2:-*}" SPLASH_GPU_FIXTURES="$KEEP/fixtures" ;;
   drafts) phase_drafts "${2:-*}" ;;
+  # Whether batch-1 decode repeats its bits (the fixtures and the Qwen3-8B shape).
+  repeat) phase_fixtures > /dev/null; make_8b "$KEEP/qwen3-8b-q4km.gguf" > /dev/null
+          gtest repeat 'CudaModelTest.BatchOneDecodeIsRepeatable' SPLASH_GPU_FIXTURES="$KEEP/fixtures" \
+            SPLASH_BENCH_MODEL="$KEEP/qwen3-8b-q4km.gguf"
+          gtest repeat_unfused 'CudaModelTest.BatchOneDecodeIsRepeatable' SPLASH_GPU_FIXTURES="$KEEP/fixtures" \
+            SPLASH_BENCH_MODEL="$KEEP/qwen3-8b-q4km.gguf" SPLASH_CUDA_FUSED=0 ;;
   serve-drafts) phase_serve_drafts ;;
   bench8b) phase_bench8b ;;
   *) echo "usage: $0 tests|quick|serve|bench|profile|kernels [FILTER]|sanitize FILTER|work|final|peer-build S|peer|bench8b|part N|real" >&2; exit 2 ;;

@@ -553,6 +553,49 @@ TEST_F(CudaModelTest, DISABLED_VerifyPassCost) {
   }
 }
 
+// Batch-1 decode gives the same bits every time it decodes the same tokens (greedy output
+// and exact speculative decoding rest on it). Session 25 found the fused batch-1 layer
+// run-dependent on the Qwen3-8B shape (SPLASH_CUDA_FUSED=0 was not): each model of
+// SPLASH_GPU_FIXTURES, and SPLASH_BENCH_MODEL where given, decodes 48 greedy tokens twice
+// from the same prompt (and once more in a second instance), every logits row compared bit
+// for bit.
+TEST_F(CudaModelTest, BatchOneDecodeIsRepeatable) {
+  std::vector<std::string> paths = fixture_models();
+  if (const char* bench = std::getenv("SPLASH_BENCH_MODEL")) paths.push_back(bench);
+  if (paths.empty()) GTEST_SKIP() << "SPLASH_GPU_FIXTURES names no random-*.gguf";
+  for (const auto& path : paths) {
+    SCOPED_TRACE(path);
+    const auto file = gguf::File::open(path);
+    const auto decode = [&](model::Model& gpu) {
+      const int vocab = gpu.info().vocab;
+      std::vector<int32_t> table(64), prompt(96);
+      for (int b = 0; b < 64; ++b) table[b] = b;
+      for (int i = 0; i < 96; ++i) prompt[i] = (i * 31 + 1) % vocab;
+      std::vector<std::vector<float>> rows;
+      const model::SequenceSlice fill{prompt, 0, table, 1};
+      auto logits = gpu.forward({&fill, 1});
+      rows.emplace_back(logits.begin(), logits.end());
+      for (int step = 0; step < 48; ++step) {
+        const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        const model::SequenceSlice one{std::span(&next, 1), 96 + step, table, 1};
+        logits = gpu.forward({&one, 1});
+        rows.emplace_back(logits.begin(), logits.end());
+      }
+      return rows;
+    };
+    auto gpu = model::load_model(file, options(model::Device::Cuda, model::KvType::Q8, 1024, 64));
+    const auto first = decode(*gpu), again = decode(*gpu);
+    auto other = model::load_model(file, options(model::Device::Cuda, model::KvType::Q8, 1024, 64));
+    const auto third = decode(*other);
+    for (size_t step = 0; step < first.size(); ++step) {
+      ASSERT_EQ(std::memcmp(first[step].data(), again[step].data(), first[step].size() * sizeof(float)), 0)
+          << "step " << step << " differs between two decodes in one instance";
+      ASSERT_EQ(std::memcmp(first[step].data(), third[step].data(), first[step].size() * sizeof(float)), 0)
+          << "step " << step << " differs in a second instance";
+    }
+  }
+}
+
 TEST(CudaDevice, AutoPicksTheGpuWhenOneIsVisible) {
   const auto choice = model::resolve_device(model::Device::Auto);
   std::string why;
