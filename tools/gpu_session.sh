@@ -785,11 +785,16 @@ case "${1:-tests}" in
   tests-only) phase_fixtures > /dev/null; gtest gpu_tests "${2:-*}" SPLASH_GPU_FIXTURES="$KEEP/fixtures" ;;
   drafts) phase_drafts "${2:-*}" ;;
   # Whether batch-1 decode repeats its bits (the fixtures and the Qwen3-8B shape).
+  # Whether batch-1 decode repeats its bits, as shipped and with each suspect switched off
+  # (SPLASH_CUDA_PDL: kernels of a family launched without overlapping the one before).
   repeat) phase_fixtures > /dev/null; make_8b "$KEEP/qwen3-8b-q4km.gguf" > /dev/null
-          gtest repeat 'CudaModelTest.BatchOneDecodeIsRepeatable' SPLASH_GPU_FIXTURES="$KEEP/fixtures" \
-            SPLASH_BENCH_MODEL="$KEEP/qwen3-8b-q4km.gguf"
-          gtest repeat_unfused 'CudaModelTest.BatchOneDecodeIsRepeatable' SPLASH_GPU_FIXTURES="$KEEP/fixtures" \
-            SPLASH_BENCH_MODEL="$KEEP/qwen3-8b-q4km.gguf" SPLASH_CUDA_FUSED=0 ;;
+          for setting in ${REPEAT_SETTINGS:-SPLASH_CUDA_PDL=1 SPLASH_CUDA_PDL=0 SPLASH_CUDA_FUSED=0 SPLASH_CUDA_PDL=fused \
+              SPLASH_CUDA_PDL=attention SPLASH_CUDA_PDL=gemv SPLASH_CUDA_PDL=other SPLASH_CUDA_FOLD_MERGE=0 \
+              SPLASH_CUDA_FOLD_QKV=0}; do
+            [ "$SECONDS" -gt "${REPEAT_UNTIL_S:-480}" ] && { row "repeat $setting" "not run (time)"; continue; }
+            gtest "repeat_${setting//=/_}" 'CudaModelTest.BatchOneDecodeIsRepeatable' \
+              SPLASH_GPU_FIXTURES="$KEEP/fixtures" SPLASH_BENCH_MODEL="$KEEP/qwen3-8b-q4km.gguf" "$setting"
+          done ;;
   serve-drafts) phase_serve_drafts ;;
   bench8b) phase_bench8b ;;
   *) echo "usage: $0 tests|quick|serve|bench|profile|kernels [FILTER]|sanitize FILTER|work|final|peer-build S|peer|bench8b|part N|real" >&2; exit 2 ;;

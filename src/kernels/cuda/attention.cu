@@ -1114,7 +1114,8 @@ bool attention(const float* qkv, int ld, float* out, int n_heads, const BatchLay
           const int splits = decode_splits(pool.n_kv_heads, per_sm);
           const dim3 grid(batch.n_decode, pool.n_kv_heads, splits);
           const bool fold = splits > 1 && decode_shape().fold_merge;
-          launch_dependent(attention_decode_mma_kernel<HD, E, kTall, kWarps>, grid, dim3(kWarps * 32), s, qkv, ld,
+          launch_dependent_as("attention", attention_decode_mma_kernel<HD, E, kTall, kWarps>, grid, dim3(kWarps * 32), 0,
+                              s, qkv, ld,
                            n_heads, batch, pool, layer, splits, scale, scratch.partials.as<float>(), out,
                            fold ? scratch.arrivals.as<unsigned>() : nullptr,
                            fold && quantize ? quantized->codes : nullptr, fold && quantize ? quantized->scales : nullptr,

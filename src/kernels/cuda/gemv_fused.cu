@@ -104,7 +104,7 @@ template <GgmlType T, int M, bool kSwiGlu>
 void launch_fused_rows(const DeviceWeight& w, int units, const QuantizedRows& in, const FusedOut& out, cudaStream_t s) {
   const GemvVariant shape = gemv_shape(w, 1);
   const auto go = [&](auto kernel, int warps) {
-    launch_dependent(kernel, dim3(units / kUnits), dim3(warps * 32), s, rows_of<T>(w), units, in, out);
+    launch_dependent_as("fused", kernel, dim3(units / kUnits), dim3(warps * 32), 0, s, rows_of<T>(w), units, in, out);
   };
   const bool two_parts = shape.parts <= 2;
   if constexpr (kSwiGlu) {

@@ -8,7 +8,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "kernels/cuda/cuda_error.h"
@@ -18,10 +20,21 @@ namespace splash::kernels::cuda {
 __device__ __forceinline__ void wait_for_inputs() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void allow_next_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
-// The same with `shared` bytes of dynamic shared memory.
+// Whether kernels of `family` (gemv, fused, attention, other) may overlap the kernel before
+// them. SPLASH_CUDA_PDL=0 launches every kernel plainly, SPLASH_CUDA_PDL=<family> those of
+// one family: to tell a race between overlapped kernels from other causes. Read once.
+inline bool overlap_allowed(std::string_view family) {
+  static const std::string off = [] {
+    const char* v = std::getenv("SPLASH_CUDA_PDL");
+    return std::string(v ? v : "");
+  }();
+  return off != "0" && off != family;
+}
+
+// launch_dependent for a kernel of `family` with `shared` bytes of dynamic shared memory.
 template <typename... Params, typename... Args>
-void launch_dependent_shared(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
-                             Args&&... args) {
+void launch_dependent_as(std::string_view family, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                         cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
@@ -31,9 +44,16 @@ void launch_dependent_shared(void (*kernel)(Params...), dim3 grid, dim3 block, s
   config.dynamicSmemBytes = shared;
   config.stream = stream;
   config.attrs = &attribute;
-  config.numAttrs = 1;
+  config.numAttrs = overlap_allowed(family) ? 1 : 0;
   const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (status != cudaSuccess) cuda_fail(std::string("kernel launch failed: ") + cudaGetErrorString(status));
+}
+
+// The same with `shared` bytes of dynamic shared memory.
+template <typename... Params, typename... Args>
+void launch_dependent_shared(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
+                             Args&&... args) {
+  launch_dependent_as("other", kernel, grid, block, shared, stream, std::forward<Args>(args)...);
 }
 
 // Thread blocks of `threads` threads of the kernel one multiprocessor holds at once.

@@ -247,8 +247,8 @@ template <GgmlType T, int I>
 void launch_q8_variant(const DeviceWeight& w, const QuantizedRows& x, float* y, int ldy, int accumulate, cudaStream_t s) {
   constexpr GemvVariant v = kVariants[I];
   const int per_block = kGemvWarps * v.rows;
-  launch_dependent(gemv_q8_kernel<T, v.tokens, v.rows, v.parts>, dim3((w.rows + per_block - 1) / per_block),
-                   dim3(kGemvWarps * 32), s, rows_of<T>(w), w.rows, x, x.n, y, ldy, accumulate);
+  launch_dependent_as("gemv", gemv_q8_kernel<T, v.tokens, v.rows, v.parts>, dim3((w.rows + per_block - 1) / per_block),
+                      dim3(kGemvWarps * 32), 0, s, rows_of<T>(w), w.rows, x, x.n, y, ldy, accumulate);
 }
 
 template <GgmlType T>
