@@ -66,11 +66,15 @@ __device__ __forceinline__ void warp_dot_q8(const Rows<T>& w, const int (&row)[R
         const int8_t* codes = x.codes + static_cast<size_t>(t) * x.cols;
         const float* scales = x.scales + static_cast<size_t>(t) * groups;
         const float* sums = x.sums + static_cast<size_t>(t) * groups;
-        const uint4 xa = __ldg(reinterpret_cast<const uint4*>(codes + ca));
-        const uint4 xb = __ldg(reinterpret_cast<const uint4*>(codes + cb));
-        const float da = __ldg(scales + ca / kQ8Group), db = __ldg(scales + cb / kQ8Group);
-        const float sa = B::kHasMin ? __ldg(sums + ca / kQ8Group) : 0.0f;
-        const float sb = B::kHasMin ? __ldg(sums + cb / kQ8Group) : 0.0f;
+        // Plain loads, not __ldg: the kernel before wrote these while this one was already
+        // running (launch.cuh), and the non-coherent read-only path is only for data that
+        // stays unchanged for a kernel's whole life (with it, batch-1 decode read stale codes
+        // run-dependently: CudaModelTest.BatchOneDecodeIsRepeatable).
+        const uint4 xa = *reinterpret_cast<const uint4*>(codes + ca);
+        const uint4 xb = *reinterpret_cast<const uint4*>(codes + cb);
+        const float da = scales[ca / kQ8Group], db = scales[cb / kQ8Group];
+        const float sa = B::kHasMin ? sums[ca / kQ8Group] : 0.0f;
+        const float sb = B::kHasMin ? sums[cb / kQ8Group] : 0.0f;
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[m][r] += run_dp4a<B>(a[r], xa, da, sa) + run_dp4a<B>(b[r], xb, db, sb);
       }
