@@ -107,7 +107,7 @@ __device__ __forceinline__ void merge_state(float& m, float& l, float (&acc)[D],
 
 template <int HD, KvElement E, int G>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
-    attention_decode_kernel(const float* __restrict__ qkv, int ld, int n_heads, BatchLayout batch, KvPool pool,
+    attention_decode_kernel(const float* qkv, int ld, int n_heads, BatchLayout batch, KvPool pool,
                             int layer, int splits, float scale, float* __restrict__ partials,
                             float* __restrict__ out) {
   constexpr int D = decode_dims<HD, G>(), kLanesPerRow = HD / D, kRows = 32 / kLanesPerRow;
@@ -358,7 +358,7 @@ constexpr int mma_warps() { return HD == 64 ? 8 : 4; }  // 16 rows each: the SIM
 
 template <int HD, KvElement E>
 __global__ void __launch_bounds__(mma_warps<HD>() * 32)
-    attention_tile_mma_kernel(const float* __restrict__ qkv, int ld, int n_heads, BatchLayout batch, KvPool pool,
+    attention_tile_mma_kernel(const float* qkv, int ld, int n_heads, BatchLayout batch, KvPool pool,
                               int layer, float scale, float* __restrict__ out) {
   constexpr int kWarps = mma_warps<HD>(), kThreads = kWarps * 32, kRows = kWarps * 16;
   constexpr int kStride = HD + 8;  // halves per shared row: ldmatrix rows fall in distinct banks
@@ -636,7 +636,7 @@ struct DecodeBlockLoads {
 // merge_splits_kernel works them out; with `codes`, the merged row's int8 copy too (a
 // 16-dimension group is 16 / (HD / 32) lanes).
 template <int HD>
-__device__ __forceinline__ void merge_head_in_warp(const float* __restrict__ partials, int splits, size_t row, int t,
+__device__ __forceinline__ void merge_head_in_warp(const float* partials, int splits, size_t row, int t,
                                                    int n_heads, int head, float* __restrict__ out, int8_t* codes,
                                                    float* scales, float* sums) {
   constexpr int kPer = HD / 32, kGroupLanes = kQ8Group / kPer;
@@ -691,7 +691,7 @@ __device__ __forceinline__ void merge_head_in_warp(const float* __restrict__ par
 
 template <int HD, KvElement E, bool kTall, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_decode_mma_kernel(const float* __restrict__ qkv, int ld, int n_heads, BatchLayout batch, KvPool pool,
+    attention_decode_mma_kernel(const float* qkv, int ld, int n_heads, BatchLayout batch, KvPool pool,
                                 int layer, int splits, float scale, float* __restrict__ partials,
                                 float* __restrict__ out, unsigned* __restrict__ arrivals, int8_t* codes,
                                 float* scales, float* sums, QkvPostArgs post) {
@@ -894,7 +894,7 @@ constexpr int kMaxMergeSplits = 1024;
 // quantize_rows makes it (activation_q8.cuh: a group of 16 dimensions never spans two heads),
 // so the output projection's GEMV reads it without a kernel of its own.
 template <int HD>
-__global__ void merge_splits_kernel(const float* __restrict__ partials, int splits, int n_heads,
+__global__ void merge_splits_kernel(const float* partials, int splits, int n_heads,
                                     const int32_t* __restrict__ decode_tokens, float* __restrict__ out,
                                     int8_t* __restrict__ codes, float* __restrict__ scales, float* __restrict__ sums) {
   __shared__ float weight[kMaxMergeSplits];

@@ -116,7 +116,7 @@ __device__ void collect_best(const uint32_t* keys, int n, const Threshold& t, Em
 
 // Grid (segments, rows): candidates [rows][segments][kBest] ids (-1: padding).
 __global__ void __launch_bounds__(kSelectThreads)
-    segment_best_kernel(const float* __restrict__ logits, int vocab, int segment, int32_t* __restrict__ candidates) {
+    segment_best_kernel(const float* logits, int vocab, int segment, int32_t* __restrict__ candidates) {
   __shared__ uint32_t keys[kBestSegment];
   wait_for_inputs();
   allow_next_launch();
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kSelectThreads)
 
 // One block a row: its segments' candidates -> its kBest best, best first.
 __global__ void __launch_bounds__(kSelectThreads)
-    merge_best_kernel(const float* __restrict__ logits, int vocab, int segments, const int32_t* __restrict__ candidates,
+    merge_best_kernel(const float* logits, int vocab, int segments, const int32_t* candidates,
                       BestToken* __restrict__ best) {
   extern __shared__ uint32_t shared[];
   const int n = segments * kBest;

@@ -28,7 +28,7 @@ constexpr int kMostUsed = kMostExpertsUsed;
 // the sum (the same order on every run).
 template <GgmlType T>
 __device__ __forceinline__ float warp_dot_float(const Rows<T>& w, int row, int first, int last,
-                                                const float* __restrict__ x, int lane) {
+                                                const float* x, int lane) {
   using B = Block<T>;
   float sum = 0.0f;
   for (int block = first + lane; block < last; block += 32) {
@@ -91,7 +91,7 @@ __device__ __forceinline__ void route_token(const float* row, float* p, int expe
 
 // A warp per token (route_experts).
 __global__ void __launch_bounds__(kWarps * 32)
-    route_kernel(const float* __restrict__ logits, int n, int experts, int used, int32_t* __restrict__ ids,
+    route_kernel(const float* logits, int n, int experts, int used, int32_t* __restrict__ ids,
                  float* __restrict__ weights) {
   __shared__ float p[kWarps][kMostExperts];
   const int warp = threadIdx.x / 32, t = blockIdx.x * kWarps + warp, lane = threadIdx.x % 32;
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 // from its logits read past L1.
 template <GgmlType T>
 __global__ void __launch_bounds__(kWarps * 32)
-    route_tokens_kernel(Rows<T> w, int experts, int cols, const float* __restrict__ x, int ldx, float* logits,
+    route_tokens_kernel(Rows<T> w, int experts, int cols, const float* x, int ldx, float* logits,
                         unsigned* __restrict__ arrivals, int used, int32_t* __restrict__ ids,
                         float* __restrict__ weights) {
   __shared__ float row[kMostExperts], parts[kWarps];
@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <GgmlType T, int R, int U>
 __global__ void __launch_bounds__(kWarps * 32)
     expert_q8_kernel(const uint8_t* __restrict__ data, size_t expert_bytes, int rows, QuantizedRows x, int x_divisor,
-                     const int32_t* __restrict__ ids, float* __restrict__ y, int ldy, int first_pair) {
+                     const int32_t* ids, float* __restrict__ y, int ldy, int first_pair) {
   const int pair = first_pair + blockIdx.y, lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * kWarps + threadIdx.x / 32) * R;
   if (row0 >= rows) return;
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <GgmlType T>
 __global__ void __launch_bounds__(kWarps * 32)
     expert_float_kernel(const uint8_t* __restrict__ data, size_t expert_bytes, int rows, int cols,
-                        const float* __restrict__ x, int ldx, int x_divisor, const int32_t* __restrict__ ids,
+                        const float* x, int ldx, int x_divisor, const int32_t* ids,
                         float* __restrict__ y, int ldy, int first_pair) {
   const int pair = first_pair + blockIdx.y, lane = threadIdx.x % 32, row = blockIdx.x * kWarps + threadIdx.x / 32;
   if (row >= rows) return;
@@ -186,8 +186,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 // A thread per (token, column): x += the pairs' weighted rows, in ascending expert order
 // (equal ids, which routing never makes, in pair order): the block's first threads rank the
 // token's pairs once, then each thread adds them up in that order.
-__global__ void combine_kernel(const float* __restrict__ y, int ldy, const int32_t* __restrict__ y_rows,
-                               const int32_t* __restrict__ ids, const float* __restrict__ weights, int used, int d,
+__global__ void combine_kernel(const float* y, int ldy, const int32_t* y_rows,
+                               const int32_t* ids, const float* weights, int used, int d,
                                float* __restrict__ x) {
   __shared__ int order[kMostUsed];
   const int t = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
@@ -214,7 +214,7 @@ __global__ void combine_kernel(const float* __restrict__ y, int ldy, const int32
 // into starts and tiles (thread 0: a few hundred entries), then places every pair.
 constexpr int kGroupThreads = 1024;
 __global__ void __launch_bounds__(kGroupThreads)
-    group_kernel(const int32_t* __restrict__ ids, int pairs, int experts, int used, int tile_rows, ExpertGroups g) {
+    group_kernel(const int32_t* ids, int pairs, int experts, int used, int tile_rows, ExpertGroups g) {
   __shared__ int count[kMostExperts], cursor[kMostExperts];
   wait_for_inputs();
   for (int e = threadIdx.x; e < experts; e += kGroupThreads) count[e] = 0;

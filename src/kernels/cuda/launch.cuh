@@ -2,7 +2,11 @@
 // Programmatic dependent launch: a kernel launched with launch_dependent may start while
 // the kernel before it on the stream is still running (its launch and its first loads of
 // data nothing writes — weights — overlap that kernel's tail); it calls wait_for_inputs()
-// before it reads anything an earlier kernel wrote and before it writes anything. A kernel
+// before it reads anything an earlier kernel wrote and before it writes anything, and reads
+// such data with plain (coherent) loads: never __ldg or through a `const T* __restrict__`
+// parameter, which the compiler turns into non-coherent loads of data it takes to be
+// unchanged for the kernel's whole life (it is not: the kernel started before the one that
+// wrote it ended; batch-1 decode read stale activations run-dependently so). A kernel
 // calls allow_next_launch() once the next one may be scheduled beside it. Both are no-ops
 // for a kernel launched plainly, and CUDA graphs record the dependency as it is.
 #include <cuda_runtime.h>

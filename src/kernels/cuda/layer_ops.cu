@@ -19,7 +19,7 @@ constexpr int kNormThreads = 256;
 
 // A thread block per row. With codes (d a multiple of 16), each thread then normalises whole
 // groups of 16 and writes their int8 copy as well.
-__global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight, float* __restrict__ out,
+__global__ void rms_norm_kernel(const float* x, const float* __restrict__ weight, float* __restrict__ out,
                                 int d, float eps, QuantizedRowsBuffer q) {
   const float* row = x + static_cast<size_t>(blockIdx.x) * d;
   float* o = out + static_cast<size_t>(blockIdx.x) * d;
@@ -54,7 +54,7 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
   }
 }
 
-__global__ void silu_mul_kernel(const float* __restrict__ gate_up, float* __restrict__ out, int n, int ffn) {
+__global__ void silu_mul_kernel(const float* gate_up, float* __restrict__ out, int n, int ffn) {
   const size_t index = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (index >= static_cast<size_t>(n) * ffn) return;
   wait_for_inputs();
@@ -65,7 +65,7 @@ __global__ void silu_mul_kernel(const float* __restrict__ gate_up, float* __rest
 }
 
 // A thread per group of 16 outputs, written with their int8 copy.
-__global__ void silu_mul_q8_kernel(const float* __restrict__ gate_up, float* __restrict__ out, int n, int ffn,
+__global__ void silu_mul_q8_kernel(const float* gate_up, float* __restrict__ out, int n, int ffn,
                                    QuantizedRowsBuffer q) {
   const int groups = ffn / kQ8Group;
   const size_t index = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -106,7 +106,7 @@ __global__ void embed_kernel(const uint8_t* __restrict__ table, int cols, const 
   for (int j = 0; j < 16; ++j) o[pa + j] = fmaf(a.d, a.q[j], a.m), o[pb + j] = fmaf(b.d, b.q[j], b.m);
 }
 
-__global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* rows, int d, float* __restrict__ out) {
+__global__ void gather_rows_kernel(const float* x, const int32_t* rows, int d, float* __restrict__ out) {
   wait_for_inputs();
   allow_next_launch();
   const float* from = x + static_cast<size_t>(rows[blockIdx.x]) * d;

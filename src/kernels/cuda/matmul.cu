@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kTokensWarps * 32)
 // dot product is then four dp4a instructions, d_w * d_x * sum(q_w q_x) + m_w * d_x * sum(q_x).
 constexpr int kGroup = kQ8Group;
 
-__global__ void quantize_kernel(const float* __restrict__ x, int ldx, int n, int cols, int8_t* __restrict__ codes,
+__global__ void quantize_kernel(const float* x, int ldx, int n, int cols, int8_t* __restrict__ codes,
                                 float* __restrict__ scales, float* __restrict__ sums) {
   const int groups = cols / kGroup;
   const size_t index = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -47,7 +47,7 @@ constexpr size_t shared_bytes(int token_tiles) { return 2 * sizeof(__half) * sta
 template <int NT>
 constexpr bool kHalfActivations = NT >= 4;
 
-__global__ void activations_to_f16_kernel(const float* __restrict__ x, int ldx, int n, int cols,
+__global__ void activations_to_f16_kernel(const float* x, int ldx, int n, int cols,
                                           __half* __restrict__ out) {
   const size_t index = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // 8 columns each
   const int eighths = cols / 8;
@@ -167,7 +167,7 @@ struct ExpertTiles {
 // multiply (an L2 round trip that no longer stalls the warps); one barrier a tile.
 template <GgmlType T, int NT>
 __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)  // as many as fit in shared memory
-    small_gemm_kernel(Rows<T> w, int rows, int cols, const float* __restrict__ x, const __half* __restrict__ x16, int ldx, int n,
+    small_gemm_kernel(Rows<T> w, int rows, int cols, const float* x, const __half* x16, int ldx, int n,
                       float* __restrict__ y, int ldy, int accumulate, int tiles_per_split, int splits,
                       float* __restrict__ partials, unsigned* __restrict__ arrivals, ExpertTiles grouped) {
   using B = Block<T>;
@@ -470,7 +470,7 @@ __device__ __forceinline__ uint2 permuted_quad(const float* block_row, int j, in
 // the second half) is what the A fragments put there: StreamedBlock::column(j, c) + 2 e
 // (+ 1), as in permuted_quad. A thread per (super-block, token, place of 4 halves).
 template <GgmlType T>
-__global__ void streamed_activations_kernel(const float* __restrict__ x, int ldx, int n, int tokens, int blocks,
+__global__ void streamed_activations_kernel(const float* x, int ldx, int n, int tokens, int blocks,
                                             __half* __restrict__ out) {
   constexpr int kPlaces = kStreamCols / 4;
   const size_t index = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -498,7 +498,7 @@ __global__ void streamed_activations_kernel(const float* __restrict__ x, int ldx
 
 template <GgmlType T, int NT>
 __global__ void __launch_bounds__(kStreamThreads, kStreamRing<NT> ? 1 : 2)  // (registers: the ring's two halves' A fragments, one block an SM; two spill)
-    small_gemm_streamed_kernel(Rows<T> w, int rows, int cols, const float* __restrict__ x, const __half* __restrict__ x16,
+    small_gemm_streamed_kernel(Rows<T> w, int rows, int cols, const float* x, const __half* x16,
                                int ldx, int n, float* __restrict__ y, int ldy, int accumulate, int blocks_per_split,
                                int splits, float* __restrict__ partials, unsigned* __restrict__ arrivals) {
   using S = StreamedBlock<T>;
