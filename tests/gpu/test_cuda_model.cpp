@@ -556,8 +556,10 @@ TEST_F(CudaModelTest, DISABLED_VerifyPassCost) {
 }
 
 // Batch-1 decode gives the same bits every time it decodes the same tokens (greedy output
-// and exact speculative decoding rest on it). Session 25 found the fused batch-1 layer
-// run-dependent on the Qwen3-8B shape (SPLASH_CUDA_FUSED=0 was not): each model of
+// and exact speculative decoding rest on it). On the Qwen3-8B shape the fused batch-1 layer
+// was not (every logit of the first decode step off by up to 1.5): its GEMVs, launched to
+// overlap the kernel before, read that kernel's output through the non-coherent path
+// (launch.cuh); launched plainly (SPLASH_CUDA_PDL=fused) they were right. Each model of
 // SPLASH_GPU_FIXTURES, and SPLASH_BENCH_MODEL where given, decodes 48 greedy tokens twice
 // from the same prompt (and once more in a second instance), every logits row compared bit
 // for bit.
