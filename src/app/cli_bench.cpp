@@ -300,7 +300,8 @@ void bench(BenchFlags flags) {
   const auto budget = flags.model.max_memory_bytes();  // checked before any download
   const auto draft = open_block_draft(flags.model.draft_model, flags.draft, flags.model.load);
   auto loaded =
-      load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget, flags.model.mmproj);
+      load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget, flags.model.mmproj, {},
+                 draft.get());
   if (draft) draft->attach(*loaded->model);
   model::Sequence model(*loaded->model);  // one sequence on the model's KV pool
   const auto& info = model.info();

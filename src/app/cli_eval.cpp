@@ -74,7 +74,7 @@ void eval(const EvalFlags& flags) {
   model::LoadOptions load = flags.model.load;
   const auto draft = open_block_draft(flags.model.draft_model,
                                       flags.draft_logits_out.empty() ? flags.draft : engine::DraftMode::Model, load);
-  auto loaded = load_model(resolve_model_path(flags.model.model), load, false, budget, flags.model.mmproj);
+  auto loaded = load_model(resolve_model_path(flags.model.model), load, false, budget, flags.model.mmproj, {}, draft.get());
   if (draft) draft->attach(*loaded->model);
   // The image's feature rows stand at the <image> positions of the token list, in order.
   std::vector<const float*> embeddings;
@@ -130,9 +130,7 @@ void eval(const EvalFlags& flags) {
     if (drafter && !hidden.empty()) drafter->observe_hidden(0, hidden);
     // Each pass's committed rows (the last pass's first `committed` rows) go on to the drafter.
     const auto hand_on_hidden = [&](int first, int committed) {
-      const auto taps = model.hidden_taps();
-      if (drafter && !taps.empty())
-        drafter->observe_hidden(first, taps.first(taps.size() / (model.position() - first) * committed));
+      if (drafter) drafter->observe_committed(first, model.position(), model.hidden_taps(), committed);
     };
     int drafted = 0, accepted = 0;
     std::optional<int32_t> next = argmax(logits);

@@ -30,7 +30,7 @@ void run(const RunFlags& flags) {
   model::LoadOptions load = flags.model.load;
   load.drafts = flags.draft != engine::DraftMode::None;
   const auto draft = open_block_draft(flags.model.draft_model, flags.draft, load);
-  auto loaded = load_model(resolve_model_path(flags.model.model), load, false, budget);
+  auto loaded = load_model(resolve_model_path(flags.model.model), load, false, budget, {}, {}, draft.get());
   if (draft) draft->attach(*loaded->model);
   if (!flags.quiet) print_summary(*loaded, stderr);
 

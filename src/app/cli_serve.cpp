@@ -125,7 +125,8 @@ void serve(ServeFlags flags) {
       {"request bodies", flags.server.body_budget_bytes, "bodies and their parsed JSON at once; more get a 503"}};
   const auto draft = open_block_draft(flags.model.draft_model, flags.draft, load);
   auto loaded =
-      load_model(resolve_model_path(flags.model.model), load, false, budget, flags.model.mmproj, server_caches);
+      load_model(resolve_model_path(flags.model.model), load, false, budget, flags.model.mmproj, server_caches,
+                 draft.get());
   if (draft) draft->attach(*loaded->model);
   print_summary(*loaded, stderr);
   const auto& info = loaded->model->info();

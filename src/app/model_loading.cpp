@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "engine/draft_state_store.h"
 #include "engine/image_feature_cache.h"
 
 #include "hub/hf_hub.h"
@@ -51,7 +52,8 @@ std::string resolve_model_path(const std::string& model_flag) {
 
 std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::LoadOptions& options,
                                         bool tokenizer_only, std::optional<size_t> max_memory,
-                                        const std::string& mmproj, const std::vector<engine::CacheBudget>& service_caches) {
+                                        const std::string& mmproj, const std::vector<engine::CacheBudget>& service_caches,
+                                        const model::dflash::BlockDraft* draft) {
   const auto start = std::chrono::steady_clock::now();
   auto file = gguf::File::open(path);
   model::require_supported_architecture(file);  // before tokenizer and chat format complain
@@ -79,6 +81,20 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::Lo
   }
   auto caches = engine::engine_caches(/*vision=*/!mmproj.empty());
   caches.insert(caches.end(), service_caches.begin(), service_caches.end());
+  if (draft) {
+    // The block draft runs on the CPU beside the model: its weights and table, the context of
+    // each sequence that runs at once (a server's: up to kMaxBatchSequences), and the contexts
+    // kept beside the prefix cache.
+    const auto memory = draft->memory();
+    needs.weight_bytes += memory.weight_bytes;
+    needs.mapped_bytes += memory.mapped_bytes;
+    const int sequences = options.kv_blocks < 0 ? model::kMaxBatchSequences : 1;
+    caches.push_back({"block draft contexts", memory.context_bytes * sequences,
+                      fmt::format("{} running sequence{}, at most {} positions each", sequences,
+                                  sequences == 1 ? "" : "s", model::dflash::BlockDraft::kMostContextRows)});
+    caches.push_back({"block draft states", engine::kDraftStateBytes,
+                      "the draft's contexts of cached prefixes; least recently used out"});
+  }
   // A server runs many sequences (each with a hybrid model's recurrent state); the other
   // commands one.
   loaded->plan = engine::plan_memory(needs, max_memory, options.max_context, gpu, std::move(caches),

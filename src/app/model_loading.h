@@ -49,11 +49,13 @@ std::string pull_hub_model(const hub::HubReference& reference);
 // vision encoder of `mmproj` if one is given (its weights are part of the plan). A model that
 // does not fit is refused after printing the plan's breakdown. service_caches: the byte
 // budgets of the caller's own caches (a server's stored responses and request bodies), set
-// aside in the plan beside the engine's.
+// aside in the plan beside the engine's. draft: the block draft that will run beside the
+// model (open_block_draft), whose weights and contexts the plan counts too.
 std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::LoadOptions& options,
                                         bool tokenizer_only = false, std::optional<size_t> max_memory = std::nullopt,
                                         const std::string& mmproj = {},
-                                        const std::vector<engine::CacheBudget>& service_caches = {});
+                                        const std::vector<engine::CacheBudget>& service_caches = {},
+                                        const model::dflash::BlockDraft* draft = nullptr);
 
 void print_summary(const LoadedModel& loaded, std::FILE* out);
 

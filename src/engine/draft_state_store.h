@@ -14,6 +14,9 @@
 
 namespace splash::engine {
 
+// The store's byte budget unless the engine is given another (EngineOptions).
+inline constexpr size_t kDraftStateBytes = size_t{128} << 20;
+
 class DraftStateStore {
  public:
   explicit DraftStateStore(size_t max_bytes) : max_bytes_(max_bytes) {}

@@ -30,6 +30,12 @@ class Drafter {
   // first .. first + n - 1 that the pass committed (a verify block's refused guesses are not
   // among them); others ignore them.
   virtual void observe_hidden(int /*first*/, std::span<const float> /*rows*/) {}
+  // observe_hidden for a pass over positions first .. end - 1 whose tapped rows are `taps`
+  // (every row of the pass): the first `committed` of them.
+  void observe_committed(int first, int end, std::span<const float> taps, int committed) {
+    if (taps.empty() || committed <= 0 || end <= first) return;
+    observe_hidden(first, taps.first(taps.size() / (end - first) * committed));
+  }
   // How its last guesses fared: `drafted` verified, the first `kept` of them kept (a drafter
   // sizes its next guesses by this: DraftBudget).
   virtual void verified(int /*drafted*/, int /*kept*/) {}

@@ -127,7 +127,7 @@ struct EngineOptions {
   int snapshot_interval = kSnapshotInterval;
   // Bytes of drafter state kept beside the prefix cache (a block draft's context of cached
   // blocks: DraftStateStore).
-  size_t draft_state_bytes = size_t{128} << 20;
+  size_t draft_state_bytes = kDraftStateBytes;
 };
 
 // How requests' images reach the model: a vision encoder (null: the model takes no images)

@@ -309,9 +309,7 @@ GenerationResult generate(model::Sequence& sequence, const tokenizer::Tokenizer&
       sequence.forward(std::span(request.prompt).subspan(prompt_first), {}, reach > 0 ? &prompt_hidden : nullptr);
   if (drafter && !prompt_hidden.empty()) drafter->observe_hidden(prompt_first, prompt_hidden);
   const auto hand_on_hidden = [&](int first, int committed) {
-    const auto taps = sequence.hidden_taps();
-    if (!drafter || taps.empty() || committed <= 0) return;
-    drafter->observe_hidden(first, taps.first(taps.size() / (sequence.position() - first) * committed));
+    if (drafter) drafter->observe_committed(first, sequence.position(), sequence.hidden_taps(), committed);
   };
   const auto decode_start = Clock::now();
   // One decode loop: each step feeds the sampled token and whatever guesses the drafter has

@@ -207,6 +207,19 @@ def test_served_with_the_block_draft(splash_server, draft_file):
     assert "block draft after lookup" in json.dumps(status[0])
     drafted = [s["speculative_decoding"]["draft_tokens"] for s in status]
     assert drafted[0] > drafted[1] + 10, drafted  # (the engine fed the draft: it guessed where lookup had nothing)
+    # The memory plan counts the draft: its weights (two layers at the target's width, its
+    # own head: Q8_0), each running sequence's context (64 of them, 2048 + 512 + 256 rows of
+    # keys and values a layer) and the contexts kept beside the prefix cache.
+    memory = [s["memory"] for s in status]
+    caches = [{c["name"]: c["budget_bytes"] for c in m["caches"]} for m in memory]
+    assert "block draft contexts" not in caches[1] and "block draft states" not in caches[1]
+    kv_width = 3 * 64  # SmolLM2-135M: 3 KV heads of 64
+    assert caches[0]["block draft contexts"] == 64 * 2816 * (4 + 2 * 2 * kv_width * 4), caches[0]
+    assert caches[0]["block draft states"] == 128 << 20
+    # (the table read in place, its Q8_0 copy as the draft's tied head, the F16 matrices as
+    # Q8_0: about half their bytes)
+    extra = sum(memory[0][k] - memory[1][k] for k in ("weights_bytes", "mapped_weights_bytes"))
+    assert path.stat().st_size < extra < 2 * path.stat().st_size, (extra, path.stat().st_size)
 
 
 def test_drafts_that_cannot_run_are_refused(splash_binary, model_path, draft_file, tmp_path):

@@ -136,6 +136,9 @@ BlockDraft::BlockDraft(gguf::File owned, int threads) : file_(std::move(owned)),
                               int64_t{n.vocab} * n.block_size})
     if (cells > (int64_t{1} << 28)) fail("{}: the draft's shapes are out of range", file.path());
 
+  for (int i = 0; i < n.head_dim / 2; ++i)
+    inv_freq_.push_back(std::pow(static_cast<double>(n.rope_base), -2.0 * i / n.head_dim));
+
   const int d = n.d_model, q_width = n.n_heads * n.head_dim, kv_width = n.n_kv_heads * n.head_dim;
   const int taps = static_cast<int>(n.target_taps.size());
   fc_ = pack_q8(matrix(file, "fc.weight", d, taps * d));
@@ -186,10 +189,27 @@ void BlockDraft::attach(Model& target) {
 }
 
 BlockDraftContext BlockDraft::new_context() const {
+  const size_t floats = static_cast<size_t>(kMostContextRows) * info_.n_kv_heads * info_.head_dim;
   BlockDraftContext context;
+  context.positions_.reserve(kMostContextRows);
   context.keys_.resize(layers_.size());
   context.values_.resize(layers_.size());
+  for (size_t l = 0; l < layers_.size(); ++l) context.keys_[l].reserve(floats), context.values_[l].reserve(floats);
   return context;
+}
+
+BlockDraftMemory BlockDraft::memory() const {
+  const auto floats = [](const std::vector<float>& v) { return v.size() * sizeof(float); };
+  BlockDraftMemory memory;
+  memory.weight_bytes = fc_.bytes() + head_.bytes() + floats(hidden_norm_) + floats(output_norm_) + floats(mask_row_);
+  for (const auto& layer : layers_)
+    memory.weight_bytes += layer.qkv.bytes() + layer.kv.bytes() + layer.output.bytes() + layer.gate_up.bytes() +
+                           layer.down.bytes() + floats(layer.attn_norm) + floats(layer.ffn_norm) +
+                           floats(layer.q_norm) + floats(layer.k_norm);
+  memory.mapped_bytes = embedding_row_bytes_ * static_cast<size_t>(info_.vocab);
+  memory.context_bytes = static_cast<size_t>(kMostContextRows) *
+                         (sizeof(int) + layers_.size() * 2 * info_.n_kv_heads * info_.head_dim * sizeof(float));
+  return memory;
 }
 
 void BlockDraft::project(const PackedWeight& w, const float* x, int n, float* y, int ldy) {
@@ -208,7 +228,7 @@ void BlockDraft::rotate(float* rows, int n, int stride, int heads, const int* po
   for (int r = 0; r < n; ++r) {
     local[r] = r;
     for (int i = 0; i < half; ++i) {
-      const double angle = positions[r] * std::pow(static_cast<double>(info_.rope_base), -2.0 * i / info_.head_dim);
+      const double angle = positions[r] * inv_freq_[i];
       cos_[static_cast<size_t>(r) * half + i] = static_cast<float>(std::cos(angle));
       sin_[static_cast<size_t>(r) * half + i] = static_cast<float>(std::sin(angle));
     }
@@ -226,11 +246,10 @@ void BlockDraft::extend(BlockDraftContext& context, int first, std::span<const f
   forget_from(context, first);  // (a recomputed tail replaces what the context held from `first` on)
   int n = static_cast<int>(taps.size() / row_floats);
   const int skipped = std::max(0, n - kWindow);  // (rows the window would drop at once)
-  constexpr int kChunk = 256;
   std::vector<int> positions;
   std::vector<float> kv;
-  for (int begin = skipped; begin < n; begin += kChunk) {
-    const int m = std::min(kChunk, n - begin);
+  for (int begin = skipped; begin < n; begin += kExtendChunk) {
+    const int m = std::min(kExtendChunk, n - begin);
     positions.resize(m);
     for (int r = 0; r < m; ++r) positions[r] = first + begin + r;
     scratch_.resize(static_cast<size_t>(m) * d);
@@ -251,8 +270,8 @@ void BlockDraft::extend(BlockDraftContext& context, int first, std::span<const f
       }
     }
     context.positions_.insert(context.positions_.end(), positions.begin(), positions.end());
+    keep_window(context);  // (a chunk at a time: the context stays inside its room)
   }
-  keep_window(context);
 }
 
 void BlockDraft::forget_from(BlockDraftContext& context, int first) const {
@@ -270,7 +289,7 @@ void BlockDraft::keep_window(BlockDraftContext& context) const {
   // The oldest rows go (a quarter of the window at a time, so the move is paid rarely).
   const size_t kv_width = static_cast<size_t>(info_.n_kv_heads) * info_.head_dim;
   const int held = context.positions();
-  if (held <= kWindow + kWindow / 4) return;
+  if (held <= kMostContextRows - kExtendChunk) return;
   const size_t drop = static_cast<size_t>(held - kWindow);
   context.positions_.erase(context.positions_.begin(), context.positions_.begin() + drop);
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -317,6 +336,7 @@ void BlockDraft::import_context(BlockDraftContext& context, int first, std::span
       context.values_[l].insert(context.values_[l].end(), row + kv_width, row + 2 * kv_width);
     }
     context.positions_.push_back(first + r);
+    if ((r + 1) % kExtendChunk == 0) keep_window(context);
   }
   keep_window(context);
 }

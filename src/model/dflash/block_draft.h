@@ -28,6 +28,13 @@
 
 namespace splash::model::dflash {
 
+// What a draft holds in memory (the memory plan sets it aside beside the model's).
+struct BlockDraftMemory {
+  size_t weight_bytes = 0;   // its packed matrices and norms
+  size_t mapped_bytes = 0;   // its embedding table, read in place from the file
+  size_t context_bytes = 0;  // one sequence's context at its fullest (BlockDraft::kMostContextRows)
+};
+
 struct BlockDraftInfo {
   int d_model = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, ffn = 0, vocab = 0;
   int block_size = 0;            // tokens a pass guesses, the last sampled one included
@@ -55,6 +62,10 @@ class BlockDraft {
   // Context rows a sequence keeps: its memory and each block's attention stay bounded at any
   // context length (the draft is trained on what comes just before a block).
   static constexpr int kWindow = 2048;
+  // Rows an extend computes at once, and the most a context holds: its window, the quarter
+  // past it that is dropped at once, and one chunk taken in before the window is kept.
+  static constexpr int kExtendChunk = 256;
+  static constexpr int kMostContextRows = kWindow + kWindow / 4 + kExtendChunk;
 
   // Reads and packs the draft (keeping the file: its embedding table is read in place);
   // throws splash::Error for a file that is not a dflash draft this build can run.
@@ -62,6 +73,7 @@ class BlockDraft {
   BlockDraft(gguf::File file, int threads);
   ~BlockDraft();
   const BlockDraftInfo& info() const { return info_; }
+  BlockDraftMemory memory() const;
   // Throws splash::Error unless the draft was made for a target of this shape (width,
   // vocabulary, tapped layers inside its layers).
   void check_target(const ModelInfo& target) const;
@@ -69,6 +81,7 @@ class BlockDraft {
   // draft's alternate on one thread: two pools would spin against each other).
   void attach(Model& target);
 
+  // A context with room for kMostContextRows (it never grows past them).
   BlockDraftContext new_context() const;
   // Appends the context rows of positions first .. first + n - 1 from their tapped hidden
   // states ([n][taps][d_model], Model::hidden_taps); what the context held from `first` on
@@ -112,6 +125,7 @@ class BlockDraft {
   kernels::QuantizedActivations activations_;
   std::vector<float> scratch_, hidden_, normed_, qkv_, attended_, gate_up_, ffn_out_, logits_;
   std::vector<float> cos_, sin_;
+  std::vector<double> inv_freq_;  // RoPE: base^(-2i / head_dim) of each pair i
 };
 
 }  // namespace splash::model::dflash
