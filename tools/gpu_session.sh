@@ -18,6 +18,8 @@
 #   tools/gpu_session.sh tests-only [F]  the GPU tests (those F names) and nothing else
 #   tools/gpu_session.sh drafts [F]  the GPU tests, then decode with and without drafts (bench
 #                                  --draft lookup) on the real test model and the 8B shape
+#   tools/gpu_session.sh repeat    whether batch-1 decode repeats its bits (REPEAT_SETTINGS: the
+#                switches tried, e.g. SPLASH_CUDA_PDL=fused)
 #   tools/gpu_session.sh serve-drafts  the real test model served with and without drafts,
 #                                  four requests at once to each, the replies compared
 #   tools/gpu_session.sh gtests    GPU unit tests and serving through HTTP
@@ -784,8 +786,8 @@ case "${1:-tests}" in
   moe-ncu) phase_moe_ncu ;;
   tests-only) phase_fixtures > /dev/null; gtest gpu_tests "${2:-*}" SPLASH_GPU_FIXTURES="$KEEP/fixtures" ;;
   drafts) phase_drafts "${2:-*}" ;;
-  # Whether batch-1 decode repeats its bits (the fixtures and the Qwen3-8B shape).
-  # Whether batch-1 decode repeats its bits, as shipped and with each suspect switched off
+  # Whether batch-1 decode repeats its bits (the fixtures and the Qwen3-8B shape), as shipped
+  # and with each suspect switched off
   # (SPLASH_CUDA_PDL: kernels of a family launched without overlapping the one before).
   repeat) phase_fixtures > /dev/null; make_8b "$KEEP/qwen3-8b-q4km.gguf" > /dev/null
           for setting in ${REPEAT_SETTINGS:-SPLASH_CUDA_PDL=1 SPLASH_CUDA_PDL=0 SPLASH_CUDA_FUSED=0 SPLASH_CUDA_PDL=fused \
