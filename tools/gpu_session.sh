@@ -114,6 +114,12 @@ phase_fixtures() {
   # float ones take expert_matmul row by row)
   python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen3moe --mix a --set blk.1.ffn_gate=F16 --set blk.1.ffn_down=F32 \
     --out "$KEEP/fixtures/random-qwen3moe-mix-a.gguf" 2>/dev/null
+  # Qwen3.5's hybrid (Gated DeltaNet + gated attention with partial RoPE; CudaModelTest.Hybrid*):
+  # the qwen mix, and all Q4_K.
+  python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen35 --mix qwen \
+    --out "$KEEP/fixtures/hybrid-qwen35.gguf" 2>/dev/null
+  python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen35 --all Q4_K \
+    --out "$KEEP/fixtures/hybrid-qwen35-q4k.gguf" 2>/dev/null
   ls -la "$KEEP/fixtures"
 }
 
@@ -622,6 +628,30 @@ phase_http_replay() {
 }
 
 # splash on the Qwen3-8B-shape file alone (the second call of a side-by-side after phase peer).
+# Qwen3.5 on the GPU (issue 13): its tests (the DeltaNet kernels against float64, the hybrid
+# models against the CPU path), compute-sanitizer over them, then a bench at Qwen3.5-27B's
+# layer shapes (d_model 5120, 24/4 attention heads of 256 with 64 rotated, DeltaNet 16/48 heads
+# of 128, ffn 17408) with 8 of its 64 layers (6 DeltaNet, 2 attention), every matrix Q4_K.
+phase_hybrid() {
+  phase_fixtures > /dev/null
+  gtest hybrid_tests '*Hybrid*:*DeltaNet*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"
+  phase_sanitize '*Hybrid*:*DeltaNet*'
+  local model=$KEEP/qwen35-27b-shape-8-layers.gguf
+  [ -f "$model" ] || python3 tools/make_random_llama.py --tokenizer-from .gpu/tokenizer-qwen2.gguf --arch qwen35 \
+    --d-model 5120 --heads 24 --kv-heads 4 --head-dim 256 --ffn 17408 --layers 8 --delta-heads 16,48 \
+    --delta-head-dim 128 --attention-every 4 --context 40960 --eps 1e-6 --all Q4_K --out "$model" \
+    2> "$OUT/make_hybrid.log"
+  ls -la "$model"
+  timeout 240 env LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/bin/splash bench --device cuda -m "$model" \
+    --prompt-sizes 512,4096 --decode-tokens 128 --repetitions 2 --parallel 1,4,16 --json \
+    > "$OUT/bench_hybrid.txt" 2> "$OUT/bench_hybrid.err"
+  local rc=$?
+  cat "$OUT/bench_hybrid.txt"
+  tail -n 5 "$OUT/bench_hybrid.err"
+  row "bench Qwen3.5-27B shape, 8 layers, Q4_K" "rc=$rc; $(grep -E 'prefill|decode|ceiling' "$OUT/bench_hybrid.txt" | tr '\n' ';')"
+  record bench_hybrid "$(tail -n 1 "$OUT/bench_hybrid.txt" | grep '^{' || echo '{}')"
+}
+
 phase_bench8b() {
   phase_bench
 }
@@ -785,6 +815,8 @@ case "${1:-tests}" in
   moe-profile) phase_moe_profile ;;
   moe-ncu) phase_moe_ncu ;;
   tests-only) phase_fixtures > /dev/null; gtest gpu_tests "${2:-*}" SPLASH_GPU_FIXTURES="$KEEP/fixtures" ;;
+  hybrid) phase_hybrid ;;
+  hybrid-all) phase_hybrid; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures" ;;
   drafts) phase_drafts "${2:-*}" ;;
   # Whether batch-1 decode repeats its bits (the fixtures and the Qwen3-8B shape), as shipped
   # and with each suspect switched off
@@ -799,7 +831,7 @@ case "${1:-tests}" in
           done ;;
   serve-drafts) phase_serve_drafts ;;
   bench8b) phase_bench8b ;;
-  *) echo "usage: $0 tests|quick|serve|bench|profile|kernels [FILTER]|sanitize FILTER|work|final|peer-build S|peer|bench8b|part N|real" >&2; exit 2 ;;
+  *) echo "usage: $0 hybrid|hybrid-all|tests|quick|serve|bench|profile|kernels [FILTER]|sanitize FILTER|work|final|peer-build S|peer|bench8b|part N|real" >&2; exit 2 ;;
 esac
 echo
 cat "$SUMMARY"

@@ -549,6 +549,9 @@ def main(argv=None) -> int:
                     help="a token appended to the vocabulary, user-defined (repeatable; e.g. <think>)")
     ap.add_argument("--chat-template", metavar="PATH",
                     help="the chat template instead of the tokenizer's: a .jinja file or a golden JSON's 'template'")
+    ap.add_argument("--delta-heads", metavar="K,V", help="hybrids: the Gated DeltaNet's key and value heads")
+    ap.add_argument("--delta-head-dim", type=int, help="hybrids: the Gated DeltaNet's head size")
+    ap.add_argument("--attention-every", type=int, help="hybrids: every N-th layer is full attention")
     ap.add_argument("--favour-token", metavar="TEXT",
                     help="the model writes this token after any input (float embedding and output only)")
     args = ap.parse_args(argv)
@@ -558,8 +561,13 @@ def main(argv=None) -> int:
         "ffn": args.ffn, "layers": args.layers, "rope_base": args.rope_base, "context": args.context,
         "eps": args.eps, "rope_scaling": args.rope_scaling, "rope_scale": args.rope_scale,
         "rope_original_context": args.rope_original_context, "experts": args.experts,
-        "experts_used": args.experts_used,
+        "experts_used": args.experts_used, "delta_head": args.delta_head_dim,
+        "full_attention_interval": args.attention_every,
+        "delta_k_heads": int(args.delta_heads.split(",")[0]) if args.delta_heads else None,
+        "delta_v_heads": int(args.delta_heads.split(",")[1]) if args.delta_heads else None,
     }.items() if v is not None}})
+    if (args.delta_heads or args.delta_head_dim or args.attention_every) and args.arch not in HYBRID_ARCHS:
+        sys.exit(f"--delta-heads / --delta-head-dim / --attention-every: {args.arch} is no hybrid")
     if (args.experts or args.experts_used) and not QWEN_SHAPES.get(args.arch, Shape()).experts:
         sys.exit(f"--experts / --experts-used: {args.arch} has no mixture of experts")
     if shape.experts_used > shape.experts:

@@ -44,8 +44,10 @@ constexpr Family kFamilies[] = {
     {"qwen3moe", llama::load_llama, llama::estimate_llama_memory,
      SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda)},
     // Qwen3.5: Gated DeltaNet layers (a recurrent state per sequence) between gated
-    // full-attention layers with partial RoPE (CPU only so far)
-    {"qwen35", llama::load_llama, llama::estimate_llama_memory, nullptr, nullptr},
+    // full-attention layers with partial RoPE
+    {"qwen35", llama::load_llama, llama::estimate_llama_memory,
+     SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda)},
+    // (the shared expert of these two has no CUDA kernel yet)
     // Qwen3.5's hybrid with a mixture-of-experts FFN and a shared expert in every layer
     {"qwen35moe", llama::load_llama, llama::estimate_llama_memory, nullptr, nullptr},
     // Qwen3-Next: Qwen3.5-MoE's layers before it, the DeltaNet's value heads grouped by key

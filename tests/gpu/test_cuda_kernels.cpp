@@ -13,6 +13,7 @@
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/kv_layout.h"
 #include "kernels/cpu/quant_formats.h"
+#include "kernels/cuda/delta_net.h"
 #include "kernels/cuda/experts.h"
 #include "kernels/cuda/ops.h"
 #include "model/model.h"
@@ -1099,6 +1100,108 @@ TEST_F(CudaExpertsTest, CombineAddsThePairsWeightedRows) {
                         d_weights.as<float>(), n, used, d, dx.as<float>(), stream);
     stream.synchronize("combine_experts");
     EXPECT_EQ(to_host<float>(dx, ref.size()), ref) << (mapped ? "mapped" : "in order");
+  }
+}
+
+// Gated DeltaNet (delta_net.h): two sequences in one pass, one at position 0 whose slot holds
+// NaN (a fresh slice must not read it) and one continuing a random state, against a float64
+// reference of the conv, the delta rule and the gated RMSNorm; the readout rows (poisoned
+// before) and both slots' states after, within 1e-5 relative, for Qwen3.5's tiled value heads
+// (128-dim heads) and Qwen3-Next's grouped ones (64-dim keys).
+class CudaDeltaNetTest : public GpuTest {};
+
+TEST_F(CudaDeltaNetTest, ConvRuleAndGatedNormAgainstFloat64) {
+  for (const cu::DeltaNetDims d : {cu::DeltaNetDims{4, 2, 4, 128, 128, true}, cu::DeltaNetDims{4, 2, 6, 64, 32, false}}) {
+    SCOPED_TRACE(d.head_k);
+    const int width = d.mixed_width(), taps = d.conv_kernel;
+    const std::vector<int32_t> slices = {0, 5, 0, 0, 5, 3, 1, 7};  // {first row, tokens, slot, position}
+    const int rows = 8;
+    const size_t slot_floats = d.state_floats() + 16;  // (a slot holds more than this layer's state)
+    auto mixed = random_floats(rng_, static_cast<size_t>(rows) * width, 1.0f);
+    auto states = random_floats(rng_, 2 * slot_floats, 0.3f);
+    std::fill(states.begin(), states.begin() + d.state_floats(), NAN);  // slot 0: a fresh slice ignores it
+    auto conv = random_floats(rng_, static_cast<size_t>(d.conv_channels()) * taps, 0.5f);
+    auto dt_bias = random_floats(rng_, d.v_heads, 1.0f), norm = random_floats(rng_, d.head_v, 1.0f);
+    std::vector<float> a(d.v_heads);
+    for (auto& v : a) v = -std::exp(std::uniform_real_distribution<float>(-3.0f, 0.0f)(rng_));
+    const float eps = 1e-3f;
+    // float64 reference
+    std::vector<double> ref_out(static_cast<size_t>(rows) * d.value_width());
+    std::vector<double> ref_states(states.begin(), states.end());
+    std::vector<double> m(mixed.begin(), mixed.end());
+    const auto sigmoid = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+    for (int sl = 0; sl < 2; ++sl) {
+      const int first = slices[4 * sl], tokens = slices[4 * sl + 1], slot = slices[4 * sl + 2];
+      const bool fresh = slices[4 * sl + 3] == 0;
+      double* state = ref_states.data() + slot * slot_floats;
+      if (fresh) std::fill(state, state + d.state_floats(), 0.0);
+      double* history = state + d.rule_floats();
+      for (int c = 0; c < d.conv_channels(); ++c)
+        for (int t = 0; t < tokens; ++t) {
+          std::vector<double> window(taps);
+          for (int i = 0; i < taps - 1; ++i) {
+            const int back = t - (taps - 1) + i;  // the input this tap sees
+            window[i] = back >= 0 ? mixed[(first + back) * width + c] : history[c * (taps - 1) + (taps - 1 + back)];
+          }
+          window[taps - 1] = mixed[(first + t) * width + c];
+          double acc = 0.0;
+          for (int i = 0; i < taps; ++i) acc += conv[c * taps + i] * window[i];
+          m[(first + t) * width + c] = acc * sigmoid(acc);
+          if (t == tokens - 1)
+            for (int i = 0; i < taps - 1; ++i) history[c * (taps - 1) + i] = window[i + 1];
+        }
+      for (int head = 0; head < d.v_heads; ++head) {
+        const int key = d.tiled_key_heads ? head % d.k_heads : head / (d.v_heads / d.k_heads);
+        double* S = state + static_cast<size_t>(head) * d.head_v * d.head_k;
+        for (int t = 0; t < tokens; ++t) {
+          const double* row = m.data() + (first + t) * width;
+          std::vector<double> q(row + key * d.head_k, row + (key + 1) * d.head_k);
+          std::vector<double> k(row + d.key_width() + key * d.head_k, row + d.key_width() + (key + 1) * d.head_k);
+          for (auto* v : {&q, &k}) {
+            double sum = 0.0;
+            for (double x : *v) sum += x * x;
+            for (double& x : *v) x /= std::sqrt(sum + eps);
+          }
+          const double beta = sigmoid(row[d.conv_channels() + d.value_width() + head]);
+          const double x = row[d.conv_channels() + d.value_width() + d.v_heads + head] + dt_bias[head];
+          const double decay = std::exp(a[head] * (x > 20.0 ? x : std::log1p(std::exp(x))));
+          std::vector<double> o(d.head_v);
+          double squares = 0.0;
+          for (int j = 0; j < d.head_v; ++j) {
+            double* s = S + static_cast<size_t>(j) * d.head_k;
+            double predicted = 0.0;
+            for (int i = 0; i < d.head_k; ++i) s[i] *= decay, predicted += s[i] * k[i];
+            const double delta = (row[2 * d.key_width() + head * d.head_v + j] - predicted) * beta;
+            double read = 0.0;
+            for (int i = 0; i < d.head_k; ++i) s[i] += delta * k[i], read += s[i] * q[i];
+            o[j] = read / std::sqrt(static_cast<double>(d.head_k));
+            squares += o[j] * o[j];
+          }
+          const double rms = 1.0 / std::sqrt(squares / d.head_v + eps);
+          for (int j = 0; j < d.head_v; ++j) {
+            const double z = row[d.conv_channels() + head * d.head_v + j];
+            ref_out[(first + t) * d.value_width() + head * d.head_v + j] = o[j] * rms * norm[j] * z * sigmoid(z);
+          }
+        }
+      }
+    }
+    auto mixed_d = to_device(mixed), states_d = to_device(states), slices_d = to_device(slices);
+    auto conv_d = to_device(conv), dt_d = to_device(dt_bias), a_d = to_device(a), norm_d = to_device(norm);
+    auto out_d = to_device(std::vector<float>(ref_out.size(), NAN));
+    cu::DeltaNetPass pass{slices_d.as<int32_t>(), 2, mixed_d.as<float>(), width, states_d.as<float>(), slot_floats,
+                          out_d.as<float>(), d.value_width()};
+    cu::Stream stream;
+    cu::gated_delta_net(d, {conv_d.as<float>(), dt_d.as<float>(), a_d.as<float>(), norm_d.as<float>(), eps}, pass, stream);
+    stream.synchronize("gated_delta_net");
+    EXPECT_LT(relative_error(to_host<float>(out_d, ref_out.size()), ref_out), 1e-5) << "readout";
+    const auto got_states = to_host<float>(states_d, states.size());
+    for (int slot = 0; slot < 2; ++slot) {
+      const size_t at = slot * slot_floats;
+      EXPECT_LT(relative_error(std::vector<float>(got_states.begin() + at, got_states.begin() + at + slot_floats),
+                               std::vector<double>(ref_states.begin() + at, ref_states.begin() + at + slot_floats)),
+                1e-5)
+          << "state of slot " << slot;
+    }
   }
 }
 

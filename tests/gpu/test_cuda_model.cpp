@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -606,6 +607,80 @@ TEST_F(CudaModelTest, BatchOneDecodeIsRepeatable) {
     };
     EXPECT_EQ(parting(first, again), "") << "two decodes in one instance";
     EXPECT_EQ(parting(first, third), "") << "a decode in a second instance";
+  }
+}
+
+// Qwen3.5's hybrid (SPLASH_GPU_FIXTURES' hybrid-*.gguf: Gated DeltaNet layers between gated
+// attention layers with partial RoPE) against the CPU path, at the tolerance above: a 40-token
+// prompt in two chunks (the DeltaNet state carried between passes) beside a second sequence on
+// its own state slot; then 8 greedy steps of both in one pass; then the first sequence's state
+// snapshot after its prompt restored and the same 8 steps again alone.
+TEST_F(CudaModelTest, HybridModelsMatchTheCpuPath) {
+  std::vector<std::string> paths;
+  if (const char* dir = std::getenv("SPLASH_GPU_FIXTURES"))
+    for (const auto& entry : std::filesystem::directory_iterator(dir))
+      if (entry.path().extension() == ".gguf" && entry.path().filename().string().starts_with("hybrid-"))
+        paths.push_back(entry.path().string());
+  if (paths.empty()) GTEST_SKIP() << "SPLASH_GPU_FIXTURES names no hybrid-*.gguf";
+  for (const auto& path : paths) {
+    SCOPED_TRACE(path);
+    const auto file = gguf::File::open(path);
+    auto hybrid_options = [](model::Device device) {
+      auto o = options(device, model::KvType::F32, 256, 32);
+      o.state_slots = 2;
+      o.state_snapshots = 1;
+      return o;
+    };
+    auto cpu = model::load_model(file, hybrid_options(model::Device::Cpu));
+    auto gpu = model::load_model(file, hybrid_options(model::Device::Cuda));
+    ASSERT_EQ(gpu->info().state_slots, 2);
+    const int vocab = cpu->info().vocab;
+    std::vector<int32_t> prompt_a(40), prompt_b(23);
+    for (size_t i = 0; i < prompt_a.size(); ++i) prompt_a[i] = static_cast<int32_t>((i * 7919 + 13) % vocab);
+    for (size_t i = 0; i < prompt_b.size(); ++i) prompt_b[i] = static_cast<int32_t>((i * 104729 + 5) % vocab);
+    model::Sequence cpu_a(*cpu, 0, 0), cpu_b(*cpu, 16, 1), gpu_a(*gpu, 0, 0), gpu_b(*gpu, 16, 1);
+    double worst = 0.0;
+    auto check = [&](std::span<const float> out, const std::vector<float>& ref, const std::string& what) {
+      const double error = logits_error(out, ref);
+      worst = std::max(worst, error);
+      EXPECT_LT(error, 3e-2) << what;
+    };
+    const auto first = std::span(prompt_a).first(25), rest = std::span(prompt_a).subspan(25);
+    auto ref = cpu_a.forward(first);
+    const std::vector<float> ref_first(ref.begin(), ref.end());
+    ref = cpu_a.forward(rest);
+    std::vector<float> ref_a(ref.begin(), ref.end());
+    check(gpu_a.forward(first), ref_first, "prompt a's first chunk");
+    check(gpu_a.forward(rest), ref_a, "prompt a's second chunk");
+    ref = cpu_b.forward(prompt_b);
+    std::vector<float> ref_b(ref.begin(), ref.end());
+    check(gpu_b.forward(prompt_b), ref_b, "prompt b");
+    gpu->save_state(0, 0);
+    std::vector<int32_t> table_a(16), table_b(16);
+    std::iota(table_a.begin(), table_a.end(), 0);
+    std::iota(table_b.begin(), table_b.end(), 16);
+    std::vector<int32_t> steps_a;
+    std::vector<std::vector<float>> refs_a;
+    for (int step = 0; step < 8; ++step) {
+      const int32_t next_a = argmax(ref_a), next_b = argmax(ref_b);
+      steps_a.push_back(next_a);
+      ref = cpu_a.forward({&next_a, 1});
+      ref_a.assign(ref.begin(), ref.end());
+      refs_a.push_back(ref_a);
+      ref = cpu_b.forward({&next_b, 1});
+      ref_b.assign(ref.begin(), ref.end());
+      const std::vector<model::SequenceSlice> batch = {
+          {{&next_a, 1}, 40 + step, table_a, 1, {}, false, 0}, {{&next_b, 1}, 23 + step, table_b, 1, {}, false, 1}};
+      const auto rows = gpu->forward(batch);
+      check(rows.first(vocab), ref_a, fmt::format("step {} of a, beside b", step));
+      check(rows.subspan(vocab, vocab), ref_b, fmt::format("step {} of b, beside a", step));
+    }
+    gpu->restore_state(0, 0, 40);
+    for (int step = 0; step < 8; ++step) {
+      const model::SequenceSlice alone{{&steps_a[step], 1}, 40 + step, table_a, 1, {}, false, 0};
+      check(gpu->forward({&alone, 1}), refs_a[step], fmt::format("step {} of a after its snapshot", step));
+    }
+    std::printf("[ info ] %s: worst logits error vs CPU %.2e\n", std::filesystem::path(path).filename().c_str(), worst);
   }
 }
 

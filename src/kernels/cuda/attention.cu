@@ -1043,7 +1043,8 @@ bool attention(const float* qkv, int ld, float* out, int n_heads, const BatchLay
   if (batch.n_tokens == 0) return false;
   if (post && !attention_takes_qkv_post(batch, pool, n_heads))
     cuda_fail("attention: asked to do the QKV epilogue in a pass it does not take it in");
-  if (post && (post->qkv != qkv || post->ld != ld || post->head_dim != pool.head_dim || post->n_heads != n_heads))
+  if (post && (post->qkv != qkv || post->ld != ld || post->head_dim != pool.head_dim || post->n_heads != n_heads ||
+               !rope_dims_supported(*post)))
     cuda_fail("attention: the QKV epilogue's rows are not the attention's");
   bool epilogue_done = false;
   if (n_heads % pool.n_kv_heads != 0 || n_heads / pool.n_kv_heads > 32)

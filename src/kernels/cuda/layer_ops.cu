@@ -106,6 +106,16 @@ __global__ void embed_kernel(const uint8_t* __restrict__ table, int cols, const 
   for (int j = 0; j < 16; ++j) o[pa + j] = fmaf(a.d, a.q[j], a.m), o[pb + j] = fmaf(b.d, b.q[j], b.m);
 }
 
+// Qwen3.5's gated attention: x[t][i] *= sigmoid(gate[t][i]).
+__global__ void sigmoid_gate_kernel(float* x, int ldx, const float* gate, int ldg, int n, int width) {
+  const size_t index = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  wait_for_inputs();
+  allow_next_launch();
+  if (index >= static_cast<size_t>(n) * width) return;
+  const size_t t = index / width, i = index % width;
+  x[t * ldx + i] *= 1.0f / (1.0f + expf(-gate[t * ldg + i]));
+}
+
 __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int d, float* __restrict__ out) {
   wait_for_inputs();
   allow_next_launch();
@@ -174,9 +184,26 @@ void embed(const DeviceWeight& table, const int32_t* ids, int n, float* x, Strea
   });
 }
 
+void sigmoid_gate(float* x, int ldx, const float* gate, int ldg, int n, int width, Stream& stream) {
+  const size_t elements = static_cast<size_t>(n) * width;
+  if (elements == 0) return;
+  launch_dependent(sigmoid_gate_kernel, dim3(static_cast<unsigned>((elements + 255) / 256)), dim3(256), raw(stream), x,
+                   ldx, gate, ldg, n, width);
+}
+
 void gather_rows(const float* x, const int32_t* rows, int n, int d, float* out, Stream& stream) {
   if (n == 0) return;
   launch_dependent(gather_rows_kernel, dim3(n), dim3(256), raw(stream), x, rows, d, out);
+}
+
+bool rope_dims_supported(const QkvPostArgs& args) {
+  // A lane holds head_dim / 32 values: a NEOX pair's partner must sit a power of two lanes away.
+  const int rotated = args.rotated_dims(args.head_dim), per_lane = args.head_dim / 32;
+  if (rotated <= 0 || rotated > args.head_dim || rotated % 2 != 0) return false;
+  if (rotated == args.head_dim) return true;
+  if (!args.neox_rope || (rotated / 2) % per_lane != 0) return false;
+  const int away = rotated / 2 / per_lane;
+  return (away & (away - 1)) == 0;
 }
 
 size_t KvPool::half_block_elements() const {
@@ -211,6 +238,8 @@ void copy_kv_block(const KvPool& pool, int from, int to, Stream& stream) {
 void qkv_post(const QkvPostArgs& args, const BatchLayout& batch, const KvPool& pool, Stream& stream) {
   if (batch.n_tokens == 0) return;
   if (args.ld % 4 != 0) cuda_fail("qkv_post: rows must be 16-byte aligned");
+  if (!rope_dims_supported(args)) cuda_fail("qkv_post: partial RoPE of " + std::to_string(args.rope_dims) +
+                                            " dims of a " + std::to_string(args.head_dim) + "-dim head has no kernel");
   const int total_heads = args.n_heads + 2 * args.n_kv_heads;
   const dim3 grid(batch.n_tokens, (total_heads + kQkvWarps - 1) / kQkvWarps);
   cudaStream_t s = raw(stream);

@@ -160,6 +160,8 @@ void rms_norm(const float* x, const float* weight, float* out, int n, int d, flo
 // rows of ffn: quantized_rows_in; ffn a multiple of 16), also out's int8 copy.
 void silu_mul(const float* gate_up, float* out, int n, int ffn, Stream& stream,
               const QuantizedRowsBuffer* quantized = nullptr);
+// Qwen3.5's gated attention output: x[t][i] *= sigmoid(gate[t][i]) for t < n, i < width.
+void sigmoid_gate(float* x, int ldx, const float* gate, int ldg, int n, int width, Stream& stream);
 // x[t] = row ids[t] of the table, dequantized.
 void embed(const DeviceWeight& table, const int32_t* ids, int n, float* x, Stream& stream);
 // out[i] = x[rows[i]] (d floats each), for i < n.
@@ -239,9 +241,16 @@ struct QkvPostArgs {
   // model/rope_scaling.h), its cosine and sine scaled by rope_attention_factor.
   const double* rope_inv_freq = nullptr;
   double rope_attention_factor = 1.0;
+  // NEOX RoPE on the first rope_dims values of each head only (Qwen3.5: 64 of 256; its table
+  // then has rope_dims / 2 frequencies); 0: the whole head.
+  int rope_dims = 0;
   int layer = 0;
+  constexpr int rotated_dims(int head_dim) const { return rope_dims > 0 ? rope_dims : head_dim; }
 };
 void qkv_post(const QkvPostArgs& args, const BatchLayout& batch, const KvPool& pool, Stream& stream);
+// Whether the epilogue turns args.rope_dims of a head (the whole head always; a part with
+// NEOX pairs whose partners sit a power of two lanes apart, as Qwen3.5's 64 of 256).
+bool rope_dims_supported(const QkvPostArgs& args);
 
 // Causal attention of every token's q heads over its sequence's cached positions 0..pos
 // (grouped-query: query head h reads kv head h / (n_heads / n_kv_heads)), split along the

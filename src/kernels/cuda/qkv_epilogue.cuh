@@ -37,11 +37,15 @@ struct LaneRope {
   HeadLane<HD> cosines, sines;
 
   __device__ __forceinline__ void at(const QkvPostArgs& a, int pos, int lane) {
-    const int first = lane * (HD / 32);
+    const int first = lane * (HD / 32), rotated = a.rotated_dims(HD);
 #pragma unroll
     for (int j = 0; j < HD / 32; ++j) {
       if (!a.neox_rope && j % 2 == 1) continue;  // an adjacent pair's second value: its first's
-      const int i = a.neox_rope ? (first + j) % (HD / 2) : (first + j) / 2;
+      if (first + j >= rotated) {                 // partial RoPE: the head's tail is not turned
+        cosines[j] = 1.0f, sines[j] = 0.0f;
+        continue;
+      }
+      const int i = a.neox_rope ? (first + j) % (rotated / 2) : (first + j) / 2;
       double s, c;
       sincos(static_cast<double>(pos) * a.rope_inv_freq[i], &s, &c);
       cosines[j] = static_cast<float>(c * a.rope_attention_factor), sines[j] = static_cast<float>(s * a.rope_attention_factor);
@@ -73,11 +77,16 @@ __device__ __forceinline__ void qkv_epilogue(const QkvPostArgs& a, int t, int he
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) v[j] = v[j] * scale * norm[first + j];
   }
-  if (a.neox_rope) {  // pairs (i, i + HD/2): the partner's values sit 16 lanes away
+  if (a.neox_rope) {
+    // Pairs (i, i + R/2) of the R rotated values (R = HD, or Qwen3.5's 64 of 256): the
+    // partner's values sit (R/2) / kPerLane lanes away (qkv_post checks that this is a power
+    // of two); lanes past the rotated values keep theirs (cosine 1, sine 0).
+    const int away = a.rotated_dims(HD) / 2 / kPerLane;
+    const bool first_half = (lane & away) == 0;
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
-      const float partner = __shfl_xor_sync(0xFFFFFFFFu, v[j], 16);
-      v[j] = lane < 16 ? v[j] * rope.cosines[j] - partner * rope.sines[j] : partner * rope.sines[j] + v[j] * rope.cosines[j];
+      const float partner = __shfl_xor_sync(0xFFFFFFFFu, v[j], away);
+      v[j] = first_half ? v[j] * rope.cosines[j] - partner * rope.sines[j] : partner * rope.sines[j] + v[j] * rope.cosines[j];
     }
   } else {  // adjacent pairs (2i, 2i + 1), inside one lane
 #pragma unroll

@@ -193,6 +193,52 @@ const gguf::TensorInfo& matrix_stack_tensor(const gguf::File& file, const std::s
   return t;
 }
 
+kernels::WeightSource matrix_source(const gguf::File& file, const std::string& name, int rows, int cols) {
+  const auto& t = matrix_tensor(file, name, rows, cols);
+  return {t.type, t.data, rows, cols};
+}
+
+std::vector<kernels::WeightSource> delta_net_in_projection(const gguf::File& file, const std::string& p,
+                                                           const DeltaNetShape& d, int d_model) {
+  std::vector<kernels::WeightSource> rows;
+  const int per_key = d.v_heads / d.k_heads;  // value heads of a key head's group
+  // (the fused tensors' rows are grouped by key head: Qwen3-Next's layout, not Qwen3.5's tiled one)
+  for (const char* fused : {"ssm_in.weight", "ssm_ba.weight"})
+    if (d.tiled_key_heads && file.find_tensor(p + fused))
+      fail("{}: tensor '{}{}' is Qwen3-Next's layout (value heads grouped by key head), not this architecture's",
+           file.path(), p, fused);
+  if (file.find_tensor(p + "attn_qkv.weight") || !file.find_tensor(p + "ssm_in.weight")) {
+    rows.push_back(matrix_source(file, p + "attn_qkv.weight", d.conv_channels(), d_model));
+    rows.push_back(matrix_source(file, p + "attn_gate.weight", d.value_width(), d_model));
+  } else {
+    const int group = 2 * d.head_k + 2 * per_key * d.head_v;
+    const kernels::WeightSource qkvz = matrix_source(file, p + "ssm_in.weight", d.k_heads * group, d_model);
+    const int part_first[] = {0, d.head_k, 2 * d.head_k, 2 * d.head_k + per_key * d.head_v};
+    const int part_rows[] = {d.head_k, d.head_k, per_key * d.head_v, per_key * d.head_v};
+    for (int part = 0; part < 4; ++part)
+      for (int g = 0; g < d.k_heads; ++g)
+        rows.push_back(kernels::row_range(qkvz, g * group + part_first[part], part_rows[part]));
+  }
+  if (file.find_tensor(p + "ssm_beta.weight") || !file.find_tensor(p + "ssm_ba.weight")) {
+    rows.push_back(matrix_source(file, p + "ssm_beta.weight", d.v_heads, d_model));
+    rows.push_back(matrix_source(file, p + "ssm_alpha.weight", d.v_heads, d_model));
+  } else {
+    const kernels::WeightSource ba = matrix_source(file, p + "ssm_ba.weight", 2 * d.v_heads, d_model);
+    for (int part = 0; part < 2; ++part)
+      for (int g = 0; g < d.k_heads; ++g) rows.push_back(kernels::row_range(ba, 2 * per_key * g + part * per_key, per_key));
+  }
+  return rows;
+}
+
+std::vector<kernels::WeightSource> gated_query_rows(const gguf::File& file, const std::string& p, int n_heads,
+                                                    int head_dim, int d_model) {
+  const kernels::WeightSource q = matrix_source(file, p + "attn_q.weight", 2 * n_heads * head_dim, d_model);
+  std::vector<kernels::WeightSource> rows;
+  for (const int part : {0, 1})  // the queries, then the gates
+    for (int h = 0; h < n_heads; ++h) rows.push_back(kernels::row_range(q, (2 * h + part) * head_dim, head_dim));
+  return rows;
+}
+
 std::vector<float> vector_weight(const gguf::File& file, const std::string& name, int n) {
   const auto& t = file.tensor(name);
   if (t.n_elements != static_cast<uint64_t>(n) || t.type != GgmlType::F32)

@@ -8,6 +8,7 @@
 
 #include "formats/gguf.h"
 #include "kernels/cpu/gated_delta_net.h"
+#include "kernels/cpu/packed_weight.h"
 #include "model/model.h"
 #include "model/rope_scaling.h"
 #include "model/llama/smollm2_shapes.h"
@@ -72,6 +73,20 @@ const gguf::TensorInfo& matrix_tensor(const gguf::File& file, const std::string&
 // A stack of `count` matrices [count][rows][cols] (the experts of a layer), checked likewise.
 const gguf::TensorInfo& matrix_stack_tensor(const gguf::File& file, const std::string& name, int count, int rows,
                                             int cols);
+
+// A matrix tensor as rows of the file's bytes (matrix_tensor's check; any type).
+kernels::WeightSource matrix_source(const gguf::File& file, const std::string& name, int rows, int cols);
+
+// A Gated DeltaNet layer's in-projection, rows [q | k | v | z | beta | alpha] (value heads in
+// the file's order, DeltaNetShape::mixed_width), as row ranges of the file's tensors (layer
+// prefix p): what both backends stack into the one matrix the layer's GEMMs read.
+std::vector<kernels::WeightSource> delta_net_in_projection(const gguf::File& file, const std::string& p,
+                                                           const DeltaNetShape& d, int d_model);
+
+// A hybrid's gated attention query, attn_q's rows [q0 | gate0 | q1 | gate1 | ...] per head,
+// as row ranges: every head's query rows, then every head's gate rows.
+std::vector<kernels::WeightSource> gated_query_rows(const gguf::File& file, const std::string& p, int n_heads,
+                                                    int head_dim, int d_model);
 
 // An F32 vector of n elements (norm weights, biases), copied out.
 std::vector<float> vector_weight(const gguf::File& file, const std::string& name, int n);

@@ -37,9 +37,9 @@ void check_cpu_type(const gguf::File& file, const gguf::TensorInfo& t, const std
 }
 
 WeightSource weight(const gguf::File& file, const std::string& name, int rows, int cols) {
-  const auto& t = matrix_tensor(file, name, rows, cols);
-  check_cpu_type(file, t, name);
-  return {t.type, t.data, rows, cols};
+  const WeightSource source = matrix_source(file, name, rows, cols);
+  check_cpu_type(file, file.tensor(name), name);
+  return source;
 }
 
 // The experts' matrices of a stacked [experts][rows][cols] tensor, one source each.
@@ -92,40 +92,14 @@ size_t packed_group_bytes(std::span<const WeightSource> sources) {
   return bytes;
 }
 
-// A Gated DeltaNet layer's in-projection, rows [q | k | v | z | beta | alpha] (value heads in
-// the file's order, DeltaNetShape::mixed_width), as row ranges of the file's tensors:
-// attn_qkv and attn_gate, else (Qwen3-Next files from before llama.cpp split it) ssm_in, whose
-// rows hold each key head's group [q | k | v | z] (v and z: that key head's value heads);
-// ssm_beta and ssm_alpha (Qwen3.5), else ssm_ba (Qwen3-Next), each key head's [beta | alpha].
-std::vector<WeightSource> delta_net_in_projection(const gguf::File& file, const std::string& p,
-                                                  const kernels::DeltaNetShape& d, int d_model) {
-  std::vector<WeightSource> rows;
-  const int per_key = d.v_heads / d.k_heads;  // value heads of a key head's group
-  // (the fused tensors' rows are grouped by key head: Qwen3-Next's layout, not Qwen3.5's tiled one)
-  for (const char* fused : {"ssm_in.weight", "ssm_ba.weight"})
-    if (d.tiled_key_heads && file.find_tensor(p + fused))
-      fail("{}: tensor '{}{}' is Qwen3-Next's layout (value heads grouped by key head), not this architecture's",
-           file.path(), p, fused);
-  if (file.find_tensor(p + "attn_qkv.weight") || !file.find_tensor(p + "ssm_in.weight")) {
-    rows.push_back(weight(file, p + "attn_qkv.weight", d.conv_channels(), d_model));
-    rows.push_back(weight(file, p + "attn_gate.weight", d.value_width(), d_model));
-  } else {
-    const int group = 2 * d.head_k + 2 * per_key * d.head_v;
-    const WeightSource qkvz = weight(file, p + "ssm_in.weight", d.k_heads * group, d_model);
-    const int part_first[] = {0, d.head_k, 2 * d.head_k, 2 * d.head_k + per_key * d.head_v};
-    const int part_rows[] = {d.head_k, d.head_k, per_key * d.head_v, per_key * d.head_v};
-    for (int part = 0; part < 4; ++part)
-      for (int g = 0; g < d.k_heads; ++g)
-        rows.push_back(kernels::row_range(qkvz, g * group + part_first[part], part_rows[part]));
-  }
-  if (file.find_tensor(p + "ssm_beta.weight") || !file.find_tensor(p + "ssm_ba.weight")) {
-    rows.push_back(weight(file, p + "ssm_beta.weight", d.v_heads, d_model));
-    rows.push_back(weight(file, p + "ssm_alpha.weight", d.v_heads, d_model));
-  } else {
-    const WeightSource ba = weight(file, p + "ssm_ba.weight", 2 * d.v_heads, d_model);
-    for (int part = 0; part < 2; ++part)
-      for (int g = 0; g < d.k_heads; ++g) rows.push_back(kernels::row_range(ba, 2 * per_key * g + part * per_key, per_key));
-  }
+// The shared in-projection pieces (llama_hparams.h), each of a type the CPU kernels read.
+std::vector<WeightSource> cpu_delta_net_in_projection(const gguf::File& file, const std::string& p,
+                                                      const kernels::DeltaNetShape& d, int d_model) {
+  auto rows = delta_net_in_projection(file, p, d, d_model);
+  for (const auto& piece : rows)
+    if (!kernels::is_supported_weight_type(piece.type))
+      fail("{}: a Gated DeltaNet in-projection of {} has type {}, which has no CPU kernel", file.path(), p,
+           type_name(piece.type));
   return rows;
 }
 
@@ -278,7 +252,7 @@ class LlamaModel final : public Model {
     const auto& d = h_.delta_net;
     const int d_model = shapes_.d_model;
     layer.recurrent = true;
-    in = delta_net_in_projection(file_, p, d, d_model);
+    in = cpu_delta_net_in_projection(file_, p, d, d_model);
     out = weight(file_, p + "ssm_out.weight", d_model, d.value_width());
     layer.conv = vector_weight(file_, p + "ssm_conv1d.weight", d.conv_channels() * d.conv_kernel);
     layer.dt_bias = vector_weight(file_, p + "ssm_dt.bias", d.v_heads);
@@ -925,7 +899,7 @@ MemoryNeeds estimate_llama_memory(const gguf::File& file, KvType kv_type) {
   for (int l = 0; l < s.n_layers; ++l) {
     const std::string p = layer_prefix(l);
     if (h.hybrid() && h.recurrent[l]) {
-      needs.weight_bytes += packed_group_bytes(delta_net_in_projection(file, p, d, s.d_model));
+      needs.weight_bytes += packed_group_bytes(cpu_delta_net_in_projection(file, p, d, s.d_model));
       packed(p + "ssm_out.weight", s.d_model, d.value_width());
       needs.weight_bytes += sizeof(float) * (static_cast<size_t>(d.conv_channels()) * d.conv_kernel + 2 * d.v_heads + d.head_v);
     } else {

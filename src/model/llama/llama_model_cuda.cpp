@@ -1,4 +1,4 @@
-// The llama family (llama, qwen2, qwen3, qwen3moe) on the GPU. The same forward pass as
+// The llama family (llama, qwen2, qwen3, qwen3moe, and Qwen3.5's dense hybrid qwen35) on the GPU. The same forward pass as
 // llama_model.cpp, over kernels/cuda: weights uploaded once and repacked on the GPU into the
 // kernels' layout (GGUF's exact values; the matrices of one type stacked as the CPU path
 // stacks them), the paged KV pool in device memory, activations float32 on the device, and
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cuda/delta_net.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/experts.h"
 #include "kernels/cuda/ops.h"
@@ -48,18 +49,22 @@ cu::KvElement kv_element(KvType type) {
   return cu::KvElement::I8;
 }
 
-// The tensors of one layer, as the file names them: a dense FFN's three matrices, or a
-// mixture of experts' router and stacks [experts][rows][cols] (each expert's gate and up
-// apart, or as one [gate; up] stack).
+// The tensors of one layer, as the file names them: attention's four matrices (a hybrid's q
+// with its gate rows), or a hybrid's Gated DeltaNet in- and out-projections; a dense FFN's
+// three matrices, or a mixture of experts' router and stacks [experts][rows][cols] (each
+// expert's gate and up apart, or as one [gate; up] stack).
 struct LayerTensors {
-  const gguf::TensorInfo *q, *k, *v, *o;
+  const gguf::TensorInfo *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
+  std::vector<kernels::WeightSource> delta_in;  // [qkv | z | beta | alpha] rows, in pieces
+  const gguf::TensorInfo* delta_out = nullptr;
+  bool recurrent() const { return delta_out != nullptr; }
   const gguf::TensorInfo *gate = nullptr, *up = nullptr, *down = nullptr;
   const gguf::TensorInfo *router = nullptr, *gate_exps = nullptr, *up_exps = nullptr, *gate_up_exps = nullptr,
                          *down_exps = nullptr;
   bool moe() const { return router != nullptr; }
   std::vector<const gguf::TensorInfo*> matrices() const {
     std::vector<const gguf::TensorInfo*> all;
-    for (const auto* t : {q, k, v, o, gate, up, down, router, gate_exps, up_exps, gate_up_exps, down_exps})
+    for (const auto* t : {q, k, v, o, delta_out, gate, up, down, router, gate_exps, up_exps, gate_up_exps, down_exps})
       if (t) all.push_back(t);
     return all;
   }
@@ -69,10 +74,20 @@ LayerTensors layer_tensors(const gguf::File& file, const Hyperparameters& h, int
   const auto& s = h.shapes;
   const int q = s.n_heads * s.head_dim, kv = s.n_kv_heads * s.head_dim;
   const std::string p = layer_prefix(layer);
-  LayerTensors t{&matrix_tensor(file, p + "attn_q.weight", q, s.d_model),
-                 &matrix_tensor(file, p + "attn_k.weight", kv, s.d_model),
-                 &matrix_tensor(file, p + "attn_v.weight", kv, s.d_model),
-                 &matrix_tensor(file, p + "attn_output.weight", s.d_model, q)};
+  LayerTensors t;
+  if (h.hybrid() && h.recurrent[layer]) {
+    t.delta_in = delta_net_in_projection(file, p, h.delta_net, s.d_model);
+    t.delta_out = &matrix_tensor(file, p + "ssm_out.weight", s.d_model, h.delta_net.value_width());
+    for (const auto& piece : t.delta_in)
+      if (!cu::is_supported_weight_type(piece.type))
+        fail("{}: the Gated DeltaNet in-projection of {} has type {}, which has no CUDA kernel", file.path(), p,
+             type_name(piece.type));
+  } else {
+    t.q = &matrix_tensor(file, p + "attn_q.weight", h.hybrid() ? 2 * q : q, s.d_model);  // (hybrid: [q | gate] a head)
+    t.k = &matrix_tensor(file, p + "attn_k.weight", kv, s.d_model);
+    t.v = &matrix_tensor(file, p + "attn_v.weight", kv, s.d_model);
+    t.o = &matrix_tensor(file, p + "attn_output.weight", s.d_model, q);
+  }
   if (h.n_experts > 0) {
     const int e = h.n_experts;
     t.router = &matrix_tensor(file, p + "ffn_gate_inp.weight", e, s.d_model);
@@ -117,6 +132,18 @@ size_t gpu_bytes(const gguf::TensorInfo& t) {
   return aligned(cu::weight_row_bytes(t.type, static_cast<int>(t.dims[0])) * stacked_rows(t));
 }
 
+// Bytes of `rows` rows of a matrix as the file holds them.
+size_t file_row_bytes(GgmlType type, int cols) {
+  const auto traits = type_traits(static_cast<uint32_t>(type));
+  if (!traits) fail("file_row_bytes: unknown weight type {}", static_cast<uint32_t>(type));
+  return static_cast<size_t>(cols) / traits->block_elements * traits->block_bytes;
+}
+
+// The CPU's DeltaNet shape as the kernels' (the same numbers).
+cu::DeltaNetDims delta_net_dims(const DeltaNetShape& d) {
+  return {d.conv_kernel, d.k_heads, d.v_heads, d.head_k, d.head_v, d.tiled_key_heads};
+}
+
 // The most tokens of one pass on the GPU. Each prefill pass turns every quantized matrix
 // into f16 once for cuBLAS (about a third of a 512-token pass at Qwen3-8B's shapes); 4096
 // tokens share that among eight times as many. The scheduler still keeps a prompt's chunks
@@ -134,6 +161,10 @@ constexpr int kMostLogitsRows = kMaxBatchSequences + cu::kFusedLargestBatch;
 // cost far more where the weights bound a pass (H100, Qwen3-8B shape: a pass of 2 / 3 / 4 /
 // 5 / 8 rows costs 1.46 / 1.74 / 1.84 / 2.90 / 3.37 decode steps).
 constexpr int kVerifyRowsOfWeightBoundPasses = 4;
+
+// The most sequences of one pass a hybrid model's DeltaNet slices are uploaded for (as many as
+// a pass has logits rows for: the scheduler's kMaxBatchSequences).
+constexpr int kMostDeltaNetSlices = kMaxBatchSequences;
 
 // The device scratch of one forward pass, for kCudaMaxBatchTokens tokens; the memory plan
 // counts exactly these bytes.
@@ -198,24 +229,32 @@ ExpertScratchSizes expert_scratch_sizes(const Hyperparameters& h, int tokens) {
 ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
   const auto& s = h.shapes;
   const size_t q = static_cast<size_t>(s.n_heads) * s.head_dim, kv = static_cast<size_t>(s.n_kv_heads) * s.head_dim;
-  const size_t per_token = 2 * s.d_model + (q + 2 * kv) + q + 2 * s.ffn + s.ffn;
+  // (a hybrid's QKV rows hold the attention gates after v; its DeltaNet rows take mixed_ and
+  // write their readout where attention writes its output)
+  const size_t gates = h.hybrid() ? q : 0;
+  const size_t mixed = h.hybrid() ? h.delta_net.mixed_width() : 0;
+  const size_t attn = std::max<size_t>(q, h.hybrid() ? h.delta_net.value_width() : 0);
+  const size_t per_token = 2 * s.d_model + (q + 2 * kv + gates) + attn + 2 * s.ffn + s.ffn + mixed;
   ScratchSizes sizes;
   sizes.activations = sizeof(float) * (kCudaMaxBatchTokens * per_token + kMostLogitsRows * (2 * s.d_model + s.vocab));
-  const size_t largest = std::max({(q + 2 * kv) * s.d_model, s.d_model * q, 2 * static_cast<size_t>(s.ffn) * s.d_model,
-                                   static_cast<size_t>(s.d_model) * s.ffn});
+  const size_t largest = std::max({(q + 2 * kv + gates) * s.d_model, s.d_model * q, 2 * static_cast<size_t>(s.ffn) * s.d_model,
+                                   static_cast<size_t>(s.d_model) * s.ffn, mixed * s.d_model, attn * s.d_model});
   sizes.weight_f16 = largest * 2;
-  const int widest = static_cast<int>(std::max<size_t>({size_t(s.d_model), size_t(s.ffn), q}));
+  const int widest = static_cast<int>(std::max<size_t>({size_t(s.d_model), size_t(s.ffn), attn}));
   sizes.activations_f16 = static_cast<size_t>(kCudaMaxBatchTokens) * widest * 2;
   if (h.n_experts > 0)  // (the grouped expert matmul converts all pairs' rows at once)
     sizes.activations_f16 = std::max(sizes.activations_f16, static_cast<size_t>(kCudaMaxBatchTokens) * h.n_experts_used *
                                                                 std::max(s.d_model, s.ffn) * 2);
   sizes.activations_q8 = cu::quantized_activation_bytes(kMostLogitsRows, widest);
   // (the output head is the widest matrix the small GEMM takes: batched decode's logits)
-  sizes.split_k = cu::small_gemm_scratch_bytes(std::max({static_cast<int>(q + 2 * kv), 2 * s.ffn, s.d_model, s.vocab}));
+  sizes.split_k =
+      cu::small_gemm_scratch_bytes(std::max({static_cast<int>(q + 2 * kv + gates), 2 * s.ffn, s.d_model, s.vocab, int(mixed)}));
   sizes.attention = cu::attention_scratch_bytes(s.n_heads, s.head_dim);
   const size_t table_entries = static_cast<size_t>(kMaxBatchSequences) * ((context + kKvBlockTokens - 1) / kKvBlockTokens);
   // ids, positions, table offsets, logits rows, attention's decode list and tiles, tables
-  sizes.inputs = sizeof(int32_t) * (6 * kCudaMaxBatchTokens + kMostLogitsRows + table_entries);
+  // (and a hybrid's DeltaNet slices, one a sequence)
+  sizes.inputs = sizeof(int32_t) * (6 * kCudaMaxBatchTokens + kMostLogitsRows + table_entries +
+                                    (h.hybrid() ? cu::kDeltaNetSliceInts * kMostDeltaNetSlices : 0));
   sizes.best_tokens = sizeof(TokenLogit) * kMostLogitsRows * kBestTokens;
   sizes.best_tokens_scratch = cu::best_tokens_scratch_bytes(kMostLogitsRows, s.vocab);
   const int fused_rows = cu::kFusedLargestBatch;
@@ -227,7 +266,11 @@ ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
 
 struct CudaLayer {
   const float *attn_norm = nullptr, *ffn_norm = nullptr, *qkv_bias = nullptr, *q_norm = nullptr, *k_norm = nullptr;
-  std::vector<cu::DeviceWeight> qkv;  // [q; k; v] stacked, or runs of one type ([q; k], [v])
+  int kv_layer = -1;  // attention: the layer's part of the KV pool (a hybrid's DeltaNet layers have none)
+  // [q; k; v] stacked, or runs of one type ([q; k], [v]); a hybrid's gated attention: [q; k; v;
+  // gate], so that its QKV rows are the plain layer's with the gates after them (qkv_ld).
+  std::vector<cu::DeviceWeight> qkv;
+  bool gated = false;
   cu::DeviceWeight attn_output;
   std::vector<cu::DeviceWeight> gate_up;  // [gate; up] stacked, or apart when their types differ
   cu::DeviceWeight down;
@@ -237,6 +280,14 @@ struct CudaLayer {
   cu::DeviceWeight router;
   std::vector<cu::ExpertWeights> gate_up_exps;
   cu::ExpertWeights down_exps;
+  // A hybrid's Gated DeltaNet layer instead of attention: the in-projection [qkv | z | beta |
+  // alpha] (runs of one type), the out projection, the small weights; state_index: the
+  // layer's place in a sequence's recurrent state.
+  bool recurrent = false;
+  int state_index = -1;
+  std::vector<cu::DeviceWeight> delta_in;
+  cu::DeviceWeight delta_out;
+  cu::DeltaNetLayerWeights delta;
 };
 
 class LlamaCudaModel final : public Model {
@@ -267,7 +318,9 @@ class LlamaCudaModel final : public Model {
 
   std::span<const float> forward(std::span<const SequenceSlice> batch) override {
     const auto count = check_batch(batch, info_);
+    claim_states(batch);
     run(batch, count.tokens, count.wanted);
+    settle_states(batch);
     return {logits_host_.as<float>(), static_cast<size_t>(count.wanted - count.best_only) * h_.shapes.vocab};
   }
 
@@ -296,6 +349,9 @@ class LlamaCudaModel final : public Model {
   int q_width() const { return h_.shapes.n_heads * h_.shapes.head_dim; }
   int kv_width() const { return h_.shapes.n_kv_heads * h_.shapes.head_dim; }
   int qkv_width() const { return q_width() + 2 * kv_width(); }
+  // A QKV row's floats: a hybrid's attention gates follow q, k and v.
+  int qkv_ld() const { return qkv_width() + (h_.hybrid() ? q_width() : 0); }
+  int attn_width() const { return std::max(q_width(), h_.hybrid() ? h_.delta_net.value_width() : 0); }
 
   // Weights: every array's place in one device arena is planned first, then the arena is
   // allocated once and filled from the file mapping; a matrix goes through a staging buffer
@@ -303,8 +359,10 @@ class LlamaCudaModel final : public Model {
   struct Upload {
     size_t offset;
     const void* from;
-    size_t bytes;                // in the file
-    const gguf::TensorInfo* matrix = nullptr;  // null: a float vector, copied as it is
+    size_t bytes;         // in the file
+    bool matrix = false;  // false: a float vector, copied as it is
+    GgmlType type = GgmlType::F32;
+    int rows = 0, cols = 0;  // a matrix's (a stack's: all its rows)
   };
 
   void load_weights() {
@@ -324,30 +382,41 @@ class LlamaCudaModel final : public Model {
       int rows, cols;
     };
     size_t staging = 0;  // the largest matrix as the file holds it
-    auto place_matrix = [&](const gguf::TensorInfo* t) {
+    auto place_rows = [&](GgmlType type, const void* data, int rows, int cols) {
       const size_t offset = arena;
-      const size_t bytes = cu::weight_row_bytes(t->type, static_cast<int>(t->dims[0])) * stacked_rows(*t);
-      uploads.push_back({offset, t->data, t->n_bytes, t});
-      staging = std::max<size_t>(staging, t->n_bytes);
-      arena += bytes;  // a whole number of 16-byte rows
+      const size_t file_bytes = file_row_bytes(type, cols) * rows;
+      uploads.push_back({offset, data, file_bytes, true, type, rows, cols});
+      staging = std::max(staging, file_bytes);
+      arena += cu::weight_row_bytes(type, cols) * rows;  // a whole number of 16-byte rows
       return offset;
     };
-    // Consecutive matrices of one type (q and k when v differs, as Q4_K_M mixes them) are
-    // stacked into one: one GEMV launch for each run.
-    auto place_group = [&](std::initializer_list<const gguf::TensorInfo*> tensors) {
+    auto place_matrix = [&](const gguf::TensorInfo* t) {
+      return place_rows(t->type, t->data, stacked_rows(*t), static_cast<int>(t->dims[0]));
+    };
+    // Consecutive row ranges of one type (q and k when v differs, as Q4_K_M mixes them) are
+    // stacked into one matrix: one GEMV launch for each run.
+    auto place_sources = [&](std::span<const kernels::WeightSource> sources) {
       std::vector<Planned> group;
-      for (auto it = tensors.begin(); it != tensors.end();) {
-        const auto* first = *it;
+      for (size_t i = 0; i < sources.size();) {
+        const auto& first = sources[i];
         const size_t offset = arena;
         int rows = 0;
-        for (; it != tensors.end() && (*it)->type == first->type; ++it) {
-          place_matrix(*it);
-          rows += static_cast<int>((*it)->dims[1]);
+        for (; i < sources.size() && sources[i].type == first.type; ++i) {
+          place_rows(sources[i].type, sources[i].data, sources[i].rows, sources[i].cols);
+          rows += sources[i].rows;
         }
         arena = offset + aligned(arena - offset);
-        group.push_back({first->type, offset, rows, static_cast<int>(first->dims[0])});
+        group.push_back({first.type, offset, rows, first.cols});
       }
       return group;
+    };
+    auto source_of = [](const gguf::TensorInfo* t) {
+      return kernels::WeightSource{t->type, t->data, static_cast<int>(t->dims[1]), static_cast<int>(t->dims[0])};
+    };
+    auto place_group = [&](std::initializer_list<const gguf::TensorInfo*> tensors) {
+      std::vector<kernels::WeightSource> sources;
+      for (const auto* t : tensors) sources.push_back(source_of(t));
+      return place_sources(sources);
     };
     // A stack of experts' matrices, repacked as one matrix of all their rows (rows: one expert's).
     auto place_stack = [&](const gguf::TensorInfo* t) {
@@ -359,8 +428,9 @@ class LlamaCudaModel final : public Model {
 
     struct PlannedLayer {
       size_t attn_norm, ffn_norm, bias = 0, q_norm = 0, k_norm = 0;
-      std::vector<Planned> qkv, gate_up, gate_up_exps;
-      Planned o, down, router, down_exps;
+      size_t conv = 0, dt_bias = 0, ssm_a = 0, ssm_norm = 0;
+      std::vector<Planned> qkv, gate_up, gate_up_exps, delta_in;
+      Planned o, down, router, down_exps, delta_out;
     };
     std::vector<PlannedLayer> planned(s.n_layers);
     std::vector<std::vector<float>> vectors;  // norms and biases, kept alive until uploaded
@@ -368,14 +438,23 @@ class LlamaCudaModel final : public Model {
       vectors.push_back(std::move(v));
       return place(vectors.back().data(), vectors.back().size() * sizeof(float));
     };
-    vectors.reserve(static_cast<size_t>(s.n_layers) * 5 + 1);
+    vectors.reserve(static_cast<size_t>(s.n_layers) * 6 + 1);
     for (int l = 0; l < s.n_layers; ++l) {
       const std::string p = layer_prefix(l);
       const LayerTensors t = layer_tensors(file_, h_, l);
       auto& pl = planned[l];
       pl.attn_norm = place_vector(vector_weight(file_, p + "attn_norm.weight", s.d_model));
-      pl.ffn_norm = place_vector(vector_weight(file_, p + "ffn_norm.weight", s.d_model));
-      if (h_.qkv_bias) {
+      pl.ffn_norm =
+          place_vector(vector_weight(file_, p + (h_.hybrid() ? "post_attention_norm.weight" : "ffn_norm.weight"), s.d_model));
+      if (t.recurrent()) {
+        const auto& d = h_.delta_net;
+        pl.delta_in = place_sources(t.delta_in);
+        pl.delta_out = place_group({t.delta_out})[0];
+        pl.conv = place_vector(vector_weight(file_, p + "ssm_conv1d.weight", d.conv_channels() * d.conv_kernel));
+        pl.dt_bias = place_vector(vector_weight(file_, p + "ssm_dt.bias", d.v_heads));
+        pl.ssm_a = place_vector(vector_weight(file_, p + "ssm_a", d.v_heads));
+        pl.ssm_norm = place_vector(vector_weight(file_, p + "ssm_norm.weight", d.head_v));
+      } else if (h_.qkv_bias) {
         std::vector<float> bias;
         for (const auto& [name, width] : {std::pair{"attn_q.bias", q_width()}, std::pair{"attn_k.bias", kv_width()},
                                           std::pair{"attn_v.bias", kv_width()}}) {
@@ -384,12 +463,21 @@ class LlamaCudaModel final : public Model {
         }
         pl.bias = place_vector(std::move(bias));
       }
-      if (h_.qk_norm) {
+      if (h_.qk_norm && !t.recurrent()) {
         pl.q_norm = place_vector(vector_weight(file_, p + "attn_q_norm.weight", s.head_dim));
         pl.k_norm = place_vector(vector_weight(file_, p + "attn_k_norm.weight", s.head_dim));
       }
-      pl.qkv = place_group({t.q, t.k, t.v});
-      pl.o = place_group({t.o})[0];
+      if (h_.hybrid() && !t.recurrent()) {  // [q; k; v; gate]: the gates after the plain layer's rows
+        const auto query = gated_query_rows(file_, p, s.n_heads, s.head_dim, s.d_model);
+        std::vector<kernels::WeightSource> rows(query.begin(), query.begin() + s.n_heads);
+        rows.push_back(source_of(t.k));
+        rows.push_back(source_of(t.v));
+        rows.insert(rows.end(), query.begin() + s.n_heads, query.end());
+        pl.qkv = place_sources(rows);
+      } else if (!t.recurrent()) {
+        pl.qkv = place_group({t.q, t.k, t.v});
+      }
+      if (!t.recurrent()) pl.o = place_group({t.o})[0];
       if (t.moe()) {
         pl.router = place_group({t.router})[0];
         if (t.gate_up_exps)
@@ -423,8 +511,7 @@ class LlamaCudaModel final : public Model {
           continue;
         }
         stream_.copy_to_device(stage.data(), u.from, u.bytes);
-        cu::pack_weight(u.matrix->type, stacked_rows(*u.matrix), static_cast<int>(u.matrix->dims[0]),
-                        stage.data(), weights_.as<uint8_t>() + u.offset, stream_);
+        cu::pack_weight(u.type, u.rows, u.cols, stage.data(), weights_.as<uint8_t>() + u.offset, stream_);
       }
       stream_.synchronize("uploading the weights");
     }
@@ -433,17 +520,30 @@ class LlamaCudaModel final : public Model {
     auto vec = [&](size_t offset) { return reinterpret_cast<const float*>(base + offset); };
     auto mat = [&](const Planned& p) { return cu::DeviceWeight{p.type, base + p.offset, p.rows, p.cols}; };
     layers_.resize(s.n_layers);
+    int kv_layers = 0, state_layers = 0;
     for (int l = 0; l < s.n_layers; ++l) {
       const auto& pl = planned[l];
       auto& layer = layers_[l];
       layer.attn_norm = vec(pl.attn_norm);
       layer.ffn_norm = vec(pl.ffn_norm);
-      if (h_.qkv_bias) layer.qkv_bias = vec(pl.bias);
-      if (h_.qk_norm) layer.q_norm = vec(pl.q_norm), layer.k_norm = vec(pl.k_norm);
-      for (const auto& m : pl.qkv) layer.qkv.push_back(mat(m));
-      layer.attn_output = mat(pl.o);
-      for (const auto& w : layer.qkv) info_.decode_read_bytes += w.bytes();
-      info_.decode_read_bytes += layer.attn_output.bytes();
+      layer.recurrent = !pl.delta_in.empty();
+      if (layer.recurrent) {
+        layer.state_index = state_layers++;
+        for (const auto& m : pl.delta_in) layer.delta_in.push_back(mat(m));
+        layer.delta_out = mat(pl.delta_out);
+        layer.delta = {vec(pl.conv), vec(pl.dt_bias), vec(pl.ssm_a), vec(pl.ssm_norm), h_.rms_eps};
+        for (const auto& w : layer.delta_in) info_.decode_read_bytes += w.bytes();
+        info_.decode_read_bytes += layer.delta_out.bytes();
+      } else {
+        layer.kv_layer = kv_layers++;
+        layer.gated = h_.hybrid();
+        if (h_.qkv_bias) layer.qkv_bias = vec(pl.bias);
+        if (h_.qk_norm) layer.q_norm = vec(pl.q_norm), layer.k_norm = vec(pl.k_norm);
+        for (const auto& m : pl.qkv) layer.qkv.push_back(mat(m));
+        layer.attn_output = mat(pl.o);
+        for (const auto& w : layer.qkv) info_.decode_read_bytes += w.bytes();
+        info_.decode_read_bytes += layer.attn_output.bytes();
+      }
       layer.moe = !pl.gate_up_exps.empty();
       if (layer.moe) {
         auto stack = [&](const Planned& p) { return cu::ExpertWeights{p.type, base + p.offset, h_.n_experts, p.rows, p.cols}; };
@@ -478,7 +578,7 @@ class LlamaCudaModel final : public Model {
     const auto& s = h_.shapes;
     pool_.element = kv_element(options.kv_type);
     pool_.blocks = options.kv_blocks > 0 ? options.kv_blocks : (info_.context + kKvBlockTokens - 1) / kKvBlockTokens;
-    pool_.n_layers = s.n_layers;
+    pool_.n_layers = h_.attention_layer_count();
     pool_.n_kv_heads = s.n_kv_heads;
     pool_.head_dim = s.head_dim;
     kv_data_.resize(pool_.bytes());
@@ -497,8 +597,9 @@ class LlamaCudaModel final : public Model {
     auto floats = [](cu::DeviceBuffer& b, size_t count) { b.resize(count * sizeof(float)); };
     floats(x_, n * s.d_model);
     floats(normed_, n * s.d_model);
-    floats(qkv_, n * qkv_width());
-    floats(attn_, n * q_width());
+    floats(qkv_, n * qkv_ld());
+    floats(attn_, n * attn_width());
+    if (h_.hybrid()) allocate_states(options);
     floats(gate_up_, n * 2 * s.ffn);
     floats(hidden_, n * s.ffn);
     floats(last_, static_cast<size_t>(kMostLogitsRows) * s.d_model);
@@ -515,11 +616,13 @@ class LlamaCudaModel final : public Model {
     matmul_scratch_.weight_f16.resize(sizes.weight_f16);
     matmul_scratch_.activations_f16.resize(sizes.activations_f16);
     matmul_scratch_.activations_q8.resize(sizes.activations_q8);
-    cu::reserve_small_gemm(matmul_scratch_, std::max({qkv_width(), 2 * s.ffn, s.d_model, s.vocab}), stream_);
+    cu::reserve_small_gemm(matmul_scratch_,
+                           std::max({qkv_ld(), 2 * s.ffn, s.d_model, s.vocab, h_.hybrid() ? h_.delta_net.mixed_width() : 0}),
+                           stream_);
     if (h_.n_experts > 0) allocate_experts();
     cu::reserve_attention(attention_scratch_, s.head_dim, stream_);
     // RoPE's frequencies (plain or stretched), computed once on the host as the CPU path does.
-    const RopeFrequencies rope = rope_frequencies(h_.rope_base, s.head_dim, h_.rope_scaling);
+    const RopeFrequencies rope = rope_frequencies(h_.rope_base, h_.rope_dims, h_.rope_scaling);
     rope_inv_freq_.resize(rope.inv_freq.size() * sizeof(double));
     stream_.copy_to_device(rope_inv_freq_.data(), rope.inv_freq.data(), rope.inv_freq.size() * sizeof(double));
     rope_attention_factor_ = rope.attention_factor;
@@ -546,6 +649,7 @@ class LlamaCudaModel final : public Model {
   bool fused_decode_layers() const {
     const char* value = std::getenv("SPLASH_CUDA_FUSED");
     if (value && std::string_view(value) == "0") return false;
+    if (h_.hybrid()) return false;  // (its DeltaNet and gated layers run kernel by kernel)
     const auto& s = h_.shapes;
     if (s.d_model % 16 != 0 || s.ffn % 16 != 0) return false;
     for (const auto& layer : layers_) {
@@ -599,7 +703,9 @@ class LlamaCudaModel final : public Model {
   }
 
   // Lays the batch's integers out in one staging buffer and sends them in one copy:
-  // [ids | positions | table offsets | logits rows | decode tokens | tiles | block tables],
+  // [ids | positions | table offsets | logits rows | decode tokens | tiles | a hybrid's
+  // DeltaNet slices | block tables] (the tables last: their length alone varies between the
+  // passes one recorded decode pass replays),
   // from int32 `at` of the inputs on (a pass with verify rows uploads its two parts one after
   // the other: the staging buffer is read by copies still queued). upload_end_: where it ended.
   cu::BatchLayout upload_batch(std::span<const SequenceSlice> batch, int n, int wanted, size_t at = 0) {
@@ -615,7 +721,20 @@ class LlamaCudaModel final : public Model {
     int32_t *ids = host, *positions = host + n, *offsets = host + 2 * n, *rows = host + 3 * n;
     int32_t* decode = rows + wanted;
     int32_t* tiles = decode + work.decode.size();
-    int32_t* tables = tiles + work.tiles.size();
+    int32_t* slices = tiles + work.tiles.size();
+    int32_t* tables = slices + (h_.hybrid() ? cu::kDeltaNetSliceInts * batch.size() : 0);
+    if (h_.hybrid()) {
+      if (batch.size() > static_cast<size_t>(kMostDeltaNetSlices))
+        fail("forward: {} sequences in one pass (a hybrid model's GPU pass takes at most {})", batch.size(),
+             kMostDeltaNetSlices);
+      int first = 0;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const int count = static_cast<int>(batch[i].tokens.size());
+        const int32_t slice[cu::kDeltaNetSliceInts] = {first, count, batch[i].state_slot, batch[i].first_position};
+        std::copy(slice, slice + cu::kDeltaNetSliceInts, slices + cu::kDeltaNetSliceInts * i);
+        first += count;
+      }
+    }
     std::copy(work.decode.begin(), work.decode.end(), decode);
     std::copy(work.tiles.begin(), work.tiles.end(), tiles);
     const size_t table_size = stage_tokens(batch, ids, positions, offsets, tables);
@@ -630,6 +749,8 @@ class LlamaCudaModel final : public Model {
     upload_end_ = at + bytes / sizeof(int32_t);
     ids_ = device;
     rows_ = device + 3 * n;
+    delta_slices_ = device + (slices - host);
+    n_delta_slices_ = h_.hybrid() ? static_cast<int>(batch.size()) : 0;
     cu::BatchLayout layout;
     layout.positions = device + n;
     layout.table_offsets = device + 2 * n;
@@ -649,8 +770,9 @@ class LlamaCudaModel final : public Model {
     std::vector<cu::DeviceWeight*> weights;
     for (auto& layer : layers_) {
       for (auto& w : layer.qkv) weights.push_back(&w);
+      for (auto& w : layer.delta_in) weights.push_back(&w);
       for (auto& w : layer.gate_up) weights.push_back(&w);
-      weights.push_back(&layer.attn_output);
+      weights.push_back(layer.recurrent ? &layer.delta_out : &layer.attn_output);
       if (!layer.moe) weights.push_back(&layer.down);
     }
     weights.push_back(&output_);
@@ -690,15 +812,17 @@ class LlamaCudaModel final : public Model {
       if (tokens < 1 || tokens == last) continue;
       last = tokens;
       const auto blocks = std::span(table).first((tokens + 1 + kKvBlockTokens - 1) / kKvBlockTokens);
-      const SequenceSlice prefill{std::span(ids).first(tokens), 0, blocks, 1, {}, /*best_only=*/true};
+      const int slot = h_.hybrid() ? 0 : -1;  // (a hybrid's sequence i takes state slot i)
+      const SequenceSlice prefill{std::span(ids).first(tokens), 0, blocks, 1, {}, /*best_only=*/true, slot};
       forward({&prefill, 1});
-      const SequenceSlice decode{std::span(ids).first(1), tokens, blocks, 1, {}, true};
+      const SequenceSlice decode{std::span(ids).first(1), tokens, blocks, 1, {}, true, slot};
       forward({&decode, 1});
     }
     for (const int n : {2, 4, 8, 16, 32, 64}) {  // sequence i decodes its first token into block i
-      if (n > pool_.blocks || n > kMaxBatchSequences) break;
+      if (n > pool_.blocks || n > kMaxBatchSequences || (h_.hybrid() && n > info_.state_slots)) break;
       std::vector<SequenceSlice> batch;
-      for (int i = 0; i < n; ++i) batch.push_back({std::span(ids).first(1), 0, std::span(table).subspan(i, 1), 1, {}, true});
+      for (int i = 0; i < n; ++i)
+        batch.push_back({std::span(ids).first(1), 0, std::span(table).subspan(i, 1), 1, {}, true, h_.hybrid() ? i : -1});
       forward(batch);
     }
     // Verify blocks (the fused kernels' passes of several rows).
@@ -710,6 +834,7 @@ class LlamaCudaModel final : public Model {
     }
     profiles_.clear();  // (SPLASH_CUDA_PROFILE reports the passes that follow)
     timeline_ = nullptr;
+    std::fill(state_positions_.begin(), state_positions_.end(), 0);  // (what the slots hold is no sequence's)
     info_.warm_up_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
@@ -851,7 +976,7 @@ class LlamaCudaModel final : public Model {
     const auto& layer = layers_[l];
     cu::QkvPostArgs post;
     post.qkv = qkv_.as<float>();
-    post.ld = qkv_width();
+    post.ld = qkv_ld();
     post.n_heads = s.n_heads;
     post.n_kv_heads = s.n_kv_heads;
     post.head_dim = s.head_dim;
@@ -862,7 +987,8 @@ class LlamaCudaModel final : public Model {
     post.neox_rope = h_.neox_rope;
     post.rope_inv_freq = rope_inv_freq_.as<double>();
     post.rope_attention_factor = rope_attention_factor_;
-    post.layer = l;
+    post.rope_dims = h_.rope_dims == s.head_dim ? 0 : h_.rope_dims;
+    post.layer = layer.kv_layer;
     return post;
   }
 
@@ -873,16 +999,17 @@ class LlamaCudaModel final : public Model {
   bool launch_attention_block(int l, const cu::BatchLayout& layout, int n, const float* normed,
                               const cu::QuantizedRows* in, const std::optional<cu::QuantizedRowsBuffer>& attn_q8) {
     const auto& s = h_.shapes;
-    matmul_group(layers_[l].qkv, normed, s.d_model, n, qkv_.as<float>(), qkv_width(), in);
+    matmul_group(layers_[l].qkv, normed, s.d_model, n, qkv_.as<float>(), qkv_ld(), in);
     mark("qkv matmul");
     const cu::QkvPostArgs post = qkv_post_args(l);
-    const bool epilogue_in_attention = cu::attention_takes_qkv_post(layout, pool_, s.n_heads);
+    const bool epilogue_in_attention =
+        cu::attention_takes_qkv_post(layout, pool_, s.n_heads) && cu::rope_dims_supported(post);
     if (!epilogue_in_attention) {
       cu::qkv_post(post, layout, pool_, stream_);
       mark("qkv_post (rope, kv)");
     }
-    const bool quantized = cu::attention(qkv_.as<float>(), qkv_width(), attn_.as<float>(), s.n_heads, layout, pool_, l,
-                                         attention_scratch_, stream_, attn_q8 ? &*attn_q8 : nullptr,
+    const bool quantized = cu::attention(qkv_.as<float>(), qkv_ld(), attn_.as<float>(), s.n_heads, layout, pool_,
+                                         layers_[l].kv_layer, attention_scratch_, stream_, attn_q8 ? &*attn_q8 : nullptr,
                                          epilogue_in_attention ? &post : nullptr);
     mark(epilogue_in_attention ? "attention (with rope, kv)" : "attention");
     return quantized;
@@ -1094,13 +1221,13 @@ class LlamaCudaModel final : public Model {
       const auto& layer = layers_[l];
       int column = 0;
       for (const auto& w : layer.qkv) {
-        cu::gemv(w, nullptr, s.d_model, n, qkv + first * qkv_width() + column, qkv_width(), false, matmul_scratch_,
+        cu::gemv(w, nullptr, s.d_model, n, qkv + first * qkv_ld() + column, qkv_ld(), false, matmul_scratch_,
                  stream_, &attn_in);
         column += w.rows;
       }
       mark("qkv matmul");
       cu::QkvPostArgs post = qkv_post_args(l);
-      post.qkv = qkv + first * qkv_width();
+      post.qkv = qkv + first * qkv_ld();
       cu::qkv_post(post, rows, pool_, stream_);
       mark("qkv_post (rope, kv)");
       for (const auto& bucket : group.buckets) {
@@ -1110,7 +1237,7 @@ class LlamaCudaModel final : public Model {
         tokens.n_tokens = bucket.count;
         tokens.decode_context = bucket.context;
         tokens.splits_as_alone = true;
-        cu::attention(qkv, qkv_width(), attn, s.n_heads, tokens, pool_, l, attention_scratch_, stream_);
+        cu::attention(qkv, qkv_ld(), attn, s.n_heads, tokens, pool_, layer.kv_layer, attention_scratch_, stream_);
       }
       mark("attention");
       const cu::QuantizedRows attn_rows = cu::quantize_rows(attn + first * q_width(), q_width(), n, q_width(),
@@ -1118,6 +1245,115 @@ class LlamaCudaModel final : public Model {
       launch_fused_ffn(l, attn_rows, x);
       attn_in = fused_normed_.pending_norm(n, s.d_model, h_.rms_eps);
     }
+  }
+
+  // --- a hybrid's recurrent states (Qwen3.5: Gated DeltaNet layers) ------------------------
+  //
+  // [slot][recurrent layer][DeltaNetDims::state_floats()] floats on the device, the CPU path's
+  // layout, and as many snapshots. The kernels start a slice at position 0 from zeros and
+  // continue any other from its slot; the host keeps each slot's position, as the CPU path
+  // does, to refuse a slice that does not follow on. Drafted guesses are not verified here
+  // (no verify rows for a hybrid on the GPU), so a state never goes back.
+  void allocate_states(const LoadOptions& options) {
+    const auto dims = delta_net_dims(h_.delta_net);
+    if (!cu::delta_net_supported(dims))
+      fail("{}: a Gated DeltaNet of key heads {} and value heads {} ({} conv taps) has no CUDA kernel", file_.path(),
+           dims.head_k, dims.head_v, dims.conv_kernel);
+    dims_ = dims;
+    info_.recurrent_layers = h_.recurrent_layer_count();
+    info_.state_slots = std::max(1, options.state_slots);
+    info_.recurrent_state_bytes = h_.recurrent_state_bytes();
+    info_.state_snapshots = std::max(0, options.state_snapshots);
+    states_.resize(info_.recurrent_state_bytes * info_.state_slots);
+    if (info_.state_snapshots > 0) snapshots_.resize(info_.recurrent_state_bytes * info_.state_snapshots);
+    state_positions_.assign(info_.state_slots, 0);
+    snapshot_positions_.assign(info_.state_snapshots, -1);
+    info_.decode_read_bytes += 2 * info_.recurrent_state_bytes;  // a decode step reads and writes its state
+    floats_of(mixed_, static_cast<size_t>(kCudaMaxBatchTokens) * h_.delta_net.mixed_width());
+    info_.kernel_shapes += "; Gated DeltaNet: token-sequential (a thread block per sequence and value head)";
+  }
+  static void floats_of(cu::DeviceBuffer& b, size_t count) { b.resize(count * sizeof(float)); }
+
+  uint8_t* slot_bytes(int slot) {
+    if (slot < 0 || slot >= info_.state_slots) fail("recurrent-state slot {} outside the model's {}", slot, info_.state_slots);
+    return states_.as<uint8_t>() + static_cast<size_t>(slot) * info_.recurrent_state_bytes;
+  }
+  uint8_t* snapshot_bytes(int snapshot) {
+    if (snapshot < 0 || snapshot >= info_.state_snapshots)
+      fail("state snapshot {} outside the model's {}", snapshot, info_.state_snapshots);
+    return snapshots_.as<uint8_t>() + static_cast<size_t>(snapshot) * info_.recurrent_state_bytes;
+  }
+
+ public:
+  void save_state(int slot, int snapshot) override {
+    if (!h_.hybrid()) return Model::save_state(slot, snapshot);
+    uint8_t* to = snapshot_bytes(snapshot);
+    const uint8_t* from = slot_bytes(slot);
+    if (state_positions_[slot] < 0) fail("save_state: slot {} holds no known state (its last pass failed)", slot);
+    stream_.copy_on_device(to, from, info_.recurrent_state_bytes);  // (ordered before the next pass)
+    snapshot_positions_[snapshot] = state_positions_[slot];
+  }
+
+  void restore_state(int snapshot, int slot, int positions) override {
+    if (!h_.hybrid()) return Model::restore_state(snapshot, slot, positions);
+    const uint8_t* from = snapshot_bytes(snapshot);
+    uint8_t* to = slot_bytes(slot);
+    if (positions != snapshot_positions_[snapshot])
+      fail("restore_state: snapshot {} holds the state after {} tokens, not {}", snapshot, snapshot_positions_[snapshot],
+           positions);
+    stream_.copy_on_device(to, from, info_.recurrent_state_bytes);
+    state_positions_[slot] = positions;
+  }
+
+  void rewind_state(int slot, int positions) override {
+    if (!h_.hybrid()) return Model::rewind_state(slot, positions);
+    slot_bytes(slot);
+    if (positions != state_positions_[slot])
+      fail("rewind_state: slot {} holds the state after {} tokens; the GPU verifies no drafts of a hybrid model, so a "
+           "state does not go back",
+           slot, state_positions_[slot]);
+  }
+
+ private:
+  // Each slice's slot starts afresh at position 0, else must hold the state after exactly
+  // first_position tokens; until the pass completes the slots hold no known position.
+  void claim_states(std::span<const SequenceSlice> batch) {
+    if (!h_.hybrid()) return;
+    for (const auto& slice : batch)
+      if (slice.first_position != 0 && state_positions_[slice.state_slot] != slice.first_position)
+        fail("forward: recurrent-state slot {} holds the state after {} tokens; a slice at position {} cannot follow on "
+             "(start the sequence again at position 0)",
+             slice.state_slot, state_positions_[slice.state_slot], slice.first_position);
+    for (const auto& slice : batch) state_positions_[slice.state_slot] = -1;
+  }
+  void settle_states(std::span<const SequenceSlice> batch) {
+    if (!h_.hybrid()) return;
+    for (const auto& slice : batch)
+      state_positions_[slice.state_slot] = slice.first_position + static_cast<int>(slice.tokens.size());
+  }
+
+  // A Gated DeltaNet layer on the n rows of normed_ (or its int8 copy): the in-projection into
+  // mixed_, the conv and the delta rule over each slice's state (the readout into attn_), then
+  // the out projection added into x_.
+  void launch_delta_net(const CudaLayer& layer, int n, const float* normed, const cu::QuantizedRows* normed_in) {
+    const auto& s = h_.shapes;
+    const int width = dims_.mixed_width();
+    matmul_group(layer.delta_in, normed, s.d_model, n, mixed_.as<float>(), width, normed_in);
+    mark("DeltaNet in-projection");
+    cu::DeltaNetPass pass;
+    pass.slices = delta_slices_;
+    pass.n_slices = n_delta_slices_;
+    pass.mixed = mixed_.as<float>();
+    pass.mixed_stride = width;
+    pass.states = states_.as<float>() + static_cast<size_t>(layer.state_index) * dims_.state_floats();
+    pass.slot_stride = info_.recurrent_state_bytes / sizeof(float);
+    pass.out = attn_.as<float>();
+    pass.out_stride = dims_.value_width();
+    cu::gated_delta_net(dims_, layer.delta, pass, stream_);
+    mark("DeltaNet conv, rule, gated norm");
+    cu::matmul(layer.delta_out, attn_.as<float>(), dims_.value_width(), n, x_.as<float>(), s.d_model, true,
+               matmul_scratch_, stream_, nullptr);
+    mark("DeltaNet out-projection");
   }
 
   // The mixture of experts' scratch (expert_scratch_sizes), carved out of one buffer.
@@ -1233,11 +1469,21 @@ class LlamaCudaModel final : public Model {
       const auto& layer = layers_[l];
       cu::rms_norm(x, layer.attn_norm, normed, n, s.d_model, h_.rms_eps, stream_, normed_out);
       mark("attn_norm");
-      const bool attn_quantized = launch_attention_block(l, layout, n, normed, normed_in, attn_q8);
-      const auto attn_in = attn_quantized ? std::optional<cu::QuantizedRows>(attn_q8->view(n, q_width())) : std::nullopt;
-      cu::matmul(layer.attn_output, attn, q_width(), n, x, s.d_model, true, matmul_scratch_, stream_,
-                 attn_in ? &*attn_in : nullptr);
-      mark("attn_output matmul");
+      if (layer.recurrent) {
+        launch_delta_net(layer, n, normed, normed_in);
+      } else {
+        // (a gated layer's output is multiplied by its gates first: no int8 copy from the attention)
+        const bool attn_quantized =
+            launch_attention_block(l, layout, n, normed, normed_in, layer.gated ? std::nullopt : attn_q8);
+        if (layer.gated) {
+          cu::sigmoid_gate(attn, q_width(), qkv_.as<float>() + qkv_width(), qkv_ld(), n, q_width(), stream_);
+          mark("attention gates");
+        }
+        const auto attn_in = attn_quantized ? std::optional<cu::QuantizedRows>(attn_q8->view(n, q_width())) : std::nullopt;
+        cu::matmul(layer.attn_output, attn, q_width(), n, x, s.d_model, true, matmul_scratch_, stream_,
+                   attn_in ? &*attn_in : nullptr);
+        mark("attn_output matmul");
+      }
       cu::rms_norm(x, layer.ffn_norm, normed, n, s.d_model, h_.rms_eps, stream_, normed_out);
       mark("ffn_norm");
       if (layer.moe) {
@@ -1290,6 +1536,13 @@ class LlamaCudaModel final : public Model {
   int32_t* route_ids_ = nullptr;
   cu::ExpertGroups groups_;
   cu::DeviceBuffer pair_hidden_q8_;
+  // A hybrid's recurrent states (allocate_states), the DeltaNet's rows, and the uploaded pass's
+  // slices (cu::kDeltaNetSliceInts each).
+  cu::DeltaNetDims dims_;
+  cu::DeviceBuffer states_, snapshots_, mixed_;
+  std::vector<int> state_positions_, snapshot_positions_;
+  const int32_t* delta_slices_ = nullptr;
+  int n_delta_slices_ = 0;
   // Recorded decode passes by (tokens, context bucket); SPLASH_CUDA_GRAPHS=0 turns them off
   // (to compare, or to debug kernel by kernel).
   bool use_graphs_ = graphs_enabled();
@@ -1324,11 +1577,19 @@ MemoryNeeds estimate_llama_memory_cuda(const gguf::File& file, KvType kv_type) {
   const Hyperparameters h = read_hyperparameters(file);
   const auto& s = h.shapes;
   MemoryNeeds needs;
+  const auto& d = h.delta_net;
   for (int l = 0; l < s.n_layers; ++l) {
     const LayerTensors t = layer_tensors(file, h, l);
     for (const auto* tensor : t.matrices()) needs.weight_bytes += gpu_bytes(*tensor);
-    needs.weight_bytes += (2 * s.d_model + (h.qkv_bias ? s.n_heads + 2 * s.n_kv_heads : 0) * s.head_dim +
-                           (h.qk_norm ? 2 * s.head_dim : 0)) * sizeof(float) + 5 * kAlignment;
+    for (const auto& piece : t.delta_in)  // (each run of one type aligned: one more alignment a piece at most)
+      needs.weight_bytes += cu::weight_row_bytes(piece.type, piece.cols) * piece.rows + kAlignment;
+    if (t.recurrent())
+      needs.weight_bytes += (2 * s.d_model + static_cast<size_t>(d.conv_channels()) * d.conv_kernel + 2 * d.v_heads + d.head_v) *
+                                sizeof(float) + 6 * kAlignment;
+    else
+      needs.weight_bytes += (2 * s.d_model + (h.qkv_bias ? s.n_heads + 2 * s.n_kv_heads : 0) * s.head_dim +
+                             (h.qk_norm ? 2 * s.head_dim : 0)) * sizeof(float) + (h.hybrid() ? 2 * s.n_heads : 0) * kAlignment +
+                            5 * kAlignment;
   }
   const auto& embedding = file.tensor("token_embd.weight");
   const auto& output = output_tensor(file, h);
@@ -1337,7 +1598,9 @@ MemoryNeeds estimate_llama_memory_cuda(const gguf::File& file, KvType kv_type) {
   // The staging buffer of the upload (the largest matrix as the file holds it) is freed
   // before serving; while loading it takes room the KV pool gets later.
   needs.mapped_bytes = 0;  // nothing is read from the file after loading
-  needs.kv_bytes_per_block = cu::kv_pool_bytes_per_block(kv_element(kv_type), s.n_layers, s.n_kv_heads, s.head_dim);
+  needs.kv_bytes_per_block =
+      cu::kv_pool_bytes_per_block(kv_element(kv_type), h.attention_layer_count(), s.n_kv_heads, s.head_dim);
+  needs.recurrent_state_bytes = h.recurrent_state_bytes();  // (on the device; no rewind room: no verify rows)
   // The block tables' share of the inputs grows with the context; the native window bounds it
   // well enough (a few hundred KiB at 128K).
   needs.activation_bytes = scratch_sizes(h, h.native_context).total();
@@ -1352,9 +1615,11 @@ std::unique_ptr<Model> load_llama_cuda(const gguf::File& file, const LoadOptions
   if (h.n_experts_used > cu::kMostExpertsUsed || h.n_experts > cu::kMostExperts)
     fail("{}: {} of {} experts a token; the CUDA kernels route at most {} of {}", file.path(), h.n_experts_used,
          h.n_experts, cu::kMostExpertsUsed, cu::kMostExperts);
-  if (h.shared_expert_ffn > 0 || h.hybrid())
-    fail("{}: the CUDA backend has no Gated DeltaNet or shared-expert kernels yet; run it with --device cpu",
+  if (h.shared_expert_ffn > 0)
+    fail("{}: the CUDA backend has no shared-expert kernels yet (Qwen3.5-MoE, Qwen3-Next); run it with --device cpu",
          file.path());
+  if (h.hybrid() && !cu::delta_net_supported(delta_net_dims(h.delta_net)))
+    fail("{}: this Gated DeltaNet's head sizes have no CUDA kernel; run it with --device cpu", file.path());
   fit_rope_to_context(h, options.max_context);
   return std::make_unique<LlamaCudaModel>(file, h, options, device);
 }
