@@ -120,6 +120,11 @@ phase_fixtures() {
     --out "$KEEP/fixtures/hybrid-qwen35.gguf" 2>/dev/null
   python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen35 --all Q4_K \
     --out "$KEEP/fixtures/hybrid-qwen35-q4k.gguf" 2>/dev/null
+  # ... with experts and a shared expert (qwen35moe), and Qwen3-Next's grouped DeltaNet heads
+  python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen35moe --mix qwen \
+    --out "$KEEP/fixtures/hybrid-qwen35moe.gguf" 2>/dev/null
+  python3 tools/make_random_llama.py --tokenizer-from $tok --arch qwen3next --mix qwen \
+    --out "$KEEP/fixtures/hybrid-qwen3next.gguf" 2>/dev/null
   ls -la "$KEEP/fixtures"
 }
 

@@ -47,12 +47,13 @@ constexpr Family kFamilies[] = {
     // full-attention layers with partial RoPE
     {"qwen35", llama::load_llama, llama::estimate_llama_memory,
      SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda)},
-    // (the shared expert of these two has no CUDA kernel yet)
     // Qwen3.5's hybrid with a mixture-of-experts FFN and a shared expert in every layer
-    {"qwen35moe", llama::load_llama, llama::estimate_llama_memory, nullptr, nullptr},
+    {"qwen35moe", llama::load_llama, llama::estimate_llama_memory,
+     SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda)},
     // Qwen3-Next: Qwen3.5-MoE's layers before it, the DeltaNet's value heads grouped by key
     // head and its in-projection stored fused (ssm_ba; ssm_in in older files)
-    {"qwen3next", llama::load_llama, llama::estimate_llama_memory, nullptr, nullptr},
+    {"qwen3next", llama::load_llama, llama::estimate_llama_memory,
+     SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda)},
 };
 
 }  // namespace

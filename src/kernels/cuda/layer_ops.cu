@@ -116,6 +116,24 @@ __global__ void sigmoid_gate_kernel(float* x, int ldx, const float* gate, int ld
   x[t * ldx + i] *= 1.0f / (1.0f + expf(-gate[t * ldg + i]));
 }
 
+// The shared expert's rows added in: a block per row, x += sigmoid(normed . gate) * y.
+__global__ void add_gated_rows_kernel(float* x, const float* y, const float* normed, const float* gate, int d) {
+  const size_t row = static_cast<size_t>(blockIdx.x) * d;
+  wait_for_inputs();
+  allow_next_launch();
+  float dot = 0.0f;
+  for (int i = threadIdx.x; i < d; i += kNormThreads) dot += normed[row + i] * gate[i];
+  __shared__ float partial[kNormThreads / 32];
+  dot = warp_sum(dot);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = dot;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kNormThreads / 32; ++w) total += partial[w];
+  const float scale = 1.0f / (1.0f + expf(-total));
+  for (int i = threadIdx.x; i < d; i += kNormThreads) x[row + i] += scale * y[row + i];
+}
+
 __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int d, float* __restrict__ out) {
   wait_for_inputs();
   allow_next_launch();
@@ -189,6 +207,11 @@ void sigmoid_gate(float* x, int ldx, const float* gate, int ldg, int n, int widt
   if (elements == 0) return;
   launch_dependent(sigmoid_gate_kernel, dim3(static_cast<unsigned>((elements + 255) / 256)), dim3(256), raw(stream), x,
                    ldx, gate, ldg, n, width);
+}
+
+void add_gated_rows(float* x, const float* y, const float* normed, const float* gate, int n, int d, Stream& stream) {
+  if (n == 0) return;
+  launch_dependent(add_gated_rows_kernel, dim3(n), dim3(kNormThreads), raw(stream), x, y, normed, gate, d);
 }
 
 void gather_rows(const float* x, const int32_t* rows, int n, int d, float* out, Stream& stream) {

@@ -162,6 +162,9 @@ void silu_mul(const float* gate_up, float* out, int n, int ffn, Stream& stream,
               const QuantizedRowsBuffer* quantized = nullptr);
 // Qwen3.5's gated attention output: x[t][i] *= sigmoid(gate[t][i]) for t < n, i < width.
 void sigmoid_gate(float* x, int ldx, const float* gate, int ldg, int n, int width, Stream& stream);
+// A shared expert's output added in, gated per row: x[t] += sigmoid(normed[t] . gate) * y[t]
+// (rows of d floats, t < n).
+void add_gated_rows(float* x, const float* y, const float* normed, const float* gate, int n, int d, Stream& stream);
 // x[t] = row ids[t] of the table, dequantized.
 void embed(const DeviceWeight& table, const int32_t* ids, int n, float* x, Stream& stream);
 // out[i] = x[rows[i]] (d floats each), for i < n.

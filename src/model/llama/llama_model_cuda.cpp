@@ -1,4 +1,5 @@
-// The llama family (llama, qwen2, qwen3, qwen3moe, and Qwen3.5's dense hybrid qwen35) on the GPU. The same forward pass as
+// The llama family (llama, qwen2, qwen3, qwen3moe, and the hybrids qwen35, qwen35moe and
+// qwen3next) on the GPU. The same forward pass as
 // llama_model.cpp, over kernels/cuda: weights uploaded once and repacked on the GPU into the
 // kernels' layout (GGUF's exact values; the matrices of one type stacked as the CPU path
 // stacks them), the paged KV pool in device memory, activations float32 on the device, and
@@ -24,6 +25,7 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/experts.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cpu/quant_formats.h"
 #include "model/cuda_gemv_tuning.h"
 #include "model/llama/llama_hparams.h"
 #include "model/llama/llama_model.h"
@@ -61,10 +63,15 @@ struct LayerTensors {
   const gguf::TensorInfo *gate = nullptr, *up = nullptr, *down = nullptr;
   const gguf::TensorInfo *router = nullptr, *gate_exps = nullptr, *up_exps = nullptr, *gate_up_exps = nullptr,
                          *down_exps = nullptr;
+  // Qwen3.5-MoE's and Qwen3-Next's shared expert beside the routed ones, and its gate's
+  // vector [d_model] (any type: dequantized at load).
+  const gguf::TensorInfo *shared_gate = nullptr, *shared_up = nullptr, *shared_down = nullptr,
+                         *shared_gate_inp = nullptr;
   bool moe() const { return router != nullptr; }
   std::vector<const gguf::TensorInfo*> matrices() const {
     std::vector<const gguf::TensorInfo*> all;
-    for (const auto* t : {q, k, v, o, delta_out, gate, up, down, router, gate_exps, up_exps, gate_up_exps, down_exps})
+    for (const auto* t : {q, k, v, o, delta_out, gate, up, down, router, gate_exps, up_exps, gate_up_exps, down_exps,
+                          shared_gate, shared_up, shared_down})
       if (t) all.push_back(t);
     return all;
   }
@@ -101,6 +108,15 @@ LayerTensors layer_tensors(const gguf::File& file, const Hyperparameters& h, int
       t.up_exps = &matrix_stack_tensor(file, p + "ffn_up_exps.weight", e, s.ffn, s.d_model);
     }
     t.down_exps = &matrix_stack_tensor(file, p + "ffn_down_exps.weight", e, s.d_model, s.ffn);
+    if (const int width = h.shared_expert_ffn; width > 0) {
+      t.shared_gate = &matrix_tensor(file, p + "ffn_gate_shexp.weight", width, s.d_model);
+      t.shared_up = &matrix_tensor(file, p + "ffn_up_shexp.weight", width, s.d_model);
+      t.shared_down = &matrix_tensor(file, p + "ffn_down_shexp.weight", s.d_model, width);
+      t.shared_gate_inp = &file.tensor(p + "ffn_gate_inp_shexp.weight");
+      if (t.shared_gate_inp->n_elements != static_cast<uint64_t>(s.d_model) ||
+          !kernels::is_supported_weight_type(t.shared_gate_inp->type))
+        fail("{}: tensor '{}' must be a vector of {} elements", file.path(), t.shared_gate_inp->name, s.d_model);
+    }
   } else {
     t.gate = &matrix_tensor(file, p + "ffn_gate.weight", s.ffn, s.d_model);
     t.up = &matrix_tensor(file, p + "ffn_up.weight", s.ffn, s.d_model);
@@ -234,13 +250,14 @@ ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
   const size_t gates = h.hybrid() ? q : 0;
   const size_t mixed = h.hybrid() ? h.delta_net.mixed_width() : 0;
   const size_t attn = std::max<size_t>(q, h.hybrid() ? h.delta_net.value_width() : 0);
-  const size_t per_token = 2 * s.d_model + (q + 2 * kv + gates) + attn + 2 * s.ffn + s.ffn + mixed;
+  const size_t ffn = std::max(s.ffn, h.shared_expert_ffn);  // (gate_up_ and hidden_ serve the shared expert too)
+  const size_t per_token = 2 * s.d_model + (q + 2 * kv + gates) + attn + 2 * ffn + ffn + mixed;
   ScratchSizes sizes;
   sizes.activations = sizeof(float) * (kCudaMaxBatchTokens * per_token + kMostLogitsRows * (2 * s.d_model + s.vocab));
-  const size_t largest = std::max({(q + 2 * kv + gates) * s.d_model, s.d_model * q, 2 * static_cast<size_t>(s.ffn) * s.d_model,
-                                   static_cast<size_t>(s.d_model) * s.ffn, mixed * s.d_model, attn * s.d_model});
+  const size_t largest = std::max({(q + 2 * kv + gates) * s.d_model, s.d_model * q, 2 * ffn * s.d_model,
+                                   s.d_model * ffn, mixed * s.d_model, attn * s.d_model});
   sizes.weight_f16 = largest * 2;
-  const int widest = static_cast<int>(std::max<size_t>({size_t(s.d_model), size_t(s.ffn), attn}));
+  const int widest = static_cast<int>(std::max<size_t>({size_t(s.d_model), ffn, attn}));
   sizes.activations_f16 = static_cast<size_t>(kCudaMaxBatchTokens) * widest * 2;
   if (h.n_experts > 0)  // (the grouped expert matmul converts all pairs' rows at once)
     sizes.activations_f16 = std::max(sizes.activations_f16, static_cast<size_t>(kCudaMaxBatchTokens) * h.n_experts_used *
@@ -248,7 +265,7 @@ ScratchSizes scratch_sizes(const Hyperparameters& h, int context) {
   sizes.activations_q8 = cu::quantized_activation_bytes(kMostLogitsRows, widest);
   // (the output head is the widest matrix the small GEMM takes: batched decode's logits)
   sizes.split_k =
-      cu::small_gemm_scratch_bytes(std::max({static_cast<int>(q + 2 * kv + gates), 2 * s.ffn, s.d_model, s.vocab, int(mixed)}));
+      cu::small_gemm_scratch_bytes(std::max({static_cast<int>(q + 2 * kv + gates), 2 * int(ffn), s.d_model, s.vocab, int(mixed)}));
   sizes.attention = cu::attention_scratch_bytes(s.n_heads, s.head_dim);
   const size_t table_entries = static_cast<size_t>(kMaxBatchSequences) * ((context + kKvBlockTokens - 1) / kKvBlockTokens);
   // ids, positions, table offsets, logits rows, attention's decode list and tiles, tables
@@ -280,6 +297,10 @@ struct CudaLayer {
   cu::DeviceWeight router;
   std::vector<cu::ExpertWeights> gate_up_exps;
   cu::ExpertWeights down_exps;
+  // and the hybrids' shared expert ([gate; up], down) with its gate vector (null: none)
+  std::vector<cu::DeviceWeight> shared_gate_up;
+  cu::DeviceWeight shared_down;
+  const float* shared_gate = nullptr;
   // A hybrid's Gated DeltaNet layer instead of attention: the in-projection [qkv | z | beta |
   // alpha] (runs of one type), the out projection, the small weights; state_index: the
   // layer's place in a sequence's recurrent state.
@@ -428,9 +449,9 @@ class LlamaCudaModel final : public Model {
 
     struct PlannedLayer {
       size_t attn_norm, ffn_norm, bias = 0, q_norm = 0, k_norm = 0;
-      size_t conv = 0, dt_bias = 0, ssm_a = 0, ssm_norm = 0;
-      std::vector<Planned> qkv, gate_up, gate_up_exps, delta_in;
-      Planned o, down, router, down_exps, delta_out;
+      size_t conv = 0, dt_bias = 0, ssm_a = 0, ssm_norm = 0, shared_gate = 0;
+      std::vector<Planned> qkv, gate_up, gate_up_exps, delta_in, shared_gate_up;
+      Planned o, down, router, down_exps, delta_out, shared_down;
     };
     std::vector<PlannedLayer> planned(s.n_layers);
     std::vector<std::vector<float>> vectors;  // norms and biases, kept alive until uploaded
@@ -438,7 +459,7 @@ class LlamaCudaModel final : public Model {
       vectors.push_back(std::move(v));
       return place(vectors.back().data(), vectors.back().size() * sizeof(float));
     };
-    vectors.reserve(static_cast<size_t>(s.n_layers) * 6 + 1);
+    vectors.reserve(static_cast<size_t>(s.n_layers) * 7 + 1);
     for (int l = 0; l < s.n_layers; ++l) {
       const std::string p = layer_prefix(l);
       const LayerTensors t = layer_tensors(file_, h_, l);
@@ -485,6 +506,13 @@ class LlamaCudaModel final : public Model {
         else
           pl.gate_up_exps = {place_stack(t.gate_exps), place_stack(t.up_exps)};
         pl.down_exps = place_stack(t.down_exps);
+        if (t.shared_gate) {
+          pl.shared_gate_up = place_group({t.shared_gate, t.shared_up});
+          pl.shared_down = place_group({t.shared_down})[0];
+          std::vector<float> gate(s.d_model);
+          kernels::dequantize_row(t.shared_gate_inp->type, t.shared_gate_inp->data, gate.data(), s.d_model);
+          pl.shared_gate = place_vector(std::move(gate));
+        }
       } else {
         pl.gate_up = place_group({t.gate, t.up});
         pl.down = place_group({t.down})[0];
@@ -550,6 +578,13 @@ class LlamaCudaModel final : public Model {
         layer.router = mat(pl.router);
         for (const auto& m : pl.gate_up_exps) layer.gate_up_exps.push_back(stack(m));
         layer.down_exps = stack(pl.down_exps);
+        if (!pl.shared_gate_up.empty()) {
+          for (const auto& m : pl.shared_gate_up) layer.shared_gate_up.push_back(mat(m));
+          layer.shared_down = mat(pl.shared_down);
+          layer.shared_gate = vec(pl.shared_gate);
+          for (const auto& w : layer.shared_gate_up) info_.decode_read_bytes += w.bytes();
+          info_.decode_read_bytes += layer.shared_down.bytes();
+        }
         // A token reads its n_experts_used experts of each layer.
         size_t expert_bytes = layer.down_exps.expert_bytes();
         for (const auto& w : layer.gate_up_exps) expert_bytes += w.expert_bytes();
@@ -600,8 +635,9 @@ class LlamaCudaModel final : public Model {
     floats(qkv_, n * qkv_ld());
     floats(attn_, n * attn_width());
     if (h_.hybrid()) allocate_states(options);
-    floats(gate_up_, n * 2 * s.ffn);
-    floats(hidden_, n * s.ffn);
+    const size_t ffn = std::max(s.ffn, h_.shared_expert_ffn);  // (the shared expert's rows go through these too)
+    floats(gate_up_, n * 2 * ffn);
+    floats(hidden_, n * ffn);
     floats(last_, static_cast<size_t>(kMostLogitsRows) * s.d_model);
     floats(last_normed_, static_cast<size_t>(kMostLogitsRows) * s.d_model);
     floats(logits_, static_cast<size_t>(kMostLogitsRows) * s.vocab);
@@ -617,7 +653,8 @@ class LlamaCudaModel final : public Model {
     matmul_scratch_.activations_f16.resize(sizes.activations_f16);
     matmul_scratch_.activations_q8.resize(sizes.activations_q8);
     cu::reserve_small_gemm(matmul_scratch_,
-                           std::max({qkv_ld(), 2 * s.ffn, s.d_model, s.vocab, h_.hybrid() ? h_.delta_net.mixed_width() : 0}),
+                           std::max({qkv_ld(), 2 * std::max(s.ffn, h_.shared_expert_ffn), s.d_model, s.vocab,
+                                     h_.hybrid() ? h_.delta_net.mixed_width() : 0}),
                            stream_);
     if (h_.n_experts > 0) allocate_experts();
     cu::reserve_attention(attention_scratch_, s.head_dim, stream_);
@@ -772,6 +809,8 @@ class LlamaCudaModel final : public Model {
       for (auto& w : layer.qkv) weights.push_back(&w);
       for (auto& w : layer.delta_in) weights.push_back(&w);
       for (auto& w : layer.gate_up) weights.push_back(&w);
+      for (auto& w : layer.shared_gate_up) weights.push_back(&w);
+      if (layer.shared_gate) weights.push_back(&layer.shared_down);
       weights.push_back(layer.recurrent ? &layer.delta_out : &layer.attn_output);
       if (!layer.moe) weights.push_back(&layer.down);
     }
@@ -1448,6 +1487,21 @@ class LlamaCudaModel final : public Model {
     mark("experts' sum");
   }
 
+  // The hybrids' shared expert on every row of normed_, added into x_ scaled by
+  // sigmoid(normed . shared_gate). Its matmuls quantize normed themselves (the int8 copy the
+  // ffn_norm wrote may be gone: the routed experts' scratch shares its buffer).
+  void launch_shared_expert(const CudaLayer& layer, int n) {
+    const auto& s = h_.shapes;
+    const int width = h_.shared_expert_ffn;
+    const float* normed = normed_.as<float>();
+    matmul_group(layer.shared_gate_up, normed, s.d_model, n, gate_up_.as<float>(), 2 * width, nullptr);
+    cu::silu_mul(gate_up_.as<float>(), hidden_.as<float>(), n, width, stream_);
+    cu::matmul(layer.shared_down, hidden_.as<float>(), width, n, pair_out_, s.d_model, false, matmul_scratch_, stream_,
+               nullptr);
+    cu::add_gated_rows(x_.as<float>(), pair_out_, normed, layer.shared_gate, n, s.d_model, stream_);
+    mark("shared expert");
+  }
+
   // The layers kernel by kernel (any pass): RMSNorm; the QKV matmul; qkv_post (biases, q/k
   // norms, RoPE, KV append); attention; the output matmul into the residual; RMSNorm;
   // gate/up; SwiGLU; down into the residual.
@@ -1488,6 +1542,7 @@ class LlamaCudaModel final : public Model {
       mark("ffn_norm");
       if (layer.moe) {
         launch_experts(layer, n, normed_in);
+        if (layer.shared_gate) launch_shared_expert(layer, n);
         continue;
       }
       matmul_group(layer.gate_up, normed, s.d_model, n, gate_up_.as<float>(), 2 * s.ffn, normed_in);
@@ -1583,6 +1638,7 @@ MemoryNeeds estimate_llama_memory_cuda(const gguf::File& file, KvType kv_type) {
     for (const auto* tensor : t.matrices()) needs.weight_bytes += gpu_bytes(*tensor);
     for (const auto& piece : t.delta_in)  // (each run of one type aligned: one more alignment a piece at most)
       needs.weight_bytes += cu::weight_row_bytes(piece.type, piece.cols) * piece.rows + kAlignment;
+    if (t.shared_gate) needs.weight_bytes += aligned(sizeof(float) * s.d_model);
     if (t.recurrent())
       needs.weight_bytes += (2 * s.d_model + static_cast<size_t>(d.conv_channels()) * d.conv_kernel + 2 * d.v_heads + d.head_v) *
                                 sizeof(float) + 6 * kAlignment;
@@ -1615,9 +1671,6 @@ std::unique_ptr<Model> load_llama_cuda(const gguf::File& file, const LoadOptions
   if (h.n_experts_used > cu::kMostExpertsUsed || h.n_experts > cu::kMostExperts)
     fail("{}: {} of {} experts a token; the CUDA kernels route at most {} of {}", file.path(), h.n_experts_used,
          h.n_experts, cu::kMostExpertsUsed, cu::kMostExperts);
-  if (h.shared_expert_ffn > 0)
-    fail("{}: the CUDA backend has no shared-expert kernels yet (Qwen3.5-MoE, Qwen3-Next); run it with --device cpu",
-         file.path());
   if (h.hybrid() && !cu::delta_net_supported(delta_net_dims(h.delta_net)))
     fail("{}: this Gated DeltaNet's head sizes have no CUDA kernel; run it with --device cpu", file.path());
   fit_rope_to_context(h, options.max_context);
