@@ -17,6 +17,19 @@ cudaStream_t raw(Stream& stream) { return static_cast<cudaStream_t>(stream.handl
 
 constexpr int kNormThreads = 256;
 
+// The sum of every thread's v over a block of kNormThreads, for every thread (once a kernel:
+// its shared array is not reused).
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float partial[kNormThreads / 32];
+  v = warp_sum(v);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kNormThreads / 32; ++w) total += partial[w];
+  return total;
+}
+
 // A thread block per row. With codes (d a multiple of 16), each thread then normalises whole
 // groups of 16 and writes their int8 copy as well.
 __global__ void rms_norm_kernel(const float* x, const float* __restrict__ weight, float* __restrict__ out,
@@ -27,13 +40,7 @@ __global__ void rms_norm_kernel(const float* x, const float* __restrict__ weight
   allow_next_launch();  // the next matmul may start streaming its weights
   float sum = 0.0f;
   for (int i = threadIdx.x; i < d; i += kNormThreads) sum += row[i] * row[i];
-  __shared__ float partial[kNormThreads / 32];
-  sum = warp_sum(sum);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kNormThreads / 32; ++w) total += partial[w];
+  const float total = block_sum(sum);
   const float scale = rsqrtf(total / static_cast<float>(d) + eps);
   if (!q.codes) {
     for (int i = threadIdx.x; i < d; i += kNormThreads) o[i] = row[i] * scale * weight[i];
@@ -123,14 +130,7 @@ __global__ void add_gated_rows_kernel(float* x, const float* y, const float* nor
   allow_next_launch();
   float dot = 0.0f;
   for (int i = threadIdx.x; i < d; i += kNormThreads) dot += normed[row + i] * gate[i];
-  __shared__ float partial[kNormThreads / 32];
-  dot = warp_sum(dot);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = dot;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kNormThreads / 32; ++w) total += partial[w];
-  const float scale = 1.0f / (1.0f + expf(-total));
+  const float scale = 1.0f / (1.0f + expf(-block_sum(dot)));
   for (int i = threadIdx.x; i < d; i += kNormThreads) x[row + i] += scale * y[row + i];
 }
 
