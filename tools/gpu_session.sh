@@ -641,6 +641,7 @@ phase_hybrid() {
   phase_fixtures > /dev/null
   gtest hybrid_tests '*Hybrid*:*DeltaNet*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"
   phase_sanitize '*Hybrid*:*DeltaNet*'
+  phase_hybrid_serve
   local model=$KEEP/qwen35-27b-shape-8-layers.gguf
   [ -f "$model" ] || python3 tools/make_random_llama.py --tokenizer-from .gpu/tokenizer-qwen2.gguf --arch qwen35 \
     --d-model 5120 --heads 24 --kv-heads 4 --head-dim 256 --ffn 17408 --layers 8 --delta-heads 16,48 \
@@ -655,6 +656,43 @@ phase_hybrid() {
   tail -n 5 "$OUT/bench_hybrid.err"
   row "bench Qwen3.5-27B shape, 8 layers, Q4_K" "rc=$rc; $(grep -E 'prefill|decode|ceiling' "$OUT/bench_hybrid.txt" | tr '\n' ';')"
   record bench_hybrid "$(tail -n 1 "$OUT/bench_hybrid.txt" | grep '^{' || echo '{}')"
+}
+
+# splash serve --device cuda on the random Qwen3.5: a conversation of two turns (the second
+# resumes from the first's recurrent-state snapshot), both answered, snapshots saved and hit.
+phase_hybrid_serve() {
+  local model=$KEEP/fixtures/hybrid-qwen35.gguf
+  LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/bin/splash serve --device cuda -m "$model" --port 8124 > "$OUT/hybrid_serve.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 60); do curl -sf --max-time 2 http://127.0.0.1:8124/health > /dev/null && break; sleep 0.5; done
+  local system='You are a careful assistant. Answer in one short line. '
+  system="$system$system$system$system$system$system$system$system"
+  curl -s --max-time 30 http://127.0.0.1:8124/v1/chat/completions -H 'Content-Type: application/json' \
+    -d "{\"messages\":[{\"role\":\"system\",\"content\":\"$system\"},{\"role\":\"user\",\"content\":\"Say hi\"}],\"max_tokens\":16,\"temperature\":0}" \
+    > "$OUT/hybrid_reply1.json"
+  local first=$(python3 -c "import json; print(json.load(open('$OUT/hybrid_reply1.json'))['choices'][0]['message']['content'])" 2>/dev/null)
+  python3 - "$system" "$first" > "$OUT/hybrid_turn2.json" <<'PY'
+import json, sys
+print(json.dumps({"messages": [{"role": "system", "content": sys.argv[1]}, {"role": "user", "content": "Say hi"},
+                               {"role": "assistant", "content": sys.argv[2]}, {"role": "user", "content": "Again"}],
+                  "max_tokens": 16, "temperature": 0}))
+PY
+  curl -s --max-time 30 http://127.0.0.1:8124/v1/chat/completions -H 'Content-Type: application/json' \
+    -d @"$OUT/hybrid_turn2.json" > "$OUT/hybrid_reply2.json"
+  curl -s --max-time 10 http://127.0.0.1:8124/status > "$OUT/hybrid_status.json"
+  kill -INT $pid
+  for _ in $(seq 1 20); do kill -0 $pid 2>/dev/null || break; sleep 0.5; done
+  kill -0 $pid 2>/dev/null && { echo "serve did not exit on SIGINT"; kill -9 $pid; }
+  local ok
+  ok=$(python3 -c "
+import json
+r1, r2 = (json.load(open('$OUT/hybrid_reply%d.json' % i)) for i in (1, 2))
+s = json.load(open('$OUT/hybrid_status.json'))
+snap = s.get('state_snapshots', {})
+print(r1['usage']['completion_tokens'] > 0, r2['usage']['completion_tokens'] > 0, 'snapshots', snap)" 2>&1 | tail -n 1)
+  tail -n 3 "$OUT/hybrid_serve.log"
+  row "hybrid serve (two turns)" "$ok"
+  record hybrid_serve "\"$ok\""
 }
 
 phase_bench8b() {
