@@ -302,7 +302,7 @@ void bench(BenchFlags flags) {
   auto loaded =
       load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget, flags.model.mmproj, {},
                  draft.get());
-  if (draft) draft->attach(*loaded->model);
+  if (draft) draft->attach(*loaded->model, loaded->file);
   model::Sequence model(*loaded->model);  // one sequence on the model's KV pool
   const auto& info = model.info();
   print_summary(*loaded, stderr);

@@ -75,7 +75,7 @@ void eval(const EvalFlags& flags) {
   const auto draft = open_block_draft(flags.model.draft_model,
                                       flags.draft_logits_out.empty() ? flags.draft : engine::DraftMode::Model, load);
   auto loaded = load_model(resolve_model_path(flags.model.model), load, false, budget, flags.model.mmproj, {}, draft.get());
-  if (draft) draft->attach(*loaded->model);
+  if (draft) draft->attach(*loaded->model, loaded->file);
   // The image's feature rows stand at the <image> positions of the token list, in order.
   std::vector<const float*> embeddings;
   vision::ImageFeatures features;

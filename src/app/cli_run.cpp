@@ -31,7 +31,7 @@ void run(const RunFlags& flags) {
   load.drafts = flags.draft != engine::DraftMode::None;
   const auto draft = open_block_draft(flags.model.draft_model, flags.draft, load);
   auto loaded = load_model(resolve_model_path(flags.model.model), load, false, budget, {}, {}, draft.get());
-  if (draft) draft->attach(*loaded->model);
+  if (draft) draft->attach(*loaded->model, loaded->file);
   if (!flags.quiet) print_summary(*loaded, stderr);
 
   std::vector<chat::ChatMessage> messages;

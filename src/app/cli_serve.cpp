@@ -127,7 +127,7 @@ void serve(ServeFlags flags) {
   auto loaded =
       load_model(resolve_model_path(flags.model.model), load, false, budget, flags.model.mmproj, server_caches,
                  draft.get());
-  if (draft) draft->attach(*loaded->model);
+  if (draft) draft->attach(*loaded->model, loaded->file);
   print_summary(*loaded, stderr);
   const auto& info = loaded->model->info();
   server::ServedModelInfo served;

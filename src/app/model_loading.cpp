@@ -85,7 +85,7 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::Lo
     // The block draft runs on the CPU beside the model: its weights and table, the context of
     // each sequence that runs at once (a server's: up to kMaxBatchSequences), and the contexts
     // kept beside the prefix cache.
-    const auto memory = draft->memory();
+    const auto memory = draft->memory(loaded->file);
     needs.weight_bytes += memory.weight_bytes;
     needs.mapped_bytes += memory.mapped_bytes;
     const int sequences = options.kv_blocks < 0 ? model::kMaxBatchSequences : 1;

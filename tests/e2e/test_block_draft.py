@@ -26,9 +26,11 @@ ROW_REL_MAX = 0.03
 
 
 def write_draft(path, target_path: str, *, d_model: int | None = None, layers: int = 2, ffn: int = 256,
-                seed: int = 0) -> dict:
-    """A random-weight dflash GGUF for the target (its embedding table copied raw), and the
-    weights as float arrays (F16-rounded, as stored) for the reference."""
+                seed: int = 0, shared_tables: bool = False) -> dict:
+    """A random-weight dflash GGUF for the target (its embedding table copied raw; with
+    shared_tables none, as llama.cpp's converter writes a draft without a learned mask embedding:
+    the target's table and head serve), and the weights as float arrays (F16-rounded, as
+    stored) for the reference."""
     rng = np.random.default_rng(seed)
     target = GGUFReader(target_path)
     embd = next(t for t in target.tensors if t.name == "token_embd.weight")
@@ -73,7 +75,9 @@ def write_draft(path, target_path: str, *, d_model: int | None = None, layers: i
                                  ("attn_v", kv_heads * head_dim, d), ("attn_output", d, heads * head_dim),
                                  ("ffn_gate", ffn, d), ("ffn_up", ffn, d), ("ffn_down", d, ffn)]:
             matrix(p + name + ".weight", rows, cols)
-    if d_model is None:
+    if shared_tables:
+        weights["token_embd.weight"] = dequantize(embd.data, embd.tensor_type).reshape(-1, d).astype(np.float64)
+    elif d_model is None:
         w.add_tensor("token_embd.weight", np.array(embd.data, copy=True), raw_dtype=embd.tensor_type)
         weights["token_embd.weight"] = dequantize(embd.data, embd.tensor_type).reshape(-1, d).astype(np.float64)
     else:  # (a draft for another width: its own table)
@@ -170,6 +174,31 @@ def test_block_logits_match_reference(splash_binary, model_path, draft_file, tmp
     assert (eng.argmax(1) == want.argmax(1))[clear].all(), (eng.argmax(1), want.argmax(1))
     blind = reference_block(draft, taps[:-1], ids[-1], len(ids) - 1, with_context=False)
     assert (np.linalg.norm(eng - blind, axis=1) / np.linalg.norm(blind, axis=1)).min() > 3 * ROW_REL_MAX
+
+
+def test_a_draft_without_tables_takes_the_targets(splash_binary, model_path, draft_file, tmp_path):
+    """A draft in llama.cpp's converted layout (no token_embd, no output: the target's table, its
+    mask token's row and the target's head) guesses exactly what the same draft carrying the
+    target's table does, and is refused where no target can lend them."""
+    path, _ = draft_file
+    shared = tmp_path / "shared.gguf"
+    write_draft(shared, model_path, shared_tables=True)  # (the same seed: the same weights)
+    assert "token_embd.weight" not in {t.name for t in GGUFReader(str(shared)).tensors}
+    ids = ",".join(str(i) for i in np.random.default_rng(5).integers(2, 49152, 60).tolist())
+    logits = {}
+    for name, draft in [("own", path), ("shared", shared)]:
+        out = tmp_path / f"{name}.f32"
+        run(splash_binary, "eval", "--device", "cpu", "--model", model_path, "--tokens", ids,
+            "--draft-model", str(draft), "--draft-logits-out", str(out))
+        logits[name] = np.fromfile(out, dtype="<f4")
+    assert logits["own"].size > 0 and np.array_equal(logits["own"], logits["shared"])
+    # ... and drafts with it through decoding: the output of plain decoding.
+    replies = {}
+    for mode in ["none", "model"]:
+        out = run(splash_binary, "eval", "--device", "cpu", "--model", model_path, "--tokens", ids, "--greedy", "32",
+                  "--draft", mode, "--draft-model", str(shared)).stdout
+        replies[mode] = json.loads(out.strip().splitlines()[-1])
+    assert replies["model"]["generated"] == replies["none"]["generated"] and replies["model"]["drafted"] > 0
 
 
 CODE_PROMPT = ("Repeat this function exactly, then write it again with `total` renamed to `acc`:\n\n"

@@ -162,15 +162,25 @@ BlockDraft::BlockDraft(gguf::File owned, int threads) : file_(std::move(owned)),
     layer.down = pack_q8(matrix(file, p + "ffn_down.weight", d, n.ffn));
     layers_.push_back(std::move(layer));
   }
-  // The embedding table (the target's, its mask row the learned vector) and the LM head: the
-  // target's own, which the file carries as output.weight (else the table is the head).
-  const WeightSource embedding = matrix(file, "token_embd.weight", n.vocab, d);
-  embedding_ = &file.tensor("token_embd.weight");
-  embedding_row_bytes_ = embedding_->n_bytes / n.vocab;
-  mask_row_.resize(d);
-  kernels::dequantize_row(embedding.type, embedding.data + embedding_row_bytes_ * n.mask_token, mask_row_.data(), d);
-  head_ = kernels::pack_weight(file.find_tensor("output.weight") ? matrix(file, "output.weight", n.vocab, d) : embedding);
+  // The embedding table and the LM head: the file's own (tools/dflash/train.py writes the
+  // target's table with the learned mask row, and the target's head as output.weight unless the
+  // table is the head), or, where the file has no table (llama.cpp's converter writes none
+  // without a learned mask embedding), the target's, taken when the draft is attached.
+  if (file.find_tensor("token_embd.weight")) take_tables(file, file);
 }
+
+void BlockDraft::take_tables(const gguf::File& table_file, const gguf::File& head_file) {
+  const int d = info_.d_model;
+  const WeightSource embedding = matrix(table_file, "token_embd.weight", info_.vocab, d);
+  embedding_ = &table_file.tensor("token_embd.weight");
+  embedding_row_bytes_ = embedding_->n_bytes / info_.vocab;
+  mask_row_.resize(d);
+  kernels::dequantize_row(embedding.type, embedding.data + embedding_row_bytes_ * info_.mask_token, mask_row_.data(), d);
+  head_ = kernels::pack_weight(head_file.find_tensor("output.weight") ? matrix(head_file, "output.weight", info_.vocab, d)
+                                                                       : embedding);
+}
+
+bool BlockDraft::shares_target_tables() const { return !file_.find_tensor("token_embd.weight"); }
 
 BlockDraft::~BlockDraft() = default;
 
@@ -183,8 +193,12 @@ void BlockDraft::check_target(const ModelInfo& target) const {
       fail("the block draft reads layer {}'s output, past this model's {} layers", tap, target.n_layers);
 }
 
-void BlockDraft::attach(Model& target) {
+void BlockDraft::attach(Model& target, const gguf::File& target_file) {
   check_target(target.info());
+  if (shares_target_tables() && !embedding_) {
+    target_file_ = std::make_unique<gguf::File>(target_file);  // (its mapping stays while the draft reads the table)
+    take_tables(*target_file_, file_.find_tensor("output.weight") ? file_ : *target_file_);
+  }
   if (kernels::ThreadPool* threads = target.cpu_threads()) pool_ = threads;
 }
 
@@ -198,15 +212,22 @@ BlockDraftContext BlockDraft::new_context() const {
   return context;
 }
 
-BlockDraftMemory BlockDraft::memory() const {
+BlockDraftMemory BlockDraft::memory(const gguf::File& target) const {
   const auto floats = [](const std::vector<float>& v) { return v.size() * sizeof(float); };
   BlockDraftMemory memory;
   memory.weight_bytes = fc_.bytes() + head_.bytes() + floats(hidden_norm_) + floats(output_norm_) + floats(mask_row_);
+  if (shares_target_tables() && !embedding_) {  // (before attach: the head it will pack from the target's file)
+    const auto* head = target.find_tensor("output.weight");
+    if (!head) head = target.find_tensor("token_embd.weight");
+    if (head) memory.weight_bytes += kernels::packed_weight_bytes(head->type, info_.vocab, info_.d_model);
+    memory.weight_bytes += sizeof(float) * info_.d_model;  // the mask row
+  }
   for (const auto& layer : layers_)
     memory.weight_bytes += layer.qkv.bytes() + layer.kv.bytes() + layer.output.bytes() + layer.gate_up.bytes() +
                            layer.down.bytes() + floats(layer.attn_norm) + floats(layer.ffn_norm) +
                            floats(layer.q_norm) + floats(layer.k_norm);
-  memory.mapped_bytes = embedding_row_bytes_ * static_cast<size_t>(info_.vocab);
+  // (a table read from the target's file is the target's mapping, counted with the target)
+  memory.mapped_bytes = shares_target_tables() ? 0 : embedding_row_bytes_ * static_cast<size_t>(info_.vocab);
   memory.context_bytes = static_cast<size_t>(kMostContextRows) *
                          (sizeof(int) + layers_.size() * 2 * info_.n_kv_heads * info_.head_dim * sizeof(float));
   return memory;
@@ -402,6 +423,7 @@ void BlockDraft::run_block(const BlockDraftContext& context, int32_t token, int 
   attended_.resize(static_cast<size_t>(rows) * q_width);
   gate_up_.resize(static_cast<size_t>(rows) * 2 * n.ffn);
   ffn_out_.resize(static_cast<size_t>(rows) * n.ffn);
+  if (!embedding_) fail("block draft: it shares the target's embedding table, and no target is attached");
   kernels::dequantize_row(embedding_->type, embedding_->data + embedding_row_bytes_ * token, hidden_.data(), d);
   for (int r = 1; r < rows; ++r) std::copy(mask_row_.begin(), mask_row_.end(), hidden_.begin() + static_cast<size_t>(r) * d);
   std::vector<int> positions(rows);

@@ -73,13 +73,20 @@ class BlockDraft {
   BlockDraft(gguf::File file, int threads);
   ~BlockDraft();
   const BlockDraftInfo& info() const { return info_; }
-  BlockDraftMemory memory() const;
+  // What it holds beside the target (whose file gives the head it will pack where the draft
+  // shares the target's tables).
+  BlockDraftMemory memory(const gguf::File& target) const;
+  // The file has no embedding table (llama.cpp's converter writes none without a learned mask
+  // embedding): the target's table, its mask token's row as the mask vector, and the target's
+  // LM head are taken when it is attached.
+  bool shares_target_tables() const;
   // Throws splash::Error unless the draft was made for a target of this shape (width,
   // vocabulary, tapped layers inside its layers).
   void check_target(const ModelInfo& target) const;
-  // Checks the model (check_target) and runs on its threads from now on (its passes and the
-  // draft's alternate on one thread: two pools would spin against each other).
-  void attach(Model& target);
+  // Checks the model (check_target), takes the target's tables where the draft shares them
+  // (from target_file, the target's GGUF), and runs on its threads from now on (its passes and
+  // the draft's alternate on one thread: two pools would spin against each other).
+  void attach(Model& target, const gguf::File& target_file);
 
   // A context with room for kMostContextRows (it never grows past them).
   BlockDraftContext new_context() const;
@@ -105,6 +112,9 @@ class BlockDraft {
 
  private:
   struct Layer;
+  // The embedding table (and its mask row) of table_file, and the head: head_file's
+  // output.weight, else the table.
+  void take_tables(const gguf::File& table_file, const gguf::File& head_file);
   void project(const kernels::PackedWeight& w, const float* x, int n, float* y, int ldy);
   void rotate(float* rows, int n, int stride, int heads, const int* positions);
   void forget_from(BlockDraftContext& context, int first) const;  // positions from `first` on
@@ -114,6 +124,7 @@ class BlockDraft {
   void attend(const BlockDraftContext& context, int layer, const float* qkv, int n, int position, float* out);
 
   gguf::File file_;
+  std::unique_ptr<gguf::File> target_file_;  // where the draft shares the target's tables
   BlockDraftInfo info_;
   kernels::ThreadPool own_pool_;
   kernels::ThreadPool* pool_ = &own_pool_;  // the model's once attached
