@@ -26,7 +26,8 @@ ROW_REL_MAX = 0.03
 
 
 def write_draft(path, target_path: str, *, d_model: int | None = None, layers: int = 2, ffn: int = 256,
-                seed: int = 0, shared_tables: bool = False) -> dict:
+                seed: int = 0, shared_tables: bool = False, rope_dims: int | None = None,
+                window: int | None = None, causal: bool = False) -> dict:
     """A random-weight dflash GGUF for the target (its embedding table copied raw; with
     shared_tables none, as llama.cpp's converter writes a draft without a learned mask embedding:
     the target's table and head serve), and the weights as float arrays (F16-rounded, as
@@ -49,6 +50,12 @@ def write_draft(path, target_path: str, *, d_model: int | None = None, layers: i
     w.add_float32("dflash.attention.layer_norm_rms_epsilon", eps)
     w.add_float32("dflash.rope.freq_base", 100000.0)
     w.add_array("dflash.target_layers", [t + 1 for t in TAPS])
+    if rope_dims:  # (llama.cpp's converter: partial_rotary_factor)
+        w.add_uint32("dflash.rope.dimension_count", rope_dims)
+    if window:  # (and a sliding window on every layer)
+        w.add_uint32("dflash.attention.sliding_window", window)
+    if causal:
+        w.add_bool("dflash.attention.causal", True)
     w.add_uint32("tokenizer.ggml.mask_token_id", 0)
     weights = {}
 
@@ -88,26 +95,28 @@ def write_draft(path, target_path: str, *, d_model: int | None = None, layers: i
     w.write_tensors_to_file()
     w.close()
     return {"weights": weights, "layers": layers, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
-            "eps": eps, "base": 100000.0}
+            "eps": eps, "base": 100000.0, "rope_dims": rope_dims or head_dim, "window": window}
 
 
 def rms(x, weight, eps):
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * weight
 
 
-def rope(x, positions, base):
-    """NEOX RoPE of x [n, heads, dim] at absolute positions."""
-    dim = x.shape[-1]
+def rope(x, positions, base, dims=None):
+    """NEOX RoPE of x [n, heads, dim] at absolute positions, on the first `dims` of each head."""
+    dim = dims or x.shape[-1]
     angles = positions[:, None] * base ** (-np.arange(0, dim, 2) / dim)[None, :]
     cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
-    a, b = x[..., : dim // 2], x[..., dim // 2:]
-    return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
+    a, b = x[..., : dim // 2], x[..., dim // 2: dim]
+    return np.concatenate([a * cos - b * sin, a * sin + b * cos, x[..., dim:]], axis=-1)
 
 
-def reference_block(draft: dict, taps: np.ndarray, token: int, position: int, with_context: bool = True):
+def reference_block(draft: dict, taps: np.ndarray, token: int, position: int, with_context: bool = True,
+                    window: int | None = None):
     """The block [token, MASK...] at `position` seeing the context rows of positions 0 .. position - 1
-    (taps [position][taps][d]): its logits [BLOCK][vocab], float64."""
-    W, eps, base = draft["weights"], draft["eps"], draft["base"]
+    (taps [position][taps][d]; with a sliding window, block row r those less than `window` before
+    position + r): its logits [BLOCK][vocab], float64."""
+    W, eps, base, dims = draft["weights"], draft["eps"], draft["base"], draft.get("rope_dims")
     H, K, hd = draft["heads"], draft["kv_heads"], draft["head_dim"]
     table = W["token_embd.weight"]
     ctx = rms(taps.reshape(taps.shape[0], -1).astype(np.float64) @ W["fc.weight"].T, W["enc.output_norm.weight"], eps)
@@ -121,11 +130,12 @@ def reference_block(draft: dict, taps: np.ndarray, token: int, position: int, wi
 
         def kv(x, positions):
             k = rope(rms((x @ W[p + "attn_k.weight"].T).reshape(-1, K, hd), W[p + "attn_k_norm.weight"], eps),
-                     positions, base)
+                     positions, base, dims)
             return k, (x @ W[p + "attn_v.weight"].T).reshape(-1, K, hd)
 
         x = rms(h, W[p + "attn_norm.weight"], eps)
-        q = rope(rms((x @ W[p + "attn_q.weight"].T).reshape(BLOCK, H, hd), W[p + "attn_q_norm.weight"], eps), pos, base)
+        q = rope(rms((x @ W[p + "attn_q.weight"].T).reshape(BLOCK, H, hd), W[p + "attn_q_norm.weight"], eps), pos, base,
+                 dims)
         ck, cv = kv(ctx, ctx_pos)
         bk, bv = kv(x, pos)
         keys, values = np.concatenate([ck, bk]), np.concatenate([cv, bv])
@@ -133,6 +143,9 @@ def reference_block(draft: dict, taps: np.ndarray, token: int, position: int, wi
         for head in range(H):
             g = head // (H // K)
             scores = q[:, head] @ keys[:, g].T / np.sqrt(hd)
+            if window:
+                seen = (pos[:, None] - ctx_pos[None, :]) < window
+                scores[:, : ctx.shape[0]] = np.where(seen, scores[:, : ctx.shape[0]], -np.inf)
             scores = np.exp(scores - scores.max(-1, keepdims=True))
             out[:, head] = (scores / scores.sum(-1, keepdims=True)) @ values[:, g]
         h = h + out.reshape(BLOCK, -1) @ W[p + "attn_output.weight"].T
@@ -199,6 +212,35 @@ def test_a_draft_without_tables_takes_the_targets(splash_binary, model_path, dra
                   "--draft", mode, "--draft-model", str(shared)).stdout
         replies[mode] = json.loads(out.strip().splitlines()[-1])
     assert replies["model"]["generated"] == replies["none"]["generated"] and replies["model"]["drafted"] > 0
+
+
+def test_partial_rope_and_a_sliding_window_match_reference(splash_binary, model_path, tmp_path):
+    """What llama.cpp's converter states for other drafts: RoPE on part of each head
+    (dflash.rope.dimension_count) and sliding-window layers (dflash.attention.sliding_window),
+    against the reference with both; the window's absence is far off (the check sees it)."""
+    path = tmp_path / "windowed.gguf"
+    draft = write_draft(path, model_path, seed=1, rope_dims=32, window=40)
+    ids = np.random.default_rng(11).integers(2, 49152, 120).tolist()
+    hidden, logits = tmp_path / "hidden.f32", tmp_path / "draft.f32"
+    run(splash_binary, "eval", "--device", "cpu", "--model", model_path, "--tokens", ",".join(map(str, ids)),
+        "--hidden-layers", ",".join(map(str, TAPS)), "--hidden-out", str(hidden),
+        "--draft-model", str(path), "--draft-logits-out", str(logits))
+    table = draft["weights"]["token_embd.weight"]
+    taps = np.fromfile(hidden, dtype="<f4").reshape(len(ids), len(TAPS), table.shape[1])
+    eng = np.fromfile(logits, dtype="<f4").reshape(BLOCK, table.shape[0])
+    want = reference_block(draft, taps[:-1], ids[-1], len(ids) - 1, window=40)
+    rel = np.linalg.norm(eng - want, axis=1) / np.linalg.norm(want, axis=1)
+    assert rel.max() <= ROW_REL_MAX, rel
+    unwindowed = reference_block(draft, taps[:-1], ids[-1], len(ids) - 1)
+    assert (np.linalg.norm(eng - unwindowed, axis=1) / np.linalg.norm(unwindowed, axis=1)).min() > ROW_REL_MAX
+
+
+def test_a_causal_draft_is_refused(splash_binary, model_path, tmp_path):
+    path = tmp_path / "causal.gguf"
+    write_draft(path, model_path, causal=True)
+    proc = run(splash_binary, "eval", "--device", "cpu", "--model", model_path, "--tokens", "1,2,3", "--greedy", "2",
+               "--draft", "model", "--draft-model", str(path), check=False)
+    assert proc.returncode != 0 and "causal attention" in proc.stderr, proc.stderr[-500:]
 
 
 CODE_PROMPT = ("Repeat this function exactly, then write it again with `total` renamed to `acc`:\n\n"

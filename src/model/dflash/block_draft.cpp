@@ -18,6 +18,7 @@ using kernels::WeightSource;
 
 struct BlockDraft::Layer {
   std::vector<float> attn_norm, ffn_norm, q_norm, k_norm;
+  int window = 0;  // a sliding-window layer's: a block row sees context positions less than this far back (0: all)
   PackedWeight qkv;      // rows [q | k | v]
   PackedWeight kv;       // rows [k | v]: the context rows' projections
   PackedWeight output;   // attn_output
@@ -130,14 +131,34 @@ BlockDraft::BlockDraft(gguf::File owned, int threads) : file_(std::move(owned)),
     n.target_taps.push_back(layer - 1);
   }
   if (n.target_taps.empty()) fail("{}: dflash.target_layers is empty", file.path());
+  // What llama.cpp's converter may state beside: partial RoPE, sliding-window layers, a
+  // causal block; the variants for other targets (scaled embeddings, values or logits, a
+  // convolution selector) are refused, not run wrong.
+  n.rope_dims = static_cast<int>(file.opt_uint("dflash.rope.dimension_count").value_or(n.head_dim));
+  if (n.rope_dims <= 0 || n.rope_dims > n.head_dim || n.rope_dims % 2 != 0)
+    fail("{}: {} rotary dims of a {}-dim head", file.path(), n.rope_dims, n.head_dim);
+  if (file.opt_bool("dflash.attention.causal").value_or(false))
+    fail("{}: a block draft with causal attention inside the block is not supported (DFlash's block is non-causal)",
+         file.path());
+  for (const char* key : {"dflash.attention.value_scale", "dflash.logit_scale", "dflash.final_logit_softcapping",
+                          "dflash.embedding_scale", "dflash.conv_kernel_size", "dflash.selector_rank"})
+    if (file.find(key)) fail("{}: {} is not supported in a block draft", file.path(), key);
   // (each product of the sizes above stays well inside int: a hostile file is refused here)
   for (const int64_t cells : {int64_t{n.n_heads} * n.head_dim, int64_t{n.n_kv_heads} * n.head_dim * 2,
                               int64_t{n.ffn} * 2, static_cast<int64_t>(n.target_taps.size()) * n.d_model,
                               int64_t{n.vocab} * n.block_size})
     if (cells > (int64_t{1} << 28)) fail("{}: the draft's shapes are out of range", file.path());
 
-  for (int i = 0; i < n.head_dim / 2; ++i)
-    inv_freq_.push_back(std::pow(static_cast<double>(n.rope_base), -2.0 * i / n.head_dim));
+  for (int i = 0; i < n.rope_dims / 2; ++i)
+    inv_freq_.push_back(std::pow(static_cast<double>(n.rope_base), -2.0 * i / n.rope_dims));
+  const int window = static_cast<int>(file.opt_uint("dflash.attention.sliding_window").value_or(0));
+  std::vector<bool> sliding(n.n_layers, window > 0);
+  if (file.find("dflash.attention.sliding_window_pattern")) {
+    sliding = file.get_bool_array("dflash.attention.sliding_window_pattern");
+    if (static_cast<int>(sliding.size()) != n.n_layers)
+      fail("{}: dflash.attention.sliding_window_pattern has {} entries for {} layers", file.path(), sliding.size(),
+           n.n_layers);
+  }
 
   const int d = n.d_model, q_width = n.n_heads * n.head_dim, kv_width = n.n_kv_heads * n.head_dim;
   const int taps = static_cast<int>(n.target_taps.size());
@@ -160,6 +181,7 @@ BlockDraft::BlockDraft(gguf::File owned, int threads) : file_(std::move(owned)),
     layer.gate_up = stack(file, {matrix(file, p + "ffn_gate.weight", n.ffn, d), matrix(file, p + "ffn_up.weight", n.ffn, d)},
                           "feed-forward");
     layer.down = pack_q8(matrix(file, p + "ffn_down.weight", d, n.ffn));
+    layer.window = sliding[l] ? window : 0;
     layers_.push_back(std::move(layer));
   }
   // The embedding table and the LM head: the file's own (tools/dflash/train.py writes the
@@ -242,7 +264,7 @@ void BlockDraft::project(const PackedWeight& w, const float* x, int n, float* y,
 }
 
 void BlockDraft::rotate(float* rows, int n, int stride, int heads, const int* positions) {
-  const int half = info_.head_dim / 2;
+  const int half = info_.rope_dims / 2;
   cos_.resize(static_cast<size_t>(n) * half);
   sin_.resize(cos_.size());
   std::vector<int> local(n);
@@ -254,7 +276,7 @@ void BlockDraft::rotate(float* rows, int n, int stride, int heads, const int* po
       sin_[static_cast<size_t>(r) * half + i] = static_cast<float>(std::sin(angle));
     }
   }
-  kernels::rope_neox(rows, n, stride, heads, info_.head_dim, local.data(), cos_.data(), sin_.data());
+  kernels::rope_neox(rows, n, stride, heads, info_.head_dim, local.data(), cos_.data(), sin_.data(), info_.rope_dims);
 }
 
 void BlockDraft::extend(BlockDraftContext& context, int first, std::span<const float> taps) {
@@ -372,27 +394,35 @@ void BlockDraft::attend(const BlockDraftContext& context, int layer, const float
   const float* keys = context.keys_[layer].data();
   const float* values = context.values_[layer].data();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int window = layers_[layer].window;
   pool_->run(heads * n, [&](int task) {
     const int head = task % heads, row = task / heads, kv_head = head / group;
     const float* q = qkv + static_cast<size_t>(row) * stride + head * hd;
-    std::vector<float> scores(static_cast<size_t>(seen) + n);
+    // A sliding-window layer: block row `row` (at position + row) sees context positions
+    // less than `window` back; the block itself stays whole.
+    const int from = window <= 0 ? 0
+                                 : static_cast<int>(std::lower_bound(context.positions_.begin(),
+                                                                     context.positions_.begin() + seen,
+                                                                     position + row - window + 1) -
+                                                    context.positions_.begin());
+    std::vector<float> scores(static_cast<size_t>(seen) + n, 0.0f);
     float best = -std::numeric_limits<float>::infinity();
     auto dot = [&](const float* k) {
       float sum = 0.0f;
       for (int i = 0; i < hd; ++i) sum += q[i] * k[i];
       return sum * scale;
     };
-    for (int j = 0; j < seen; ++j) best = std::max(best, scores[j] = dot(keys + static_cast<size_t>(j) * kv_width + kv_head * hd));
+    for (int j = from; j < seen; ++j) best = std::max(best, scores[j] = dot(keys + static_cast<size_t>(j) * kv_width + kv_head * hd));
     for (int j = 0; j < n; ++j)
       best = std::max(best, scores[seen + j] = dot(qkv + static_cast<size_t>(j) * stride + q_width + kv_head * hd));
     float total = 0.0f;
-    for (float& s : scores) total += (s = std::exp(s - best));
+    for (int j = from; j < seen + n; ++j) total += (scores[j] = std::exp(scores[j] - best));
     float* o = out + static_cast<size_t>(row) * q_width + head * hd;
     std::fill(o, o + hd, 0.0f);
     auto add = [&](const float* v, float weight) {
       for (int i = 0; i < hd; ++i) o[i] += weight * v[i];
     };
-    for (int j = 0; j < seen; ++j) add(values + static_cast<size_t>(j) * kv_width + kv_head * hd, scores[j] / total);
+    for (int j = from; j < seen; ++j) add(values + static_cast<size_t>(j) * kv_width + kv_head * hd, scores[j] / total);
     for (int j = 0; j < n; ++j)
       add(qkv + static_cast<size_t>(j) * stride + q_width + kv_width + kv_head * hd, scores[seen + j] / total);
   });

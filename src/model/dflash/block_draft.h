@@ -41,6 +41,7 @@ struct BlockDraftInfo {
   std::vector<int> target_taps;  // the target's layers whose outputs it reads (LoadOptions::hidden_taps)
   int32_t mask_token = 0;        // the id whose embedding row holds the learned mask vector
   float rms_eps = 1e-6f, rope_base = 10000.0f;
+  int rope_dims = 0;  // NEOX RoPE on each head's first rope_dims (= head_dim: all)
 };
 
 // One sequence's conditioning: each draft layer's keys and values of the context rows of its
@@ -136,7 +137,7 @@ class BlockDraft {
   kernels::QuantizedActivations activations_;
   std::vector<float> scratch_, hidden_, normed_, qkv_, attended_, gate_up_, ffn_out_, logits_;
   std::vector<float> cos_, sin_;
-  std::vector<double> inv_freq_;  // RoPE: base^(-2i / head_dim) of each pair i
+  std::vector<double> inv_freq_;  // RoPE: base^(-2i / rope_dims) of each pair i
 };
 
 }  // namespace splash::model::dflash
