@@ -640,7 +640,6 @@ phase_http_replay() {
 phase_hybrid() {
   phase_fixtures > /dev/null
   gtest hybrid_tests '*Hybrid*:*DeltaNet*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"
-  phase_sanitize '*Hybrid*:*DeltaNet*'
   phase_hybrid_serve
   local model=$KEEP/qwen35-27b-shape-8-layers.gguf
   [ -f "$model" ] || python3 tools/make_random_llama.py --tokenizer-from .gpu/tokenizer-qwen2.gguf --arch qwen35 \
@@ -656,6 +655,7 @@ phase_hybrid() {
   tail -n 5 "$OUT/bench_hybrid.err"
   row "bench Qwen3.5-27B shape, 8 layers, Q4_K" "rc=$rc; $(grep -E 'prefill|decode|ceiling' "$OUT/bench_hybrid.txt" | tr '\n' ';')"
   record bench_hybrid "$(tail -n 1 "$OUT/bench_hybrid.txt" | grep '^{' || echo '{}')"
+  phase_sanitize '*Hybrid*:*DeltaNet*'
 }
 
 # splash serve --device cuda on the random Qwen3.5: a conversation of two turns (the second
