@@ -859,6 +859,8 @@ case "${1:-tests}" in
   moe-ncu) phase_moe_ncu ;;
   tests-only) phase_fixtures > /dev/null; gtest gpu_tests "${2:-*}" SPLASH_GPU_FIXTURES="$KEEP/fixtures" ;;
   hybrid) phase_hybrid ;;
+  hybrid-tests) phase_fixtures > /dev/null; gtest hybrid_tests '*Hybrid*:*DeltaNet*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"
+    gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures" ;;
   hybrid-all) phase_hybrid; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures" ;;
   drafts) phase_drafts "${2:-*}" ;;
   # Whether batch-1 decode repeats its bits (the fixtures and the Qwen3-8B shape), as shipped
@@ -874,7 +876,7 @@ case "${1:-tests}" in
           done ;;
   serve-drafts) phase_serve_drafts ;;
   bench8b) phase_bench8b ;;
-  *) echo "usage: $0 hybrid|hybrid-all|tests|quick|serve|bench|profile|kernels [FILTER]|sanitize FILTER|work|final|peer-build S|peer|bench8b|part N|real" >&2; exit 2 ;;
+  *) echo "usage: $0 hybrid|hybrid-tests|hybrid-all|tests|quick|serve|bench|profile|kernels [FILTER]|sanitize FILTER|work|final|peer-build S|peer|bench8b|part N|real" >&2; exit 2 ;;
 esac
 echo
 cat "$SUMMARY"
