@@ -23,6 +23,9 @@ struct Family {
   Estimator estimate;
   Loader load_cuda;  // null: the family has no CUDA implementation (or the build has no CUDA)
   Estimator estimate_cuda;
+  // Whether --device auto takes the GPU for it: false while its CUDA path has not yet passed
+  // its GPU tests on a device (--device cuda still runs it there).
+  bool auto_on_gpu = true;
 };
 
 #if SPLASH_HAVE_CUDA
@@ -46,14 +49,14 @@ constexpr Family kFamilies[] = {
     // Qwen3.5: Gated DeltaNet layers (a recurrent state per sequence) between gated
     // full-attention layers with partial RoPE
     {"qwen35", llama::load_llama, llama::estimate_llama_memory,
-     SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda)},
+     SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda), /*auto_on_gpu=*/false},
     // Qwen3.5's hybrid with a mixture-of-experts FFN and a shared expert in every layer
     {"qwen35moe", llama::load_llama, llama::estimate_llama_memory,
-     SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda)},
+     SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda), /*auto_on_gpu=*/false},
     // Qwen3-Next: Qwen3.5-MoE's layers before it, the DeltaNet's value heads grouped by key
     // head and its in-projection stored fused (ssm_ba; ssm_in in older files)
     {"qwen3next", llama::load_llama, llama::estimate_llama_memory,
-     SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda)},
+     SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda), /*auto_on_gpu=*/false},
 };
 
 }  // namespace
@@ -119,6 +122,12 @@ DeviceChoice resolve_device(Device requested, const gguf::File& file) {
     choice = DeviceChoice{};
     choice.summary = "cpu";
     choice.why_not_gpu = fmt::format("architecture '{}' has no CUDA implementation yet", family.architecture);
+  } else if (requested == Device::Auto && choice.device == Device::Cuda && !family.auto_on_gpu) {
+    choice = DeviceChoice{};
+    choice.summary = "cpu";
+    choice.why_not_gpu = fmt::format(
+        "architecture '{}' runs on the GPU with --device cuda; its CUDA path has not yet passed its GPU tests on a device",
+        family.architecture);
   }
   return choice;
 }
