@@ -168,16 +168,22 @@ def draft_file(tmp_path_factory, model_path):
     return path, write_draft(path, model_path)
 
 
-def test_block_logits_match_reference(splash_binary, model_path, draft_file, tmp_path):
-    path, draft = draft_file
-    ids = np.random.default_rng(7).integers(2, 49152, 300).tolist()  # (past one 256-row context chunk)
+def block_after(splash_binary, model_path, path, draft, ids, tmp_path):
+    """The draft's block logits after the prompt `ids` (eval --draft-logits-out), and the
+    target's taps of every position (for the reference)."""
     hidden, logits = tmp_path / "hidden.f32", tmp_path / "draft.f32"
     run(splash_binary, "eval", "--device", "cpu", "--model", model_path, "--tokens", ",".join(map(str, ids)),
         "--hidden-layers", ",".join(map(str, TAPS)), "--hidden-out", str(hidden),
         "--draft-model", str(path), "--draft-logits-out", str(logits))
     table = draft["weights"]["token_embd.weight"]
     taps = np.fromfile(hidden, dtype="<f4").reshape(len(ids), len(TAPS), table.shape[1])
-    eng = np.fromfile(logits, dtype="<f4").reshape(BLOCK, table.shape[0])
+    return np.fromfile(logits, dtype="<f4").reshape(BLOCK, table.shape[0]), taps
+
+
+def test_block_logits_match_reference(splash_binary, model_path, draft_file, tmp_path):
+    path, draft = draft_file
+    ids = np.random.default_rng(7).integers(2, 49152, 300).tolist()  # (past one 256-row context chunk)
+    eng, taps = block_after(splash_binary, model_path, path, draft, ids, tmp_path)
     want = reference_block(draft, taps[:-1], ids[-1], len(ids) - 1)
     rel = np.linalg.norm(eng - want, axis=1) / np.linalg.norm(want, axis=1)
     print("block rows' relative error:", np.round(rel, 4))
@@ -221,13 +227,7 @@ def test_partial_rope_and_a_sliding_window_match_reference(splash_binary, model_
     path = tmp_path / "windowed.gguf"
     draft = write_draft(path, model_path, seed=1, rope_dims=32, window=40)
     ids = np.random.default_rng(11).integers(2, 49152, 120).tolist()
-    hidden, logits = tmp_path / "hidden.f32", tmp_path / "draft.f32"
-    run(splash_binary, "eval", "--device", "cpu", "--model", model_path, "--tokens", ",".join(map(str, ids)),
-        "--hidden-layers", ",".join(map(str, TAPS)), "--hidden-out", str(hidden),
-        "--draft-model", str(path), "--draft-logits-out", str(logits))
-    table = draft["weights"]["token_embd.weight"]
-    taps = np.fromfile(hidden, dtype="<f4").reshape(len(ids), len(TAPS), table.shape[1])
-    eng = np.fromfile(logits, dtype="<f4").reshape(BLOCK, table.shape[0])
+    eng, taps = block_after(splash_binary, model_path, path, draft, ids, tmp_path)
     want = reference_block(draft, taps[:-1], ids[-1], len(ids) - 1, window=40)
     rel = np.linalg.norm(eng - want, axis=1) / np.linalg.norm(want, axis=1)
     assert rel.max() <= ROW_REL_MAX, rel
