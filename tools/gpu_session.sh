@@ -15,6 +15,8 @@
 #   SWEEP="..." tools/gpu_session.sh sweep-tests F  the GPU tests F names under each environment
 #   tools/gpu_session.sh ab        decode, the previous build (.gpu/old/splash.xz) against this one
 #   tools/gpu_session.sh moe-ab    the same on the 30B-A3B-shape MoE: prefill, decode, 1-64 sequences
+#   tools/gpu_session.sh hybrid-pairs  the hybrid model tests with the MoE pairs grouped, 64
+#                                  taken one by one, and as built (which path a mismatch follows)
 #   tools/gpu_session.sh tests-only [F]  the GPU tests (those F names) and nothing else
 #   tools/gpu_session.sh drafts [F]  the GPU tests, then decode with and without drafts (bench
 #                                  --draft lookup) on the real test model and the 8B shape
@@ -859,6 +861,11 @@ case "${1:-tests}" in
   moe-ncu) phase_moe_ncu ;;
   tests-only) phase_fixtures > /dev/null; gtest gpu_tests "${2:-*}" SPLASH_GPU_FIXTURES="$KEEP/fixtures" ;;
   hybrid) phase_hybrid ;;
+  hybrid-pairs) phase_fixtures > /dev/null  # the hybrid models with every MoE pair grouped, 64 pair by pair, the default
+    for pairs in 0 64 default; do
+      gtest "hybrid_pairs_$pairs" '*Hybrid*' SPLASH_GPU_FIXTURES="$KEEP/fixtures" \
+        $([ $pairs = default ] || echo SPLASH_CUDA_MOE_PAIRS=$pairs)
+    done ;;
   hybrid-tests) phase_fixtures > /dev/null; gtest hybrid_tests '*Hybrid*:*DeltaNet*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"
     gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures" ;;
   hybrid-all) phase_hybrid; gtest gpu_tests '*' SPLASH_GPU_FIXTURES="$KEEP/fixtures" ;;

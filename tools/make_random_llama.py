@@ -266,6 +266,7 @@ class Shape:
     delta_head: int = 0
     conv_kernel: int = 4
     shared_ffn: int = 0  # qwen35moe: the shared expert's width
+    mtp: bool = False    # qwen35/qwen35moe: a multi-token-prediction block after the layers (blk.<layers>.*)
 
     def recurrent(self, layer: int) -> bool:
         return self.full_attention_interval > 0 and (layer + 1) % self.full_attention_interval != 0
@@ -396,6 +397,8 @@ def make_tensors(types: dict[str, str], vocab: int, shape: Shape, seed: int,
         if hybrid:
             hybrid_ffn(p, layer)
         norm(p + ("post_attention_norm.weight" if hybrid else "ffn_norm.weight"))
+    if shape.mtp:
+        mtp_tensors(f"blk.{shape.layers}.", shape, shapes, add, norm, hybrid_ffn)
     norm("output_norm.weight")
     add("output.weight", "output", vocab, d, 2.0 / math.sqrt(d))
     if favour is not None:
@@ -404,6 +407,26 @@ def make_tensors(types: dict[str, str], vocab: int, shape: Shape, seed: int,
         out[-1][1][:, 0] = 0.0
         out[-1][1][favour, 0] = 50.0
     return out
+
+
+def mtp_tensors(p: str, shape: Shape, shapes: dict, add, norm, hybrid_ffn) -> None:
+    """Qwen3.5's multi-token-prediction block in llama.cpp's layout: a gated full-attention
+    layer of the model's kind (its own FFN: dense, or experts and a shared expert) behind
+    nextn.eh_proj, which projects [enorm(embedding) | hnorm(hidden)] (2 d_model wide); its
+    own shared head norm, the model's embedding table and LM head."""
+    d = shape.d_model
+    norm(p + "attn_norm.weight")
+    for role in ("attn_q", "attn_k", "attn_v", "attn_output"):
+        rows, cols = shapes[role]
+        add(p + role + ".weight", p + role, rows, cols, 1.0 / math.sqrt(cols))
+    norm(p + "attn_q_norm.weight", shape.dim, 0.5, 1.5)
+    norm(p + "attn_k_norm.weight", shape.dim, 0.5, 1.5)
+    hybrid_ffn(p, shape.layers)
+    norm(p + "post_attention_norm.weight")
+    add(p + "nextn.eh_proj.weight", p + "attn_q", d, 2 * d, 1.0 / math.sqrt(2 * d))
+    norm(p + "nextn.enorm.weight")
+    norm(p + "nextn.hnorm.weight")
+    norm(p + "nextn.shared_head_norm.weight")
 
 
 def delta_net_tensors(p: str, shape: Shape, rng, out, add, norm, fused_in: bool = False) -> None:
@@ -434,7 +457,9 @@ def write_gguf(path: str, tensors, shape: Shape, tokenizer, name: str, vocab: in
     for the numpy reference, which reads only tensors and hyperparameters, and loads fast)."""
     writer = GGUFWriter(path, shape.arch)
     writer.add_name(name)
-    writer.add_block_count(shape.layers)
+    writer.add_block_count(shape.layers + (1 if shape.mtp else 0))
+    if shape.mtp:
+        writer.add_uint32(f"{shape.arch}.nextn_predict_layers", 1)
     writer.add_context_length(shape.context)
     writer.add_embedding_length(shape.d_model)
     writer.add_feed_forward_length(shape.ffn)
@@ -552,6 +577,8 @@ def main(argv=None) -> int:
     ap.add_argument("--delta-heads", metavar="K,V", help="hybrids: the Gated DeltaNet's key and value heads")
     ap.add_argument("--delta-head-dim", type=int, help="hybrids: the Gated DeltaNet's head size")
     ap.add_argument("--attention-every", type=int, help="hybrids: every N-th layer is full attention")
+    ap.add_argument("--mtp", action="store_true", default=None,
+                    help="qwen35/qwen35moe: a multi-token-prediction block after the layers (llama.cpp's nextn layout)")
     ap.add_argument("--favour-token", metavar="TEXT",
                     help="the model writes this token after any input (float embedding and output only)")
     args = ap.parse_args(argv)
@@ -562,10 +589,12 @@ def main(argv=None) -> int:
         "eps": args.eps, "rope_scaling": args.rope_scaling, "rope_scale": args.rope_scale,
         "rope_original_context": args.rope_original_context, "experts": args.experts,
         "experts_used": args.experts_used, "delta_head": args.delta_head_dim,
-        "full_attention_interval": args.attention_every,
+        "full_attention_interval": args.attention_every, "mtp": args.mtp,
         "delta_k_heads": int(args.delta_heads.split(",")[0]) if args.delta_heads else None,
         "delta_v_heads": int(args.delta_heads.split(",")[1]) if args.delta_heads else None,
     }.items() if v is not None}})
+    if args.mtp and args.arch not in ("qwen35", "qwen35moe"):
+        sys.exit(f"--mtp: {args.arch} has no MTP block in llama.cpp's layout")
     if (args.delta_heads or args.delta_head_dim or args.attention_every) and args.arch not in HYBRID_ARCHS:
         sys.exit(f"--delta-heads / --delta-head-dim / --attention-every: {args.arch} is no hybrid")
     if (args.experts or args.experts_used) and not QWEN_SHAPES.get(args.arch, Shape()).experts:
@@ -573,7 +602,8 @@ def main(argv=None) -> int:
     if shape.experts_used > shape.experts:
         sys.exit(f"--experts-used {shape.experts_used} is more than the {shape.experts} experts")
     try:
-        types = tensor_types(args.mix, args.all, dict(item.partition("=")[::2] for item in args.set), shape.layers)
+        types = tensor_types(args.mix, args.all, dict(item.partition("=")[::2] for item in args.set),
+                             shape.layers + (1 if shape.mtp else 0))
         template = None
         if args.chat_template:
             with open(args.chat_template, encoding="utf-8") as f:

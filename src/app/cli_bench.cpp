@@ -131,7 +131,7 @@ Rewrite both functions with the parameter `gap` renamed to `tolerance`, and noth
 
 // That turn decoded through the whole generation loop plainly and with the --draft drafter:
 // the replies are the same tokens (speculative decoding is exact), so the rates compare.
-void bench_drafts(LoadedModel& loaded, engine::DraftMode mode, const std::shared_ptr<model::dflash::BlockDraft>& draft,
+void bench_drafts(LoadedModel& loaded, engine::DraftMode mode, const std::shared_ptr<model::ModelDraft>& draft,
                   int decode_tokens, int repetitions, nlohmann::json& report) {
   engine::GenerationRequest request;
   const std::vector<chat::ChatMessage> messages{{"user", kBenchEditPrompt}};
@@ -298,10 +298,9 @@ void bench(BenchFlags flags) {
   if (flags.model.load.max_context == 0)
     flags.model.load.max_context = std::max(longest, 16 + flags.decode_tokens) + 16 + (flags.structured ? 64 : 0);
   const auto budget = flags.model.max_memory_bytes();  // checked before any download
-  const auto draft = open_block_draft(flags.model.draft_model, flags.draft, flags.model.load);
-  auto loaded =
-      load_model(resolve_model_path(flags.model.model), flags.model.load, false, budget, flags.model.mmproj, {},
-                 draft.get());
+  const auto path = resolve_model_path(flags.model.model);
+  const auto draft = open_model_draft(flags.model.draft_model, path, flags.draft, flags.model.load);
+  auto loaded = load_model(path, flags.model.load, false, budget, flags.model.mmproj, {}, draft.get());
   if (draft) draft->attach(*loaded->model, loaded->file);
   model::Sequence model(*loaded->model);  // one sequence on the model's KV pool
   const auto& info = model.info();

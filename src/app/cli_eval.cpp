@@ -27,7 +27,7 @@ struct EvalFlags {
   engine::DraftMode draft = engine::DraftMode::Auto;
   std::vector<int32_t> guesses;  // --greedy's drafts: guesses of the continuation instead of --draft's
   std::string hidden_out;        // write the --hidden-layers outputs of every token (float32) here
-  std::string draft_logits_out;  // with --draft-model: the block draft's logits at the last token (float32)
+  std::string draft_logits_out;  // the model's draft's logits after the last token (float32)
 };
 
 // Guesses read from a given continuation (tests: right and wrong guesses where they choose,
@@ -68,13 +68,12 @@ std::string read_file(const std::string& path) {
 void eval(const EvalFlags& flags) {
   if (flags.hidden_out.empty() != flags.model.load.hidden_taps.empty())
     fail("--hidden-out and --hidden-layers go together");
-  if (!flags.draft_logits_out.empty() && flags.model.draft_model.empty())
-    fail("--draft-logits-out needs --draft-model");
   const auto budget = flags.model.max_memory_bytes();  // checked before any download
   model::LoadOptions load = flags.model.load;
-  const auto draft = open_block_draft(flags.model.draft_model,
+  const auto path = resolve_model_path(flags.model.model);
+  const auto draft = open_model_draft(flags.model.draft_model, path,
                                       flags.draft_logits_out.empty() ? flags.draft : engine::DraftMode::Model, load);
-  auto loaded = load_model(resolve_model_path(flags.model.model), load, false, budget, flags.model.mmproj, {}, draft.get());
+  auto loaded = load_model(path, load, false, budget, flags.model.mmproj, {}, draft.get());
   if (draft) draft->attach(*loaded->model, loaded->file);
   // The image's feature rows stand at the <image> positions of the token list, in order.
   std::vector<const float*> embeddings;
@@ -103,13 +102,11 @@ void eval(const EvalFlags& flags) {
   if (!flags.logits_out.empty()) write_floats(flags.logits_out, logits);
   if (!flags.hidden_out.empty()) write_floats(flags.hidden_out, hidden);
   if (!flags.draft_logits_out.empty()) {
-    // The block at the last token, seeing the context of every token before it.
+    // The draft's logits after the last token, its context made of every token before it.
     const size_t row = hidden.size() / flags.tokens.size();
     auto context = draft->new_context();
-    draft->extend(context, 0, std::span(hidden).first(row * (flags.tokens.size() - 1)));
-    const int last = static_cast<int>(flags.tokens.size()) - 1;
-    write_floats(flags.draft_logits_out,
-                 draft->block_logits(context, flags.tokens.back(), last, 0, draft->info().block_size));
+    draft->extend(*context, 0, std::span(hidden).first(row * (flags.tokens.size() - 1)));
+    write_floats(flags.draft_logits_out, draft->guess_logits(*context, flags.tokens));
   }
   if (flags.greedy > 0) {
     // Plain argmax with no end-of-generation handling, so the reference can compare every step;
@@ -183,8 +180,9 @@ void add_eval_command(CLI::App& app) {
                       "Write the --hidden-layers outputs of every token here (float32, [tokens][layers][d_model])");
   add_draft_flag(*command, flags->draft, &flags->model.draft_model);
   command->add_option("--draft-logits-out", flags->draft_logits_out,
-                      "With --draft-model: write the block draft's logits ([block][vocab] float32) for the block at "
-                      "the last token, its context every token before");
+                      "Write the logits of the model's draft (--draft-model's block draft: [block][vocab] for the "
+                      "block at the last token; else the model's MTP block: [8][vocab], its chained greedy guesses "
+                      "after the last token) as float32, its context every token before");
   command->add_option("--guesses", flags->guesses,
                       "With --greedy: comma-separated token ids guessed to follow --tokens, verified in place of --draft's")
       ->delimiter(',');

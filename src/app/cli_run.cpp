@@ -29,8 +29,9 @@ void run(const RunFlags& flags) {
   const auto budget = flags.model.max_memory_bytes();  // checked before any download
   model::LoadOptions load = flags.model.load;
   load.drafts = flags.draft != engine::DraftMode::None;
-  const auto draft = open_block_draft(flags.model.draft_model, flags.draft, load);
-  auto loaded = load_model(resolve_model_path(flags.model.model), load, false, budget, {}, {}, draft.get());
+  const auto path = resolve_model_path(flags.model.model);
+  const auto draft = open_model_draft(flags.model.draft_model, path, flags.draft, load);
+  auto loaded = load_model(path, load, false, budget, {}, {}, draft.get());
   if (draft) draft->attach(*loaded->model, loaded->file);
   if (!flags.quiet) print_summary(*loaded, stderr);
 

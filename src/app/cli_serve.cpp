@@ -123,10 +123,9 @@ void serve(ServeFlags flags) {
   const std::vector<engine::CacheBudget> server_caches = {
       {"stored responses", api::ResponseStore::kMaxBytes, "Responses API, store: true; least recently used out"},
       {"request bodies", flags.server.body_budget_bytes, "bodies and their parsed JSON at once; more get a 503"}};
-  const auto draft = open_block_draft(flags.model.draft_model, flags.draft, load);
-  auto loaded =
-      load_model(resolve_model_path(flags.model.model), load, false, budget, flags.model.mmproj, server_caches,
-                 draft.get());
+  const auto path = resolve_model_path(flags.model.model);
+  const auto draft = open_model_draft(flags.model.draft_model, path, flags.draft, load);
+  auto loaded = load_model(path, load, false, budget, flags.model.mmproj, server_caches, draft.get());
   if (draft) draft->attach(*loaded->model, loaded->file);
   print_summary(*loaded, stderr);
   const auto& info = loaded->model->info();
@@ -166,7 +165,9 @@ void serve(ServeFlags flags) {
   const bool verifies = loaded->model->info().max_logits_per_slice > 1 && loaded->model->info().draft_pass_tokens > 1;
   served.details["speculative_decoding"] = {
       {"draft", engine::draft_mode_name(flags.draft)},
-      {"drafter", flags.draft == engine::DraftMode::None || !verifies ? "none" : draft ? "block draft after lookup" : "lookup"},
+      {"drafter", flags.draft == engine::DraftMode::None || !verifies ? std::string("none")
+                  : draft ? fmt::format("{} after lookup", draft->kind())
+                          : std::string("lookup")},
       {"max_draft_tokens", verifies ? loaded->model->info().max_logits_per_slice - 1 : 0}};
   engine::EngineService engine(*loaded->model, loaded->tokenizer, *loaded->chat,
                                {loaded->vision.get(), flags.model.max_image_pixels},

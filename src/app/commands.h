@@ -10,7 +10,7 @@
 
 #include "engine/drafter.h"
 #include "engine/sampler.h"
-#include "model/dflash/block_draft.h"
+#include "model/model_draft.h"
 #include "model/model.h"
 #include "vision/image_decode.h"
 
@@ -53,10 +53,10 @@ void add_vision_flags(CLI::App& command, ModelFlags& flags);
 // bench, eval), and with draft_model --draft-model FILE, a block draft. The reply is the same
 // whichever: `none` is for comparing and checking.
 void add_draft_flag(CLI::App& command, engine::DraftMode& mode, std::string* draft_model = nullptr);
-// The drafter a mode gives one sequence (null for none): with a block draft (open_block_draft)
-// and auto or model, the block drafter.
+// The drafter a mode gives one sequence (null for none): with the model's draft (a block draft
+// or its MTP block: open_model_draft) and auto or model, the model drafter.
 std::unique_ptr<engine::Drafter> make_drafter(engine::DraftMode mode,
-                                              const std::shared_ptr<model::dflash::BlockDraft>& draft = nullptr);
+                                              const std::shared_ptr<model::ModelDraft>& draft = nullptr);
 
 // Sampling flags shared by run (and later serve's defaults).
 struct SamplingFlags {

@@ -53,10 +53,11 @@ void add_draft_flag(CLI::App& command, engine::DraftMode& mode, std::string* dra
   command
       .add_option_function<std::string>(
           "--draft", [&mode](const std::string& name) { mode = engine::parse_draft_mode(name); },
-          "Speculative decoding: auto (the best drafts there are: the block draft of --draft-model after prompt "
-          "lookup's long matches, else prompt lookup), lookup (each step verifies the tokens that followed the "
-          "latest earlier occurrence of the last three), model (the block draft), or none (plain decoding). The "
-          "output is the same")
+          "Speculative decoding: auto (the best drafts there are: the block draft of --draft-model, else the "
+          "model's own MTP block (Qwen3.5) where the model runs on the CPU, after prompt lookup's long matches; "
+          "else prompt lookup), lookup (each step verifies the tokens that followed the latest earlier occurrence "
+          "of the last three), model (the block draft or MTP block), or none (plain decoding). The output is the "
+          "same")
       ->check(CLI::IsMember({"auto", "lookup", "model", "none"}))
       ->default_str("auto");
   if (draft_model)
@@ -67,9 +68,9 @@ void add_draft_flag(CLI::App& command, engine::DraftMode& mode, std::string* dra
 }
 
 std::unique_ptr<engine::Drafter> make_drafter(engine::DraftMode mode,
-                                              const std::shared_ptr<model::dflash::BlockDraft>& draft) {
+                                              const std::shared_ptr<model::ModelDraft>& draft) {
   if (mode == engine::DraftMode::None) return nullptr;
-  if (draft && mode != engine::DraftMode::Lookup) return std::make_unique<engine::BlockDrafter>(draft);
+  if (draft && mode != engine::DraftMode::Lookup) return std::make_unique<engine::ModelDrafter>(draft);
   return std::make_unique<engine::LookupDrafter>();
 }
 

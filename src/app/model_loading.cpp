@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "engine/draft_state_store.h"
 #include "engine/image_feature_cache.h"
+#include "model/dflash/block_draft.h"
 
 #include "hub/hf_hub.h"
 #include "hub/model_cache.h"
@@ -53,7 +54,7 @@ std::string resolve_model_path(const std::string& model_flag) {
 std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::LoadOptions& options,
                                         bool tokenizer_only, std::optional<size_t> max_memory,
                                         const std::string& mmproj, const std::vector<engine::CacheBudget>& service_caches,
-                                        const model::dflash::BlockDraft* draft) {
+                                        const model::ModelDraft* draft) {
   const auto start = std::chrono::steady_clock::now();
   auto file = gguf::File::open(path);
   model::require_supported_architecture(file);  // before tokenizer and chat format complain
@@ -82,17 +83,17 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::Lo
   auto caches = engine::engine_caches(/*vision=*/!mmproj.empty());
   caches.insert(caches.end(), service_caches.begin(), service_caches.end());
   if (draft) {
-    // The block draft runs on the CPU beside the model: its weights and table, the context of
-    // each sequence that runs at once (a server's: up to kMaxBatchSequences), and the contexts
-    // kept beside the prefix cache.
+    // The draft runs on the CPU beside the model: its weights and table, the context of each
+    // sequence that runs at once (a server's: up to kMaxBatchSequences), and the contexts kept
+    // beside the prefix cache.
     const auto memory = draft->memory(loaded->file);
     needs.weight_bytes += memory.weight_bytes;
     needs.mapped_bytes += memory.mapped_bytes;
     const int sequences = options.kv_blocks < 0 ? model::kMaxBatchSequences : 1;
-    caches.push_back({"block draft contexts", memory.context_bytes * sequences,
+    caches.push_back({fmt::format("{} contexts", draft->kind()), memory.context_bytes * sequences,
                       fmt::format("{} running sequence{}, at most {} positions each", sequences,
-                                  sequences == 1 ? "" : "s", model::dflash::BlockDraft::kMostContextRows)});
-    caches.push_back({"block draft states", engine::kDraftStateBytes,
+                                  sequences == 1 ? "" : "s", draft->most_context_positions())});
+    caches.push_back({fmt::format("{} states", draft->kind()), engine::kDraftStateBytes,
                       "the draft's contexts of cached prefixes; least recently used out"});
   }
   // A server runs many sequences (each with a hybrid model's recurrent state); the other
@@ -187,17 +188,36 @@ std::vector<int32_t> encode_chat(const LoadedModel& loaded, std::span<const chat
   return chat::encode_prompt(*loaded.chat, loaded.tokenizer, messages, {}, thinking);
 }
 
-std::shared_ptr<model::dflash::BlockDraft> open_block_draft(const std::string& path, engine::DraftMode mode,
-                                                            model::LoadOptions& options) {
-  if (mode == engine::DraftMode::Model && path.empty())
-    fail("--draft model needs the block draft: --draft-model FILE (tools/dflash/train.py makes one)");
-  if (path.empty() || mode == engine::DraftMode::None || mode == engine::DraftMode::Lookup) return nullptr;
-  if (options.device == model::Device::Cuda)
-    fail("--draft-model: block drafts run with the model on the CPU for now (--device cpu)");
-  auto draft = std::make_shared<model::dflash::BlockDraft>(gguf::File::open(path), options.threads);
-  const auto& taps = draft->info().target_taps;
-  if (!options.hidden_taps.empty() && options.hidden_taps != taps)
-    fail("--draft-model reads the outputs of other layers than --hidden-layers names");
+std::shared_ptr<model::ModelDraft> open_model_draft(const std::string& draft_path, const std::string& model_path,
+                                                    engine::DraftMode mode, model::LoadOptions& options) {
+  if (mode == engine::DraftMode::None || mode == engine::DraftMode::Lookup) return nullptr;
+  std::shared_ptr<model::ModelDraft> draft;
+  if (!draft_path.empty()) {
+    if (options.device == model::Device::Cuda)
+      fail("--draft-model: block drafts run with the model on the CPU for now (--device cpu)");
+    draft = std::make_shared<model::dflash::BlockDraft>(gguf::File::open(draft_path), options.threads);
+  } else {
+    const auto file = gguf::File::open(model_path);
+    model::require_supported_architecture(file);
+    draft = model::open_own_draft(file, options.threads);
+    if (!draft && mode == engine::DraftMode::Model)
+      fail("--draft model needs a draft: --draft-model FILE (tools/dflash/train.py makes one), or a model with its own "
+           "MTP block (Qwen3.5)");
+    if (!draft) return nullptr;
+    // The MTP block runs on the CPU: auto leaves a model the GPU takes there, without it.
+    const bool on_gpu = options.device == model::Device::Cuda ||
+                        (options.device == model::Device::Auto &&
+                         model::resolve_device(model::Device::Auto, file).device == model::Device::Cuda);
+    if (on_gpu && mode == engine::DraftMode::Auto) return nullptr;
+    if (options.device == model::Device::Cuda)
+      fail("--draft model: the model's MTP block runs with the model on the CPU for now (--device cpu)");
+  }
+  const auto& taps = draft->target_taps();
+  if (!options.hidden_taps.empty() && options.hidden_taps != taps) {
+    // (other layers asked for, to be written out: auto then leaves the MTP block out)
+    if (draft_path.empty() && mode == engine::DraftMode::Auto) return nullptr;
+    fail("the {} reads the outputs of other layers than --hidden-layers names", draft->kind());
+  }
   options.hidden_taps = taps;
   // (auto keeps the model where the draft runs: a GPU would refuse the taps)
   if (options.device == model::Device::Auto) options.device = model::Device::Cpu;

@@ -13,7 +13,7 @@
 #include "engine/drafter.h"
 #include "engine/memory_plan.h"
 #include "formats/gguf.h"
-#include "model/dflash/block_draft.h"
+#include "model/model_draft.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "vision/vision_encoder.h"
@@ -49,22 +49,24 @@ std::string pull_hub_model(const hub::HubReference& reference);
 // vision encoder of `mmproj` if one is given (its weights are part of the plan). A model that
 // does not fit is refused after printing the plan's breakdown. service_caches: the byte
 // budgets of the caller's own caches (a server's stored responses and request bodies), set
-// aside in the plan beside the engine's. draft: the block draft that will run beside the
-// model (open_block_draft), whose weights and contexts the plan counts too.
+// aside in the plan beside the engine's. draft: the draft that will run beside the model
+// (open_model_draft), whose weights and contexts the plan counts too.
 std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::LoadOptions& options,
                                         bool tokenizer_only = false, std::optional<size_t> max_memory = std::nullopt,
                                         const std::string& mmproj = {},
                                         const std::vector<engine::CacheBudget>& service_caches = {},
-                                        const model::dflash::BlockDraft* draft = nullptr);
+                                        const model::ModelDraft* draft = nullptr);
 
 void print_summary(const LoadedModel& loaded, std::FILE* out);
 
-// --draft-model: the block draft, read before the model loads, since the model must then keep
-// the hidden states the draft reads (options.hidden_taps; CPU only for now). Null without a
-// path, or when `mode` uses no block draft; --draft model without one is refused. After the
-// model loads, BlockDraft::attach checks that the draft was made for it.
-std::shared_ptr<model::dflash::BlockDraft> open_block_draft(const std::string& path, engine::DraftMode mode,
-                                                            model::LoadOptions& options);
+// The draft of the model's own that runs beside it, read before the model loads, since the
+// model must then keep the hidden states the draft reads (options.hidden_taps; CPU only for
+// now): --draft-model's block draft, else the model's own MTP block (Qwen3.5) where its file
+// (model_path) carries one. Null when `mode` uses none, or (auto) where the model has none or
+// runs on the GPU; --draft model without one is refused. After the model loads,
+// ModelDraft::attach checks that the draft was made for it.
+std::shared_ptr<model::ModelDraft> open_model_draft(const std::string& draft_path, const std::string& model_path,
+                                                    engine::DraftMode mode, model::LoadOptions& options);
 
 // The prompt tokens of a conversation: rendered by the model's chat format, tokenized with
 // special tokens recognised, and BOS prepended when the vocabulary asks for it and the

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "common/error.h"
-#include "model/dflash/block_draft.h"
 #include "model/model.h"
+#include "model/model_draft.h"
 
 namespace splash::engine {
 
@@ -66,42 +66,41 @@ std::vector<int32_t> LookupDrafter::match(std::span<const int32_t> tokens, int m
   return guesses;
 }
 
-BlockDrafter::BlockDrafter(std::shared_ptr<model::dflash::BlockDraft> draft)
-    : draft_(std::move(draft)), context_(std::make_unique<model::dflash::BlockDraftContext>(draft_->new_context())) {}
+ModelDrafter::ModelDrafter(std::shared_ptr<model::ModelDraft> draft)
+    : draft_(std::move(draft)), context_(draft_->new_context()) {}
 
-BlockDrafter::~BlockDrafter() = default;
+ModelDrafter::~ModelDrafter() = default;
 
-std::vector<int32_t> BlockDrafter::propose(std::span<const int32_t> tokens, int max_tokens) {
+std::vector<int32_t> ModelDrafter::propose(std::span<const int32_t> tokens, int max_tokens) {
   last_from_draft_ = false;
   std::vector<int32_t> guesses = lookup_.match(tokens, max_tokens);
   const bool long_match = static_cast<int>(guesses.size()) >= std::min(max_tokens, kLongMatch);
   if (guesses.size() > static_cast<size_t>(lookup_.budget().limit())) guesses.resize(lookup_.budget().limit());
   if (long_match || tokens.empty()) return guesses;
-  // The block starts at the last token, sampled but not yet run: the context holds what precedes it.
-  const int position = static_cast<int>(tokens.size()) - 1;
-  if (context_->end() != position) return guesses;  // (a gap: the draft has not seen the positions just before)
+  // The guesses follow the last token, sampled but not yet run: the context must hold what precedes it.
+  if (!draft_->ready(*context_, tokens)) return guesses;  // (a gap: the draft has not seen the positions just before)
   if (kept_per_block_ < kPaysFrom && ++steps_since_asked_ < kProbeEvery) return guesses;
   steps_since_asked_ = 0;
   last_from_draft_ = true;
-  return draft_->propose(*context_, tokens.back(), position, std::min(max_tokens, draft_budget_.limit()));
+  return draft_->propose(*context_, tokens, std::min(max_tokens, draft_budget_.limit()));
 }
 
-void BlockDrafter::verified(int drafted, int kept) {
+void ModelDrafter::verified(int drafted, int kept) {
   if (!last_from_draft_) return lookup_.verified(drafted, kept);
   draft_budget_.update(drafted, kept);
   if (drafted > 0) kept_per_block_ = 0.8 * kept_per_block_ + 0.2 * kept;
 }
 
-void BlockDrafter::observe_hidden(int first, std::span<const float> rows) { draft_->extend(*context_, first, rows); }
+void ModelDrafter::observe_hidden(int first, std::span<const float> rows) { draft_->extend(*context_, first, rows); }
 
-std::vector<float> BlockDrafter::export_state(int first, int count) const {
+std::vector<float> ModelDrafter::export_state(int first, int count) const {
   return draft_->export_context(*context_, first, count);
 }
 
-void BlockDrafter::import_state(int first, std::span<const float> state) {
+void ModelDrafter::import_state(int first, std::span<const float> state) {
   draft_->import_context(*context_, first, state);
 }
 
-int BlockDrafter::state_positions() const { return model::dflash::BlockDraft::kWindow; }
+int ModelDrafter::state_positions() const { return draft_->window(); }
 
 }  // namespace splash::engine

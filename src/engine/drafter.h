@@ -12,10 +12,10 @@
 #include <unordered_map>
 #include <vector>
 
-namespace splash::model::dflash {
-class BlockDraft;
-class BlockDraftContext;
-}  // namespace splash::model::dflash
+namespace splash::model {
+class ModelDraft;
+class DraftContext;
+}  // namespace splash::model
 
 namespace splash::engine {
 
@@ -67,8 +67,9 @@ class DraftBudget {
 };
 
 // Which drafts the engine verifies (`--draft`): auto picks the best the model has (its block
-// draft, with lookup's long matches first, where one is given; else the lookup drafter),
-// model the block draft (one must be given), none decodes plainly (to compare, or to check).
+// draft where one is given, else its own MTP block where it has one, with lookup's long
+// matches first; else the lookup drafter), model that draft (the model must have one), none
+// decodes plainly (to compare, or to check).
 enum class DraftMode { Auto, Lookup, Model, None };
 DraftMode parse_draft_mode(std::string_view name);  // throws splash::Error naming the choices
 const char* draft_mode_name(DraftMode mode);
@@ -97,20 +98,21 @@ class LookupDrafter final : public Drafter {
   size_t indexed_end_ = 0;  // grams ending before this position are in the index
 };
 
-// The lookup drafter's long matches first (re-emitted code), else the block draft's guesses
-// (model/dflash/block_draft.h), which the sequence's hidden states condition. The draft is
-// shared by every sequence of an engine (one thread runs them); each sequence keeps its own
-// context. A block draft whose guesses are seldom kept costs more than it saves (each refused
-// guess is a verified row): while the tokens it gets kept a block average under kPaysFrom,
-// only every kProbeEvery-th step asks it (so it is taken up again once it guesses well).
-class BlockDrafter final : public Drafter {
+// The lookup drafter's long matches first (re-emitted code), else the guesses of the model's
+// own draft (model/model_draft.h: a block draft made for it, or its MTP block), which the
+// sequence's hidden states condition. The draft is shared by every sequence of an engine (one
+// thread runs them); each sequence keeps its own context. A draft whose guesses are seldom
+// kept costs more than it saves (each refused guess is a verified row): while the tokens it
+// gets kept a proposal average under kPaysFrom, only every kProbeEvery-th step asks it (so it
+// is taken up again once it guesses well).
+class ModelDrafter final : public Drafter {
  public:
   // A lookup match at least this long (or as long as asked) is taken as it is.
   static constexpr int kLongMatch = 4;
   static constexpr double kPaysFrom = 1.0;
   static constexpr int kProbeEvery = 16;
-  explicit BlockDrafter(std::shared_ptr<model::dflash::BlockDraft> draft);
-  ~BlockDrafter() override;
+  explicit ModelDrafter(std::shared_ptr<model::ModelDraft> draft);
+  ~ModelDrafter() override;
   std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) override;
   void observe_hidden(int first, std::span<const float> rows) override;
   std::vector<float> export_state(int first, int count) const override;
@@ -119,12 +121,12 @@ class BlockDrafter final : public Drafter {
   void verified(int drafted, int kept) override;
 
  private:
-  std::shared_ptr<model::dflash::BlockDraft> draft_;
-  std::unique_ptr<model::dflash::BlockDraftContext> context_;
+  std::shared_ptr<model::ModelDraft> draft_;
+  std::unique_ptr<model::DraftContext> context_;
   LookupDrafter lookup_;          // (and the budget of lookup's guesses)
-  DraftBudget draft_budget_;      // the budget of the block draft's guesses
-  bool last_from_draft_ = false;  // the last guesses were the block draft's
-  double kept_per_block_ = 2.0;   // moving average of the tokens kept of its blocks (hopeful at first)
+  DraftBudget draft_budget_;      // the budget of the draft's guesses
+  bool last_from_draft_ = false;  // the last guesses were the draft's
+  double kept_per_block_ = 2.0;   // moving average of the tokens kept of its proposals (hopeful at first)
   int steps_since_asked_ = 0;
 };
 

@@ -15,6 +15,7 @@
 
 namespace splash::kernels {
 class ThreadPool;
+struct PackedWeight;
 }  // namespace splash::kernels
 
 namespace splash::model {
@@ -216,6 +217,9 @@ class Model {
   // A CPU model's threads, for work that runs between its passes on the same thread (a block
   // draft): sharing them keeps two pools from spinning against each other. Null on the GPU.
   virtual kernels::ThreadPool* cpu_threads() { return nullptr; }
+  // A CPU model's packed LM head, for a draft that reads the same head (the MTP block): one
+  // copy of the largest matrix. Null on the GPU.
+  virtual const kernels::PackedWeight* cpu_output_head() const { return nullptr; }
 };
 
 // The device a model will run on, with its memory when it is a GPU.

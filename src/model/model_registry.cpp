@@ -6,7 +6,9 @@
 
 #include "common/error.h"
 #include "model/llama/llama_model.h"
+#include "model/llama/mtp_head.h"
 #include "model/model.h"
+#include "model/model_draft.h"
 #if SPLASH_HAVE_CUDA
 #include "kernels/cuda/device.h"
 #endif
@@ -141,6 +143,12 @@ std::unique_ptr<Model> load_model(const gguf::File& file, const LoadOptions& opt
     return family.load_cuda(file, options);
   }
   return family.load(file, options);
+}
+
+std::shared_ptr<ModelDraft> open_own_draft(const gguf::File& file, int threads) {
+  family_of(file);
+  if (!llama::MtpHead::present(file)) return nullptr;
+  return std::make_shared<llama::MtpHead>(file, threads);
 }
 
 MemoryNeeds estimate_memory(const gguf::File& file, KvType kv_type, Device device) {

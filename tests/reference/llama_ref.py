@@ -297,8 +297,21 @@ class KVCache:
         return self.k[layer], self.v[layer]
 
 
+@dataclass
+class MtpBlock:
+    """Qwen3.5's multi-token-prediction block (llama.cpp's nextn tensors): a gated attention
+    layer behind eh_proj, which reads [enorm(embedding of x_q) | hnorm(h_{q-1})]."""
+    layer: Layer
+    eh_proj: Linear
+    enorm: np.ndarray
+    hnorm: np.ndarray
+    head_norm: np.ndarray
+    embed: np.ndarray  # [vocab, d_model]
+    head: Linear
+
+
 class Model:
-    def __init__(self, cfg, tok_embd, layers, out_norm, output, act_quant=False, kv_f16=False):
+    def __init__(self, cfg, tok_embd, layers, out_norm, output, act_quant=False, kv_f16=False, mtp=None):
         self.cfg = cfg
         self.tok_embd = tok_embd  # [vocab, d_model] float32
         self.layers: list[Layer] = layers
@@ -306,6 +319,7 @@ class Model:
         self.output: Linear = output
         self.act_quant = act_quant
         self.kv_f16 = kv_f16
+        self.mtp: MtpBlock | None = mtp
 
     # --- one forward pass over new tokens, appending to the cache -----------------------
     def forward(self, token_ids, cache: KVCache, input_embeddings=None, hidden: dict | None = None) -> np.ndarray:
@@ -372,6 +386,56 @@ class Model:
             p /= p.sum(axis=-1, keepdims=True)
             out[:, h, :] = (p @ values[:, kv, :]).astype(np.float32)
         return out.reshape(n, cfg.n_head * cfg.head_dim)
+
+    def mtp_guesses(self, token_ids, trunk_rows: np.ndarray, steps: int, context: bool = True) -> np.ndarray:
+        """The MTP block's logits after token_ids [steps, vocab]. trunk_rows: the trunk's last
+        layer output (before the output norm) at positions 0 .. len - 2. The block's entry at
+        position q reads x_q beside h_{q-1} = out_norm(trunk row q - 1) (what predicted x_q),
+        so entries exist for positions 1 .. len - 1, each attending causally to those before;
+        the last token's entry gives the first guess, and each later step reads the previous
+        guess beside the block's own normed output, at the next position. context=False: without
+        the entries before the last token (to show a check sees them)."""
+        cfg, aq, m = self.cfg, self.act_quant, self.mtp
+        layer, hd, eps = m.layer, cfg.head_dim, cfg.eps
+        last = len(token_ids) - 1
+        keys = np.zeros((0, cfg.n_kv_head, hd), np.float32)
+        values = keys.copy()
+        key_positions = np.zeros(0, np.int64)
+
+        def entries(tokens, hidden, positions):
+            nonlocal keys, values, key_positions
+            n = len(tokens)
+            e = rms_norm(m.embed[np.asarray(tokens)], m.enorm, eps)
+            x = m.eh_proj(np.concatenate([e, rms_norm(hidden, m.hnorm, eps)], axis=-1).astype(np.float32), aq)
+            a = rms_norm(x, layer.attn_norm, eps)
+            qg = layer.wq(a, aq).reshape(n, cfg.n_head, 2 * hd)
+            q, gate = qg[..., :hd], qg[..., hd:].reshape(n, cfg.n_head * hd)
+            k = rms_norm(layer.wk(a, aq).reshape(n, cfg.n_kv_head, hd), layer.k_norm, eps)
+            v = layer.wv(a, aq).reshape(n, cfg.n_kv_head, hd)
+            q, k = rope(rms_norm(q, layer.q_norm, eps), positions, cfg), rope(k, positions, cfg)
+            keys, values = np.concatenate([keys, k]), np.concatenate([values, v])
+            key_positions = np.concatenate([key_positions, positions])
+            group = cfg.n_head // cfg.n_kv_head
+            attended = np.empty((n, cfg.n_head, hd), np.float32)
+            visible = key_positions[None, :] <= positions[:, None]
+            for h in range(cfg.n_head):
+                scores = (q[:, h, :] @ keys[:, h // group, :].T).astype(np.float64) / math.sqrt(hd)
+                scores = np.where(visible, scores, -np.inf)
+                p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+                attended[:, h, :] = ((p / p.sum(axis=-1, keepdims=True)) @ values[:, h // group, :]).astype(np.float32)
+            x = x + layer.wo(attended.reshape(n, -1) / (1.0 + np.exp(-gate)), aq)
+            x = x + layer.ffn(rms_norm(x, layer.ffn_norm, eps), aq)
+            return rms_norm(x, m.head_norm, eps)
+
+        h = rms_norm(trunk_rows[:last], self.out_norm, eps)
+        if last > 1 and context:
+            entries(token_ids[1:last], h[:last - 1], np.arange(1, last))
+        rows, token, hidden = [], token_ids[last], h[last - 1:last]
+        for step in range(steps):
+            out = entries([token], hidden, np.array([last + step]))
+            rows.append(m.head(out, aq)[0].astype(np.float32))
+            token, hidden = int(np.argmax(rows[-1])), out
+        return np.stack(rows)
 
     # --- the API the tests use ----------------------------------------------------------
     def logits(self, token_ids, input_embeddings=None) -> np.ndarray:
@@ -465,9 +529,10 @@ def load(path: str, act_quant: bool = False, kv_f16: bool = False, rope_scaling:
         return fields
 
     tok_embd = dense("token_embd.weight")
+    nextn = int(_field(reader, f"{arch}.nextn_predict_layers", 0) or 0)  # (MTP blocks after the trunk)
     cfg = Config(
         arch=arch,
-        n_layer=int(_field(reader, f"{arch}.block_count")),
+        n_layer=int(_field(reader, f"{arch}.block_count")) - nextn,
         d_model=d_model,
         n_head=n_head,
         n_kv_head=int(_field(reader, f"{arch}.attention.head_count_kv", n_head)),
@@ -517,13 +582,30 @@ def load(path: str, act_quant: bool = False, kv_f16: bool = False, rope_scaling:
         output = linear("output.weight")
     else:
         output = Linear(tok_embd, tensors["token_embd.weight"].tensor_type not in UNQUANTIZED)
-    return Model(cfg, tok_embd, layers, dense("output_norm.weight"), output, act_quant, kv_f16)
+    out_norm = dense("output_norm.weight")
+    mtp = None
+    if nextn:
+        p = f"blk.{cfg.n_layer}."
+        mtp = MtpBlock(
+            layer=Layer(attn_norm=dense(p + "attn_norm.weight"), wq=linear(p + "attn_q.weight"),
+                        wk=linear(p + "attn_k.weight"), wv=linear(p + "attn_v.weight"),
+                        wo=linear(p + "attn_output.weight"), q_norm=dense(p + "attn_q_norm.weight"),
+                        k_norm=dense(p + "attn_k_norm.weight"), ffn_norm=dense(p + "post_attention_norm.weight"),
+                        **ffn_fields(p), output_gate=True),
+            eh_proj=linear(p + "nextn.eh_proj.weight"), enorm=dense(p + "nextn.enorm.weight"),
+            hnorm=dense(p + "nextn.hnorm.weight"),
+            head_norm=dense(p + "nextn.shared_head_norm.weight") if p + "nextn.shared_head_norm.weight" in tensors
+            else out_norm,
+            embed=dense(p + "nextn.embed_tokens.weight") if p + "nextn.embed_tokens.weight" in tensors else tok_embd,
+            head=linear(p + "nextn.shared_head_head.weight") if p + "nextn.shared_head_head.weight" in tensors
+            else output)
+    return Model(cfg, tok_embd, layers, out_norm, output, act_quant, kv_f16, mtp)
 
 
 def with_rounding(model: Model, act_quant: bool, kv_f16: bool = False) -> Model:
     """The same weights with other rounding knobs (no second dequantization)."""
     return Model(model.cfg, model.tok_embd, model.layers, model.out_norm, model.output,
-                 act_quant, kv_f16)
+                 act_quant, kv_f16, model.mtp)
 
 
 def sanity_tokenizer(path: str):

@@ -224,19 +224,25 @@ void BlockDraft::attach(Model& target, const gguf::File& target_file) {
   if (kernels::ThreadPool* threads = target.cpu_threads()) pool_ = threads;
 }
 
-BlockDraftContext BlockDraft::new_context() const {
+namespace {
+BlockDraftContext& ours(DraftContext& context) { return dynamic_cast<BlockDraftContext&>(context); }
+const BlockDraftContext& ours(const DraftContext& context) { return dynamic_cast<const BlockDraftContext&>(context); }
+}  // namespace
+
+std::unique_ptr<DraftContext> BlockDraft::new_context() const {
   const size_t floats = static_cast<size_t>(kMostContextRows) * info_.n_kv_heads * info_.head_dim;
-  BlockDraftContext context;
+  auto made = std::make_unique<BlockDraftContext>();
+  BlockDraftContext& context = *made;
   context.positions_.reserve(kMostContextRows);
   context.keys_.resize(layers_.size());
   context.values_.resize(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) context.keys_[l].reserve(floats), context.values_[l].reserve(floats);
-  return context;
+  return made;
 }
 
-BlockDraftMemory BlockDraft::memory(const gguf::File& target) const {
+ModelDraftMemory BlockDraft::memory(const gguf::File& target) const {
   const auto floats = [](const std::vector<float>& v) { return v.size() * sizeof(float); };
-  BlockDraftMemory memory;
+  ModelDraftMemory memory;
   memory.weight_bytes = fc_.bytes() + head_.bytes() + floats(hidden_norm_) + floats(output_norm_) + floats(mask_row_);
   if (shares_target_tables() && !embedding_) {  // (before attach: the head it will pack from the target's file)
     const auto* head = target.find_tensor("output.weight");
@@ -279,7 +285,12 @@ void BlockDraft::rotate(float* rows, int n, int stride, int heads, const int* po
   kernels::rope_neox(rows, n, stride, heads, info_.head_dim, local.data(), cos_.data(), sin_.data(), info_.rope_dims);
 }
 
-void BlockDraft::extend(BlockDraftContext& context, int first, std::span<const float> taps) {
+bool BlockDraft::ready(const DraftContext& context, std::span<const int32_t> tokens) const {
+  return !tokens.empty() && ours(context).end() == static_cast<int>(tokens.size()) - 1;
+}
+
+void BlockDraft::extend(DraftContext& any_context, int first, std::span<const float> taps) {
+  BlockDraftContext& context = ours(any_context);
   const int d = info_.d_model, kv_width = info_.n_kv_heads * info_.head_dim;
   const size_t row_floats = info_.target_taps.size() * static_cast<size_t>(d);
   if (taps.size() % row_floats != 0)
@@ -341,7 +352,8 @@ void BlockDraft::keep_window(BlockDraftContext& context) const {
   }
 }
 
-std::vector<float> BlockDraft::export_context(const BlockDraftContext& context, int first, int count) const {
+std::vector<float> BlockDraft::export_context(const DraftContext& any_context, int first, int count) const {
+  const BlockDraftContext& context = ours(any_context);
   const size_t kv_width = static_cast<size_t>(info_.n_kv_heads) * info_.head_dim;
   const auto& positions = context.positions_;
   const auto at = std::lower_bound(positions.begin(), positions.end(), first);
@@ -357,7 +369,8 @@ std::vector<float> BlockDraft::export_context(const BlockDraftContext& context, 
   return rows;
 }
 
-void BlockDraft::import_context(BlockDraftContext& context, int first, std::span<const float> rows) {
+void BlockDraft::import_context(DraftContext& any_context, int first, std::span<const float> rows) {
+  BlockDraftContext& context = ours(any_context);
   const size_t kv_width = static_cast<size_t>(info_.n_kv_heads) * info_.head_dim;
   const size_t per_position = layers_.size() * 2 * kv_width;
   if (first < 0 || rows.size() % per_position != 0)
@@ -481,12 +494,16 @@ void BlockDraft::run_block(const BlockDraftContext& context, int32_t token, int 
   kernels::rms_norm(hidden_.data(), output_norm_.data(), normed_.data(), rows, d, n.rms_eps, *pool_);
 }
 
-std::vector<int32_t> BlockDraft::propose(const BlockDraftContext& context, int32_t token, int position,
-                                         int max_tokens) {
+std::span<const float> BlockDraft::guess_logits(DraftContext& context, std::span<const int32_t> tokens) {
+  if (tokens.empty()) fail("block draft: no token to start a block at");
+  return block_logits(ours(context), tokens.back(), static_cast<int>(tokens.size()) - 1, 0, info_.block_size);
+}
+
+std::vector<int32_t> BlockDraft::propose(DraftContext& context, std::span<const int32_t> tokens, int max_tokens) {
   const int guesses = std::min(max_tokens, info_.block_size - 1);
-  if (guesses <= 0) return {};
+  if (guesses <= 0 || tokens.empty()) return {};
   // (slot 0 is the token given: the head runs over the guessing slots only)
-  const auto logits = block_logits(context, token, position, 1, guesses);
+  const auto logits = block_logits(ours(context), tokens.back(), static_cast<int>(tokens.size()) - 1, 1, guesses);
   std::vector<int32_t> out;
   for (int slot = 0; slot < guesses; ++slot) {
     const auto row = logits.subspan(static_cast<size_t>(slot) * info_.vocab, info_.vocab);

@@ -25,15 +25,9 @@
 #include "kernels/cpu/packed_weight.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/model.h"
+#include "model/model_draft.h"
 
 namespace splash::model::dflash {
-
-// What a draft holds in memory (the memory plan sets it aside beside the model's).
-struct BlockDraftMemory {
-  size_t weight_bytes = 0;   // its packed matrices and norms
-  size_t mapped_bytes = 0;   // its embedding table, read in place from the file
-  size_t context_bytes = 0;  // one sequence's context at its fullest (BlockDraft::kMostContextRows)
-};
 
 struct BlockDraftInfo {
   int d_model = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, ffn = 0, vocab = 0;
@@ -46,7 +40,7 @@ struct BlockDraftInfo {
 
 // One sequence's conditioning: each draft layer's keys and values of the context rows of its
 // last committed positions (at most BlockDraft::kWindow of them).
-class BlockDraftContext {
+class BlockDraftContext final : public DraftContext {
  public:
   int positions() const { return static_cast<int>(positions_.size()); }
   // The position after the last one held (0: none).
@@ -58,7 +52,7 @@ class BlockDraftContext {
   std::vector<std::vector<float>> keys_, values_;  // per layer: [positions][kv_heads * head_dim]
 };
 
-class BlockDraft {
+class BlockDraft final : public ModelDraft {
  public:
   // Context rows a sequence keeps: its memory and each block's attention stay bounded at any
   // context length (the draft is trained on what comes just before a block).
@@ -72,11 +66,15 @@ class BlockDraft {
   // throws splash::Error for a file that is not a dflash draft this build can run.
   // threads: as LoadOptions::threads.
   BlockDraft(gguf::File file, int threads);
-  ~BlockDraft();
+  ~BlockDraft() override;
   const BlockDraftInfo& info() const { return info_; }
+  const char* kind() const override { return "block draft"; }
+  const std::vector<int>& target_taps() const override { return info_.target_taps; }
   // What it holds beside the target (whose file gives the head it will pack where the draft
   // shares the target's tables).
-  BlockDraftMemory memory(const gguf::File& target) const;
+  ModelDraftMemory memory(const gguf::File& target) const override;
+  int window() const override { return kWindow; }
+  int most_context_positions() const override { return kMostContextRows; }
   // The file has no embedding table (llama.cpp's converter writes none without a learned mask
   // embedding): the target's table, its mask token's row as the mask vector, and the target's
   // LM head are taken when it is attached.
@@ -87,29 +85,33 @@ class BlockDraft {
   // Checks the model (check_target), takes the target's tables where the draft shares them
   // (from target_file, the target's GGUF), and runs on its threads from now on (its passes and
   // the draft's alternate on one thread: two pools would spin against each other).
-  void attach(Model& target, const gguf::File& target_file);
+  void attach(Model& target, const gguf::File& target_file) override;
 
   // A context with room for kMostContextRows (it never grows past them).
-  BlockDraftContext new_context() const;
+  std::unique_ptr<DraftContext> new_context() const override;
   // Appends the context rows of positions first .. first + n - 1 from their tapped hidden
   // states ([n][taps][d_model], Model::hidden_taps); what the context held from `first` on
   // (a recomputed tail) is replaced. first may lie past end() (positions the draft never saw,
   // such as a reused prefix's, are simply missing).
-  void extend(BlockDraftContext& context, int first, std::span<const float> taps);
+  void extend(DraftContext& context, int first, std::span<const float> taps) override;
+  // The block starts at the last token: the context must end just before it.
+  bool ready(const DraftContext& context, std::span<const int32_t> tokens) const override;
   // Each draft layer's keys and values of positions first .. first + count - 1
   // ([count][layers][keys, values]), to be kept for a sequence that reuses this prefix; empty
   // unless the context holds every one of them.
-  std::vector<float> export_context(const BlockDraftContext& context, int first, int count) const;
+  std::vector<float> export_context(const DraftContext& context, int first, int count) const override;
   // Takes such rows back: the context then holds them in place of what it held from `first` on.
-  void import_context(BlockDraftContext& context, int first, std::span<const float> rows);
+  void import_context(DraftContext& context, int first, std::span<const float> rows) override;
   // The logits of rows first_row .. first_row + rows - 1 of the block [token, MASK ...] at
   // positions position .. position + block_size - 1, seeing the context rows before
   // `position`: [rows][vocab], valid until the next call.
   std::span<const float> block_logits(const BlockDraftContext& context, int32_t token, int position, int first_row,
                                       int rows);
-  // Greedy guesses of the tokens after `token` (at `position`): the best token of slots 1 ..
-  // min(max_tokens, block_size - 1).
-  std::vector<int32_t> propose(const BlockDraftContext& context, int32_t token, int position, int max_tokens);
+  // Greedy guesses of the tokens after the last one (at position tokens.size() - 1): the best
+  // token of slots 1 .. min(max_tokens, block_size - 1).
+  std::vector<int32_t> propose(DraftContext& context, std::span<const int32_t> tokens, int max_tokens) override;
+  // The whole block's logits at the last token (slot 0's included).
+  std::span<const float> guess_logits(DraftContext& context, std::span<const int32_t> tokens) override;
 
  private:
   struct Layer;

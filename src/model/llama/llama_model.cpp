@@ -17,6 +17,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant_formats.h"
+#include "model/llama/llama_cpu_weights.h"
 #include "model/llama/llama_hparams.h"
 #include "model/llama/smollm2_shapes.h"
 
@@ -26,71 +27,6 @@ namespace {
 using kernels::AlignedBuffer;
 using kernels::PackedWeight;
 using kernels::WeightSource;
-
-// A tensor of the file, checked against the shape the architecture expects and against
-// the types the CPU kernels read.
-void check_cpu_type(const gguf::File& file, const gguf::TensorInfo& t, const std::string& name) {
-  if (!kernels::is_supported_weight_type(t.type))
-    fail("{}: tensor '{}' has type {}, which has no CPU kernel (supported: F32, F16, BF16, Q8_0, Q5_0, Q5_1, Q4_0, Q4_1, "
-         "Q4_K, Q6_K)",
-         file.path(), name, type_name(t.type));
-}
-
-WeightSource weight(const gguf::File& file, const std::string& name, int rows, int cols) {
-  const WeightSource source = matrix_source(file, name, rows, cols);
-  check_cpu_type(file, file.tensor(name), name);
-  return source;
-}
-
-// The experts' matrices of a stacked [experts][rows][cols] tensor, one source each.
-std::vector<WeightSource> expert_weights(const gguf::File& file, const std::string& name, int experts, int rows,
-                                         int cols) {
-  const auto& t = matrix_stack_tensor(file, name, experts, rows, cols);
-  check_cpu_type(file, t, name);
-  const size_t bytes = t.n_bytes / experts;
-  std::vector<WeightSource> out;
-  for (int e = 0; e < experts; ++e) out.push_back({t.type, t.data + e * bytes, rows, cols});
-  return out;
-}
-
-// The router of a mixture-of-experts layer [experts][d_model]: a float matrix, which the
-// matmul kernels apply to float activations, so the choice of experts is free of int8
-// rounding (llama.cpp's quantizer never quantizes a router either).
-WeightSource router_weight(const gguf::File& file, const std::string& name, int experts, int d_model) {
-  const auto& t = matrix_tensor(file, name, experts, d_model);
-  if (t.type != GgmlType::F32 && t.type != GgmlType::F16 && t.type != GgmlType::BF16)
-    fail("{}: tensor '{}' has type {}; a router must be F32, F16 or BF16", file.path(), name, type_name(t.type));
-  return {t.type, t.data, experts, d_model};
-}
-
-// Stacks matrices row-wise into packed weights, each run of one type as one (all of them
-// when they share a type: one matmul over the activations then computes every part).
-template <typename Each>
-void for_each_type_run(std::span<const WeightSource> sources, Each&& each) {
-  for (size_t first = 0; first < sources.size();) {
-    size_t end = first + 1;
-    while (end < sources.size() && sources[end].type == sources[first].type) ++end;
-    each(sources.subspan(first, end - first));
-    first = end;
-  }
-}
-std::vector<PackedWeight> pack_group(std::span<const WeightSource> sources) {
-  std::vector<PackedWeight> packed;
-  for_each_type_run(sources, [&](std::span<const WeightSource> run) { packed.push_back(kernels::pack_weights(run)); });
-  return packed;
-}
-std::vector<PackedWeight> pack_group(std::initializer_list<WeightSource> sources) {
-  return pack_group(std::span(sources.begin(), sources.size()));
-}
-size_t packed_group_bytes(std::span<const WeightSource> sources) {
-  size_t bytes = 0;
-  for_each_type_run(sources, [&](std::span<const WeightSource> run) {
-    int rows = 0;
-    for (const auto& source : run) rows += source.rows;
-    bytes += kernels::packed_weight_bytes(run[0].type, rows, run[0].cols);
-  });
-  return bytes;
-}
 
 // The shared in-projection pieces (llama_hparams.h), each of a type the CPU kernels read.
 std::vector<WeightSource> cpu_delta_net_in_projection(const gguf::File& file, const std::string& p,
@@ -204,6 +140,7 @@ class LlamaModel final : public Model {
   std::span<const TokenLogit> best_tokens() const override { return best_; }
   std::span<const float> hidden_taps() const override { return tapped_; }
   kernels::ThreadPool* cpu_threads() override { return &pool_; }
+  const PackedWeight* cpu_output_head() const override { return &output_; }
 
   std::span<const float> whole_row(int best_row) override {
     if (best_row < 0 || static_cast<size_t>(best_row) >= best_rows_.size())
@@ -565,11 +502,7 @@ class LlamaModel final : public Model {
 
   // Runs matrices stacked row-wise (or apart, when their types differ) into one output row.
   void matmul_group(const std::vector<PackedWeight>& group, float* y, int ldy) {
-    int column = 0;
-    for (const auto& w : group) {
-      kernels::matmul(w, activations_, y + column, ldy, pool_);
-      column += w.rows;
-    }
+    llama::matmul_group(group, activations_, y, ldy, pool_);
   }
 
   // Writes the new tokens' keys and values into their sequences' blocks.
