@@ -161,4 +161,20 @@ void rope_neox(float* x, int n_tokens, int row_stride, int n_heads, int head_dim
        [](int i, int half) { return std::pair{i, i + half}; }, rotated_dims);
 }
 
+void rope_neox_at(float* x, int n_tokens, int row_stride, int n_heads, int head_dim, const int* positions,
+                  std::span<const double> inv_freq, double attention_factor, int rotated_dims) {
+  const size_t half = inv_freq.size();
+  std::vector<float> cos_table(static_cast<size_t>(n_tokens) * half), sin_table(cos_table.size());
+  std::vector<int> rows(n_tokens);  // (each row's own entry of the tables)
+  for (int t = 0; t < n_tokens; ++t) {
+    rows[t] = t;
+    for (size_t i = 0; i < half; ++i) {
+      const double angle = positions[t] * inv_freq[i];
+      cos_table[t * half + i] = static_cast<float>(std::cos(angle) * attention_factor);
+      sin_table[t * half + i] = static_cast<float>(std::sin(angle) * attention_factor);
+    }
+  }
+  rope_neox(x, n_tokens, row_stride, n_heads, head_dim, rows.data(), cos_table.data(), sin_table.data(), rotated_dims);
+}
+
 }  // namespace splash::kernels

@@ -30,5 +30,10 @@ void rope_adjacent(float* x, int n_tokens, int row_stride, int n_heads, int head
 // table is [position][rotated_dims / 2].
 void rope_neox(float* x, int n_tokens, int row_stride, int n_heads, int head_dim, const int* positions,
                const float* cos_table, const float* sin_table, int rotated_dims = 0);
+// rope_neox for a few rows (a draft's) without tables: each row's cos and sin of
+// positions[t] * inv_freq[i] (rotated_dims / 2 of them) computed here in double, times
+// attention_factor.
+void rope_neox_at(float* x, int n_tokens, int row_stride, int n_heads, int head_dim, const int* positions,
+                  std::span<const double> inv_freq, double attention_factor, int rotated_dims);
 
 }  // namespace splash::kernels

@@ -270,19 +270,7 @@ void BlockDraft::project(const PackedWeight& w, const float* x, int n, float* y,
 }
 
 void BlockDraft::rotate(float* rows, int n, int stride, int heads, const int* positions) {
-  const int half = info_.rope_dims / 2;
-  cos_.resize(static_cast<size_t>(n) * half);
-  sin_.resize(cos_.size());
-  std::vector<int> local(n);
-  for (int r = 0; r < n; ++r) {
-    local[r] = r;
-    for (int i = 0; i < half; ++i) {
-      const double angle = positions[r] * inv_freq_[i];
-      cos_[static_cast<size_t>(r) * half + i] = static_cast<float>(std::cos(angle));
-      sin_[static_cast<size_t>(r) * half + i] = static_cast<float>(std::sin(angle));
-    }
-  }
-  kernels::rope_neox(rows, n, stride, heads, info_.head_dim, local.data(), cos_.data(), sin_.data(), info_.rope_dims);
+  kernels::rope_neox_at(rows, n, stride, heads, info_.head_dim, positions, inv_freq_, 1.0, info_.rope_dims);
 }
 
 bool BlockDraft::ready(const DraftContext& context, std::span<const int32_t> tokens) const {

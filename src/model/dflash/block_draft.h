@@ -138,7 +138,6 @@ class BlockDraft final : public ModelDraft {
   size_t embedding_row_bytes_ = 0;
   kernels::QuantizedActivations activations_;
   std::vector<float> scratch_, hidden_, normed_, qkv_, attended_, gate_up_, ffn_out_, logits_;
-  std::vector<float> cos_, sin_;
   std::vector<double> inv_freq_;  // RoPE: base^(-2i / rope_dims) of each pair i
 };
 

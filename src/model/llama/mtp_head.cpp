@@ -251,19 +251,10 @@ void MtpHead::project(const PackedWeight& w, const float* x, int n, float* y, in
 }
 
 void MtpHead::rotate(float* rows, int n, int stride, int heads, int first_position) {
-  const int half = h_.rope_dims / 2;
-  cos_.resize(static_cast<size_t>(n) * half);
-  sin_.resize(cos_.size());
-  std::vector<int> local(n);
-  for (int r = 0; r < n; ++r) {
-    local[r] = r;
-    for (int i = 0; i < half; ++i) {
-      const double angle = (first_position + r) * inv_freq_[i];
-      cos_[static_cast<size_t>(r) * half + i] = static_cast<float>(std::cos(angle) * attention_factor_);
-      sin_[static_cast<size_t>(r) * half + i] = static_cast<float>(std::sin(angle) * attention_factor_);
-    }
-  }
-  kernels::rope_neox(rows, n, stride, heads, h_.shapes.head_dim, local.data(), cos_.data(), sin_.data(), h_.rope_dims);
+  std::vector<int> positions(n);
+  for (int r = 0; r < n; ++r) positions[r] = first_position + r;
+  kernels::rope_neox_at(rows, n, stride, heads, h_.shapes.head_dim, positions.data(), inv_freq_, attention_factor_,
+                        h_.rope_dims);
 }
 
 void MtpHead::entry_inputs(const int32_t* tokens, const float* hidden, const std::vector<float>* hidden_norm, int n) {

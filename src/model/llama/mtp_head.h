@@ -120,7 +120,6 @@ class MtpHead final : public ModelDraft {
   double attention_factor_ = 1.0;
   kernels::QuantizedActivations activations_;
   std::vector<float> pair_, x_, normed_, qkv_, attended_, gate_up_rows_, ffn_rows_, scratch_, out_hidden_, logits_;
-  std::vector<float> cos_, sin_;
 };
 
 }  // namespace splash::model::llama
