@@ -51,14 +51,14 @@ constexpr Family kFamilies[] = {
     // Qwen3.5: Gated DeltaNet layers (a recurrent state per sequence) between gated
     // full-attention layers with partial RoPE
     {"qwen35", llama::load_llama, llama::estimate_llama_memory,
-     SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda), /*auto_on_gpu=*/false},
+     SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda)},
     // Qwen3.5's hybrid with a mixture-of-experts FFN and a shared expert in every layer
     {"qwen35moe", llama::load_llama, llama::estimate_llama_memory,
-     SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda), /*auto_on_gpu=*/false},
+     SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda)},
     // Qwen3-Next: Qwen3.5-MoE's layers before it, the DeltaNet's value heads grouped by key
     // head and its in-projection stored fused (ssm_ba; ssm_in in older files)
     {"qwen3next", llama::load_llama, llama::estimate_llama_memory,
-     SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda), /*auto_on_gpu=*/false},
+     SPLASH_CUDA_IMPL(llama::load_llama_cuda, llama::estimate_llama_memory_cuda)},
 };
 
 }  // namespace
