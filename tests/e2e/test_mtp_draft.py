@@ -131,3 +131,59 @@ def test_mtp_drafts_that_cannot_run_are_refused(splash_binary, mtp_models):
     proc = run(splash_binary, *others, "--draft", "model", check=False)
     assert proc.returncode != 0 and "other layers" in proc.stderr, proc.stderr[-800:]
     run(splash_binary, *others)
+
+
+@pytest.mark.parametrize("change, says", [
+    ("drop blk.4.nextn.enorm.weight", "blk.4.nextn.enorm.weight"),
+    ("narrow blk.4.nextn.eh_proj.weight", "blk.4.nextn.eh_proj.weight"),
+])
+def test_a_broken_mtp_block_is_refused_clearly(splash_binary, model_path, tmp_path, change, says):
+    """A file whose MTP block is missing a tensor or has one of the wrong shape: one line naming
+    it, before any work (the default --draft auto reads the block)."""
+    import make_random_llama as mrl
+    shape = mrl.Shape(**{**mrl.QWEN_SHAPES["qwen35"].__dict__, "mtp": True})
+    tensors = mrl.make_tensors(mrl.tensor_types("float", layers=shape.layers + 1), 49152, shape, 1)
+    action, name = change.split(" ")
+    if action == "drop":
+        tensors = [t for t in tensors if t[0] != name]
+    else:  # eh_proj reading d_model columns instead of [embedding | hidden]'s 2 d_model
+        tensors = [(n, data[:, : data.shape[1] // 2].copy(), raw) if n == name else (n, data, raw)
+                   for n, data, raw in tensors]
+    path = tmp_path / "broken.gguf"
+    mrl.write_gguf(str(path), tensors, shape, mrl.read_tokenizer(model_path), "broken-mtp", 49152)
+    proc = subprocess.run([splash_binary, "run", "--device", "cpu", "--model", str(path), "-n", "1", "hi"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and says in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    # (plain decoding needs no block: the same file runs)
+    ok = subprocess.run([splash_binary, "run", "--device", "cpu", "--model", str(path), "--draft", "none", "-n", "1",
+                         "hi"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr[-800:]
+
+
+def test_a_cached_prefix_brings_the_mtp_entries_back(splash_server, mtp_models):
+    """The second request reuses the first one's cached system prompt (and the recurrent state's
+    snapshot at its end): the MTP block's entries of those positions come back from what the
+    first request's block computed, kept beside the prefix cache, and it drafts on from there.
+    The entry of the first position after the cached part reads the model's row of the last
+    cached one, which a cached prefix does not compute: that one entry is missing, so the
+    guesses may differ from a fresh server's (never the reply)."""
+    path = mtp_models["qwen35"]
+    system = "You are a careful Python reviewer. " + " ".join(f"Rule {i}: keep functions short." for i in range(40))
+
+    def ask(server, question):
+        body = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
+                "max_tokens": 32, "temperature": 0}
+        return requests.post(f"{server.url}/v1/chat/completions", json=body, timeout=120).json()
+
+    warm = splash_server("--model", path, "--device", "cpu", with_model=False)
+    ask(warm, "Is `def f(): pass` fine?")
+    reused = ask(warm, "Write a function that adds two numbers.")
+    fresh = ask(splash_server("--model", path, "--device", "cpu", with_model=False),
+                "Write a function that adds two numbers.")
+    assert reused["usage"]["prompt_tokens_details"]["cached_tokens"] >= 256, reused["usage"]
+    assert fresh["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert reused["choices"][0]["message"]["content"] == fresh["choices"][0]["message"]["content"]
+    # (its drafter took the entries back and guessed: a failure there would have dropped it)
+    details = reused["usage"]["completion_tokens_details"]
+    assert details["accepted_prediction_tokens"] + details["rejected_prediction_tokens"] > 0, details
