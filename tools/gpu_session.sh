@@ -15,6 +15,7 @@
 #   SWEEP="..." tools/gpu_session.sh sweep-tests F  the GPU tests F names under each environment
 #   tools/gpu_session.sh ab        decode, the previous build (.gpu/old/splash.xz) against this one
 #   tools/gpu_session.sh moe-ab    the same on the 30B-A3B-shape MoE: prefill, decode, 1-64 sequences
+#   tools/gpu_session.sh hybrid-moe-bench  the bench at Qwen3.5-35B-A3B's layer shapes (4 layers)
 #   tools/gpu_session.sh hybrid-pairs  the hybrid model tests with the MoE pairs grouped, 64
 #                                  taken one by one, and as built (which path a mismatch follows)
 #   tools/gpu_session.sh tests-only [F]  the GPU tests (those F names) and nothing else
@@ -648,21 +649,39 @@ phase_hybrid() {
   phase_fixtures > /dev/null
   gtest hybrid_tests '*Hybrid*:*DeltaNet*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"
   phase_hybrid_serve
-  local model=$KEEP/qwen35-27b-shape-8-layers.gguf
-  [ -f "$model" ] || python3 tools/make_random_llama.py --tokenizer-from .gpu/tokenizer-qwen2.gguf --arch qwen35 \
-    --d-model 5120 --heads 24 --kv-heads 4 --head-dim 256 --ffn 17408 --layers 8 --delta-heads 16,48 \
-    --delta-head-dim 128 --attention-every 4 --context 40960 --eps 1e-6 --all Q4_K --out "$model" \
-    2> "$OUT/make_hybrid.log"
+  bench_hybrid_shape bench_hybrid "Qwen3.5-27B shape, 8 layers, Q4_K" "$KEEP/qwen35-27b-shape-8-layers.gguf" \
+    --arch qwen35 --d-model 5120 --heads 24 --kv-heads 4 --head-dim 256 --ffn 17408 --layers 8 --delta-heads 16,48
+  phase_sanitize '*Hybrid*:*DeltaNet*'
+}
+
+# The bench at Qwen3.5-35B-A3B's layer shapes (d_model 2048, attention 16/2 heads of 256 with
+# 64 rotated, DeltaNet 16/32 heads of 128, 256 experts of 512 choosing 8, a shared expert of
+# 512): 4 of its 40 layers (3 DeltaNet, 1 attention), all Q4_K.
+phase_hybrid_moe_bench() {
+  phase_fixtures > /dev/null
+  bench_hybrid_shape bench_hybrid_moe "Qwen3.5-35B-A3B shape, 4 layers, Q4_K" \
+    "$KEEP/qwen35moe-35b-a3b-shape-4-layers.gguf" --arch qwen35moe --d-model 2048 --heads 16 --kv-heads 2 --ffn 512 \
+    --experts 256 --experts-used 8 --shared-ffn 512 --layers 4 --delta-heads 16,32
+}
+
+# bench_hybrid_shape KEY LABEL MODEL SHAPE-ARGS...: a random hybrid of those shapes (heads of
+# 256, DeltaNet heads of 128, every 4th layer attention, all Q4_K), made once a lease, under
+# splash bench --device cuda: prefill 512 and 4096, decode, 1/4/16 sequences.
+bench_hybrid_shape() {
+  local key=$1 label=$2 model=$3
+  shift 3
+  [ -f "$model" ] || python3 tools/make_random_llama.py --tokenizer-from .gpu/tokenizer-qwen2.gguf "$@" \
+    --head-dim 256 --delta-head-dim 128 --attention-every 4 --context 40960 --eps 1e-6 --all Q4_K --out "$model" \
+    2> "$OUT/make_$key.log"
   ls -la "$model"
   timeout 240 env LD_LIBRARY_PATH="$SPLASH_LIBS" .gpu/bin/splash bench --device cuda -m "$model" \
     --prompt-sizes 512,4096 --decode-tokens 128 --repetitions 2 --parallel 1,4,16 --json \
-    > "$OUT/bench_hybrid.txt" 2> "$OUT/bench_hybrid.err"
+    > "$OUT/$key.txt" 2> "$OUT/$key.err"
   local rc=$?
-  cat "$OUT/bench_hybrid.txt"
-  tail -n 5 "$OUT/bench_hybrid.err"
-  row "bench Qwen3.5-27B shape, 8 layers, Q4_K" "rc=$rc; $(grep -E 'prefill|decode|ceiling' "$OUT/bench_hybrid.txt" | tr '\n' ';')"
-  record bench_hybrid "$(tail -n 1 "$OUT/bench_hybrid.txt" | grep '^{' || echo '{}')"
-  phase_sanitize '*Hybrid*:*DeltaNet*'
+  cat "$OUT/$key.txt"
+  tail -n 5 "$OUT/$key.err"
+  row "bench $label" "rc=$rc; $(grep -E 'prefill|decode|ceiling' "$OUT/$key.txt" | tr '\n' ';')"
+  record "$key" "$(tail -n 1 "$OUT/$key.txt" | grep '^{' || echo '{}')"
 }
 
 # splash serve --device cuda on the random Qwen3.5: a conversation of two turns (the second
@@ -866,6 +885,7 @@ case "${1:-tests}" in
   moe-ncu) phase_moe_ncu ;;
   tests-only) phase_fixtures > /dev/null; gtest gpu_tests "${2:-*}" SPLASH_GPU_FIXTURES="$KEEP/fixtures" ;;
   hybrid) phase_hybrid ;;
+  hybrid-moe-bench) phase_hybrid_moe_bench ;;
   hybrid-pairs) phase_fixtures > /dev/null  # the hybrid models with every MoE pair grouped, 64 pair by pair, the default
     for pairs in 0 64 default; do
       gtest "hybrid_pairs_$pairs" '*Hybrid*' SPLASH_GPU_FIXTURES="$KEEP/fixtures" \

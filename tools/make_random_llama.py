@@ -564,6 +564,7 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int)
     ap.add_argument("--experts", type=int, help="qwen3moe/qwen35moe: experts per layer (--ffn is then each one's width)")
     ap.add_argument("--experts-used", type=int, help="and how many each token is routed to")
+    ap.add_argument("--shared-ffn", type=int, help="qwen35moe/qwen3next: the shared expert's width")
     ap.add_argument("--rope-base", type=float)
     ap.add_argument("--context", type=int)
     ap.add_argument("--eps", type=float, help="RMSNorm epsilon (default 1e-5; qwen 1e-3)")
@@ -588,7 +589,7 @@ def main(argv=None) -> int:
         "ffn": args.ffn, "layers": args.layers, "rope_base": args.rope_base, "context": args.context,
         "eps": args.eps, "rope_scaling": args.rope_scaling, "rope_scale": args.rope_scale,
         "rope_original_context": args.rope_original_context, "experts": args.experts,
-        "experts_used": args.experts_used, "delta_head": args.delta_head_dim,
+        "experts_used": args.experts_used, "delta_head": args.delta_head_dim, "shared_ffn": args.shared_ffn,
         "full_attention_interval": args.attention_every, "mtp": args.mtp,
         "delta_k_heads": int(args.delta_heads.split(",")[0]) if args.delta_heads else None,
         "delta_v_heads": int(args.delta_heads.split(",")[1]) if args.delta_heads else None,
