@@ -16,6 +16,7 @@
 #   tools/gpu_session.sh ab        decode, the previous build (.gpu/old/splash.xz) against this one
 #   tools/gpu_session.sh moe-ab    the same on the 30B-A3B-shape MoE: prefill, decode, 1-64 sequences
 #   tools/gpu_session.sh hybrid-moe-bench  the bench at Qwen3.5-35B-A3B's layer shapes (4 layers)
+#   tools/gpu_session.sh hybrid-benches  both hybrid benches, then each decode step's profile
 #   tools/gpu_session.sh hybrid-pairs  the hybrid model tests with the MoE pairs grouped, 64
 #                                  taken one by one, and as built (which path a mismatch follows)
 #   tools/gpu_session.sh tests-only [F]  the GPU tests (those F names) and nothing else
@@ -642,16 +643,22 @@ phase_http_replay() {
 
 # splash on the Qwen3-8B-shape file alone (the second call of a side-by-side after phase peer).
 # Qwen3.5 on the GPU (issue 13): its tests (the DeltaNet kernels against float64, the hybrid
-# models against the CPU path), compute-sanitizer over them, then a bench at Qwen3.5-27B's
-# layer shapes (d_model 5120, 24/4 attention heads of 256 with 64 rotated, DeltaNet 16/48 heads
-# of 128, ffn 17408) with 8 of its 64 layers (6 DeltaNet, 2 attention), every matrix Q4_K.
+# models against the CPU path), compute-sanitizer over them, then the bench at Qwen3.5-27B's
+# layer shapes (phase_hybrid_dense_bench).
 phase_hybrid() {
   phase_fixtures > /dev/null
   gtest hybrid_tests '*Hybrid*:*DeltaNet*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"
   phase_hybrid_serve
-  bench_hybrid_shape bench_hybrid "Qwen3.5-27B shape, 8 layers, Q4_K" "$KEEP/qwen35-27b-shape-8-layers.gguf" \
-    --arch qwen35 --d-model 5120 --heads 24 --kv-heads 4 --head-dim 256 --ffn 17408 --layers 8 --delta-heads 16,48
+  phase_hybrid_dense_bench
   phase_sanitize '*Hybrid*:*DeltaNet*'
+}
+
+# The bench at Qwen3.5-27B's layer shapes (d_model 5120, 24/4 attention heads of 256 with 64
+# rotated, DeltaNet 16/48 heads of 128, ffn 17408): 8 of its 64 layers (6 DeltaNet, 2
+# attention), all Q4_K.
+phase_hybrid_dense_bench() {
+  bench_hybrid_shape bench_hybrid "Qwen3.5-27B shape, 8 layers, Q4_K" "$KEEP/qwen35-27b-shape-8-layers.gguf" \
+    --arch qwen35 --d-model 5120 --heads 24 --kv-heads 4 --ffn 17408 --layers 8 --delta-heads 16,48
 }
 
 # The bench at Qwen3.5-35B-A3B's layer shapes (d_model 2048, attention 16/2 heads of 256 with
@@ -662,6 +669,20 @@ phase_hybrid_moe_bench() {
   bench_hybrid_shape bench_hybrid_moe "Qwen3.5-35B-A3B shape, 4 layers, Q4_K" \
     "$KEEP/qwen35moe-35b-a3b-shape-4-layers.gguf" --arch qwen35moe --d-model 2048 --heads 16 --kv-heads 2 --ffn 512 \
     --experts 256 --experts-used 8 --shared-ffn 512 --layers 4 --delta-heads 16,32
+}
+
+# Where a hybrid's batch-1 decode step goes, step by step (SPLASH_CUDA_PROFILE), at both
+# hybrid bench shapes (made by the benches above in this lease, else skipped).
+phase_hybrid_profile() {
+  for model in "$KEEP/qwen35-27b-shape-8-layers.gguf" "$KEEP/qwen35moe-35b-a3b-shape-4-layers.gguf"; do
+    [ -f "$model" ] || { row "profile $(basename "$model")" "skipped: not made in this lease"; continue; }
+    local name
+    name=$(basename "$model" .gguf)
+    SPLASH_CUDA_PROFILE=1 splash bench --device cuda -m "$model" --prompt-sizes 1 --decode-tokens 64 --repetitions 1 \
+      > "$OUT/profile_$name.txt" 2>&1
+    echo "== $name"; grep -A24 "GPU time by step" "$OUT/profile_$name.txt"
+    row "profile $name" "profile_$name.txt"
+  done
 }
 
 # bench_hybrid_shape KEY LABEL MODEL SHAPE-ARGS...: a random hybrid of those shapes (heads of
@@ -886,6 +907,10 @@ case "${1:-tests}" in
   tests-only) phase_fixtures > /dev/null; gtest gpu_tests "${2:-*}" SPLASH_GPU_FIXTURES="$KEEP/fixtures" ;;
   hybrid) phase_hybrid ;;
   hybrid-moe-bench) phase_hybrid_moe_bench ;;
+  hybrid-benches) phase_fixtures > /dev/null  # both hybrid benches, then where their decode steps go
+    phase_hybrid_dense_bench
+    phase_hybrid_moe_bench
+    phase_hybrid_profile ;;
   hybrid-pairs) phase_fixtures > /dev/null  # the hybrid models with every MoE pair grouped, 64 pair by pair, the default
     for pairs in 0 64 default; do
       gtest "hybrid_pairs_$pairs" '*Hybrid*' SPLASH_GPU_FIXTURES="$KEEP/fixtures" \
