@@ -111,6 +111,14 @@ def test_served_with_the_mtp_block(splash_server, mtp_models):
     assert "MTP block after lookup" in json.dumps(status[0]["speculative_decoding"]), status[0]
     drafted = [s["speculative_decoding"]["draft_tokens"] for s in status]
     assert drafted[0] > drafted[1], drafted
+    # Sampled too: the random stream is keyed by position, so speculative sampling emits what plain
+    # sampling does (against a server that does not draft at all).
+    none = splash_server("--model", path, "--device", "cpu", "--draft", "none", with_model=False)
+    sampled = {**body, "temperature": 0.9, "seed": 42}
+    texts = [requests.post(f"{s.url}/v1/chat/completions", json=sampled, timeout=120).json()
+             for s in (with_mtp, none)]
+    assert texts[0]["choices"][0]["message"]["content"] == texts[1]["choices"][0]["message"]["content"]
+    assert texts[0]["usage"]["completion_tokens_details"]["rejected_prediction_tokens"] > 0, texts[0]["usage"]
     caches = [{c["name"]: c["budget_bytes"] for c in s["memory"]["caches"]} for s in status]
     assert "MTP block contexts" in caches[0] and "MTP block contexts" not in caches[1]
     # 64 running sequences, each 2048 + 256 entries of a key and a value (2 KV heads of 256,
