@@ -906,10 +906,13 @@ TEST_F(CudaExpertsTest, RoutingPicksTheCpuPathsExperts) {
 // launch, as a replayed graph needs).
 TEST_F(CudaExpertsTest, RouteTokensAgainstFloat64AndTheRouting) {
   cu::Stream stream;
-  const int cols = 512, n = 5;
+  const int n = 5;
+  // (rows of 2080 and 4128: a lane's 16-byte loads end part way through a round of them, and
+  // F32 and F16 rows take a second round)
+  for (const int cols : {512, 2080, 4128})
   for (const auto& [experts, used] : {std::pair{70, 6}, std::pair{128, 8}, std::pair{1024, 32}})
     for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
-      SCOPED_TRACE(std::string(type_name(type)) + ", " + std::to_string(experts) + " experts");
+      SCOPED_TRACE(std::string(type_name(type)) + ", " + std::to_string(experts) + " experts of " + std::to_string(cols));
       const auto bytes = random_matrix(type, experts, cols, rng_);
       const auto w = dequantized(type, bytes, experts, cols);
       const auto device_bytes = packed_on_device(type, bytes, experts, cols);
@@ -944,6 +947,8 @@ TEST_F(CudaExpertsTest, RouteTokensAgainstFloat64AndTheRouting) {
       << "more tokens than the scratch holds";
   EXPECT_THROW(cu::route_tokens({GgmlType::Q4_K, nullptr, 8, 256}, nullptr, 256, 1, 2, none, nullptr, nullptr, stream),
                Error);
+  EXPECT_THROW(cu::route_tokens({GgmlType::F32, nullptr, 8, 48}, nullptr, 48, 1, 2, none, nullptr, nullptr, stream), Error)
+      << "rows of 48";
 }
 
 // Each (token, expert) pair's matmul against float64 with the expert the pair names: the

@@ -49,7 +49,10 @@ __device__ __forceinline__ float warp_dot_float(const Rows<T>& w, int row, int f
 // probabilities exp(logit - max) (the softmax's sum cancels in the renormalisation, as on
 // the CPU), computed once into p (`experts` floats of shared memory the warp has to itself,
 // or row itself: each lane reads and writes only its own experts' entries, lane + 32 i); then `used` rounds of a warp-wide
-// arg max over the experts not yet taken, each lane keeping a bit per expert of its own.
+// arg max over the experts not yet taken. Each lane keeps a bit per expert of its own and
+// its best one not yet taken as a key that orders like p (p >= 0, so its bits order as
+// unsigned; + 1, so 0 means none left); a round is two warp reductions (the best key, then
+// the lowest expert holding it), and only the lane that gave its expert looks for its next.
 // Lane 0 writes the ids and weights.
 __device__ __forceinline__ void route_token(const float* row, float* p, int experts, int used, int lane,
                                             int32_t* __restrict__ ids, float* __restrict__ weights) {
@@ -65,24 +68,25 @@ __device__ __forceinline__ void route_token(const float* row, float* p, int expe
   for (int e = lane; e < experts; e += 32)
     p[e] = top == -INFINITY ? 1.0f : top == INFINITY ? (logit(e) == INFINITY ? 1.0f : 0.0f) : expf(logit(e) - top);
   uint32_t taken = 0;
+  unsigned key = 0;
+  int key_e = experts;
+  auto lane_best = [&] {
+    key = 0, key_e = experts;
+    for (int i = 0, e = lane; e < experts; ++i, e += 32) {
+      if (taken >> i & 1u) continue;
+      const unsigned k = __float_as_uint(p[e]) + 1u;
+      if (k > key) key = k, key_e = e;  // (a lane's experts ascend: the first of equals stays)
+    }
+  };
+  lane_best();
   float chosen[kMostUsed];
   float sum = 0.0f;
   for (int k = 0; k < used; ++k) {
-    float best = -1.0f;
-    int best_e = experts;
-    for (int i = 0, e = lane; e < experts; ++i, e += 32) {
-      if (taken >> i & 1u) continue;
-      if (p[e] > best) best = p[e], best_e = e;  // (a lane's experts ascend: the first of equals stays)
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const float other = __shfl_xor_sync(0xFFFFFFFFu, best, offset);
-      const int other_e = __shfl_xor_sync(0xFFFFFFFFu, best_e, offset);
-      if (other > best || (other == best && other_e < best_e)) best = other, best_e = other_e;
-    }
-    if (best_e % 32 == lane) taken |= 1u << (best_e / 32);
-    chosen[k] = best;
-    sum += best;
+    const unsigned best = __reduce_max_sync(0xFFFFFFFFu, key);
+    const int best_e = static_cast<int>(__reduce_min_sync(0xFFFFFFFFu, key == best ? static_cast<unsigned>(key_e) : ~0u));
+    if (best_e == key_e) taken |= 1u << (best_e / 32), lane_best();
+    chosen[k] = __uint_as_float(best - 1u);
+    sum += chosen[k];
     if (lane == 0) ids[k] = best_e;
   }
   if (lane != 0) return;
@@ -101,32 +105,85 @@ __global__ void __launch_bounds__(kWarps * 32)
               ids + static_cast<size_t>(t) * used, weights + static_cast<size_t>(t) * used);
 }
 
-// The router's logits, a block per (expert, token) (blockIdx.y the token), its warps taking
-// a quarter of the row each (more of the GPU reads the router at once), then the token's
-// routing in the last of its blocks to finish: each block counts itself in arrivals[t] after
-// its logit is visible device-wide, and the one that brings the count to gridDim.x sets it
-// back to 0 (for the next pass, or the next replay of a recorded one) and routes the token
-// from its logits read past L1.
+// 16-byte loads of a float router row a lane keeps in flight at once (a 2048-wide F32 row
+// is 16 a lane).
+constexpr int kRouterLoads = 16;
+
+// sum + the 16 bytes of weights w (4 F32 or 8 F16/BF16) . the floats at x (16-byte aligned).
+template <GgmlType T>
+__device__ __forceinline__ float dot_16_bytes(uint4 w, const float* x, float sum) {
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+  if constexpr (T == GgmlType::F32) {
+    const float4 v = *reinterpret_cast<const float4*>(x);
+    const float xs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) sum = fmaf(__uint_as_float(words[j]), xs[j], sum);
+  } else {
+    const float4 v0 = reinterpret_cast<const float4*>(x)[0], v1 = reinterpret_cast<const float4*>(x)[1];
+    const float xs[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t b = words[j];
+      const float lo = T == GgmlType::F16 ? half_bits(b & 0xFFFF) : __uint_as_float(b << 16);
+      const float hi = T == GgmlType::F16 ? half_bits(b >> 16) : __uint_as_float(b & 0xFFFF0000u);
+      sum = fmaf(hi, xs[2 * j + 1], fmaf(lo, xs[2 * j], sum));
+    }
+  }
+  return sum;
+}
+
+// The router's logits, a warp per expert (kWarps experts a block, blockIdx.y the token): the
+// lanes read the expert's row side by side in 16-byte loads, kRouterLoads of them each in
+// flight, the first of them issued before waiting for the kernel before (the router is no
+// kernel's output, so its read overlaps that kernel's tail). Then the token's routing in the
+// last of its blocks to finish: each block counts itself in arrivals[t] after its logits are
+// visible device-wide, and the one that brings the count to gridDim.x sets it back to 0 (for
+// the next pass, or the next replay of a recorded one) and routes the token from its logits
+// read past L1.
 template <GgmlType T>
 __global__ void __launch_bounds__(kWarps * 32)
-    route_tokens_kernel(Rows<T> w, int experts, int cols, const float* x, int ldx, float* logits,
-                        unsigned* __restrict__ arrivals, int used, int32_t* __restrict__ ids,
+    route_tokens_kernel(const uint8_t* w, size_t row_bytes, int experts, int cols, const float* x, int ldx,
+                        float* logits, unsigned* __restrict__ arrivals, int used, int32_t* __restrict__ ids,
                         float* __restrict__ weights) {
-  __shared__ float row[kMostExperts], parts[kWarps];
+  __shared__ float row[kMostExperts];
   __shared__ bool last;
-  const int e = blockIdx.x, t = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int blocks = cols / Block<T>::kElements, per_warp = (blocks + kWarps - 1) / kWarps;
+  constexpr int kPerLoad = T == GgmlType::F32 ? 4 : 8;  // weights in 16 bytes
+  const int t = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32, e = blockIdx.x * kWarps + warp;
+  const int loads = cols / kPerLoad;
+  const uint4* w_row = reinterpret_cast<const uint4*>(w + row_bytes * min(e, experts - 1));
+  uint4 v[kRouterLoads];
+  auto load = [&](int first) {
+#pragma unroll
+    for (int j = 0; j < kRouterLoads; ++j) {
+      const int i = first + 32 * j;
+      v[j] = e < experts && i < loads ? __ldg(w_row + i) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  load(lane);
   wait_for_inputs();
   float* token_logits = logits + static_cast<size_t>(t) * experts;
-  const float part = warp_dot_float<T>(w, e, min(warp * per_warp, blocks), min((warp + 1) * per_warp, blocks),
-                                       x + static_cast<size_t>(t) * ldx, lane);
-  if (lane == 0) parts[warp] = part;
+  if (e < experts) {
+    const float* xt = x + static_cast<size_t>(t) * ldx;
+    float sum = 0.0f;
+    for (int first = lane;;) {
+#pragma unroll
+      for (int j = 0; j < kRouterLoads; ++j) {
+        const int i = first + 32 * j;
+        if (i < loads) sum = dot_16_bytes<T>(v[j], xt + kPerLoad * i, sum);
+      }
+      first += 32 * kRouterLoads;
+      if (first - lane >= loads) break;
+      load(first);
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
+    if (lane == 0) {
+      token_logits[e] = sum;
+      __threadfence();
+    }
+  }
   __syncthreads();
   if (threadIdx.x == 0) {
-    float sum = parts[0];
-    for (int i = 1; i < kWarps; ++i) sum += parts[i];
-    token_logits[e] = sum;
-    __threadfence();
     last = atomicAdd(&arrivals[t], 1u) == gridDim.x - 1;
     if (last) {
       __threadfence();  // (the other blocks' logits, fenced before their counts, are read after this one)
@@ -288,11 +345,14 @@ void route_tokens(const DeviceWeight& router, const float* x, int ldx, int n, in
     cuda_fail("route_tokens: a router must be F32, F16 or BF16");
   check_routing(router.rows, used);
   if (n > scratch.tokens) cuda_fail("route_tokens: " + std::to_string(n) + " tokens, scratch for " + std::to_string(scratch.tokens));
-  const dim3 grid(router.rows, n);
+  if (router.cols % 32 != 0 || ldx % 4 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0)
+    cuda_fail("route_tokens: router rows of " + std::to_string(router.cols) + " (a multiple of 32) over 16-byte-aligned rows of x");
+  const dim3 grid((router.rows + kWarps - 1) / kWarps, n);
   dispatch_weight_type(router.type, [&]<GgmlType T>() {
     if constexpr (!Block<T>::kPacked)
-      launch_dependent(route_tokens_kernel<T>, grid, dim3(kWarps * 32), raw(stream), rows_of<T>(router), router.rows,
-                       router.cols, x, ldx, scratch.logits, scratch.arrivals, used, ids, weights);
+      launch_dependent(route_tokens_kernel<T>, grid, dim3(kWarps * 32), raw(stream), router.data,
+                       RowLayout<T>::row_bytes(router.cols), router.rows, router.cols, x, ldx, scratch.logits,
+                       scratch.arrivals, used, ids, weights);
   });
 }
 
