@@ -18,6 +18,7 @@
 #   tools/gpu_session.sh hybrid-moe-bench  the bench at Qwen3.5-35B-A3B's layer shapes (4 layers)
 #   tools/gpu_session.sh router    the MoE tests, sanitizers over the routing, and the router
 #                                  A/B against .gpu/old on the 35B-A3B layer shapes
+#   tools/gpu_session.sh router-ab [REGEX]  that A/B alone, ncu over the kernels REGEX names
 #   tools/gpu_session.sh hybrid-benches  both hybrid benches, then each decode step's profile
 #   tools/gpu_session.sh hybrid-pairs  the hybrid model tests with the MoE pairs grouped, 64
 #                                  taken one by one, and as built (which path a mismatch follows)
@@ -673,12 +674,14 @@ phase_hybrid_moe_bench() {
     --experts 256 --experts-used 8 --shared-ffn 512 --layers 4 --delta-heads 16,32
 }
 
-# The MoE router, the previous build (.gpu/old/splash.xz) against this one on the
-# Qwen3.5-35B-A3B layer shapes (4 layers, 256 experts choosing 8): decode of 1, 4 and 16
-# sequences taking turns, two rounds, then each build's route_tokens kernel alone under ncu.
-phase_router_ab() {
+# The previous build (.gpu/old/splash.xz) against this one on the Qwen3.5-35B-A3B layer
+# shapes (4 layers, 256 experts choosing 8): decode of 1, 4 and 16 sequences taking turns,
+# two rounds, then each build's kernels whose names match REGEX (default: route, the MoE
+# router) alone under ncu.
+phase_router_ab() {  # phase_router_ab [REGEX]
   [ -f .gpu/old/splash.xz ] || { row router-ab "skipped: no .gpu/old/splash.xz carried"; return; }
   local model=$KEEP/qwen35moe-35b-a3b-shape-4-layers.gguf i b
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/whl/*.whl && export PYTHONPATH=/tmp/site
   [ -f "$model" ] || python3 tools/make_random_llama.py --tokenizer-from .gpu/tokenizer-qwen2.gguf --arch qwen35moe \
     --d-model 2048 --heads 16 --kv-heads 2 --ffn 512 --experts 256 --experts-used 8 --shared-ffn 512 --layers 4 \
     --delta-heads 16,32 --head-dim 256 --delta-head-dim 128 --attention-every 4 --context 40960 --eps 1e-6 --all Q4_K \
@@ -692,13 +695,13 @@ phase_router_ab() {
     done
   done
   for b in old bin; do
-    LD_LIBRARY_PATH="$SPLASH_LIBS" timeout 120 ncu --csv --page raw --print-units base --kernel-name regex:route \
+    LD_LIBRARY_PATH="$SPLASH_LIBS" timeout 120 ncu --csv --page raw --print-units base --kernel-name "regex:${1:-route}" \
       --launch-skip 40 --launch-count 40 \
       --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size,launch__registers_per_thread \
       .gpu/$b/splash bench --device cuda -m "$model" --prompt-sizes 1 --decode-tokens 32 --repetitions 1 \
       > "$OUT/ncu_router.csv" 2> /dev/null
     echo "== $b"; ncu_table "$OUT/ncu_router.csv" | tee "$OUT/ncu_router_$b.md"
-    row "router ncu $b" "$(grep route "$OUT/ncu_router_$b.md" | tr '\n' ' ')"
+    row "ncu ${1:-route} $b" "$(grep -E "${1:-route}" "$OUT/ncu_router_$b.md" | tr '\n' ' ')"
   done
 }
 
@@ -944,6 +947,7 @@ case "${1:-tests}" in
           gtest router_tests 'CudaExpertsTest.*:CudaModelTest.*' SPLASH_GPU_FIXTURES="$KEEP/fixtures"
           phase_sanitize 'CudaExpertsTest.Route*'
           phase_router_ab ;;
+  router-ab) phase_router_ab "${2:-route}" ;;
   hybrid-benches) phase_fixtures > /dev/null  # both hybrid benches, then where their decode steps go
     phase_hybrid_dense_bench
     phase_hybrid_moe_bench
