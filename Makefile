@@ -36,11 +36,16 @@ TEST_MODEL = smollm2-135m
 model: build
 	@$(BUILD)/splash pull $(TEST_MODEL) > /dev/null
 
-# Everything: unit tests (Release and ASan+UBSan), end-to-end and reference tests, a fuzz run.
+# Everything: unit tests (Release and ASan+UBSan), end-to-end and reference tests, a fuzz run;
+# each stage's minutes printed after it (where CI's time goes).
 test: setup
 	@scripts/setup.sh --python
-	@$(MAKE) --no-print-directory build model
-	@$(MAKE) --no-print-directory unit-test gpu-test asan-test fuzz e2e-test FUZZ_SECONDS=$(FUZZ_SECONDS)
+	@start=$$(date +%s); $(MAKE) --no-print-directory build model && \
+	  echo "== build and model: $$(( ($$(date +%s) - start) / 60 )) min $$(( ($$(date +%s) - start) % 60 )) s"
+	@for stage in unit-test gpu-test asan-test fuzz e2e-test; do \
+	  start=$$(date +%s); $(MAKE) --no-print-directory $$stage FUZZ_SECONDS=$(FUZZ_SECONDS) || exit 1; \
+	  echo "== $$stage: $$(( ($$(date +%s) - start) / 60 )) min $$(( ($$(date +%s) - start) % 60 )) s"; \
+	done
 
 unit-test: build
 	@SPLASH_TEST_MODEL=$$($(BUILD)/splash pull $(TEST_MODEL)) $(BUILD)/tests/unit/splash_unit_tests --gtest_brief=1

@@ -294,6 +294,8 @@ void bench(BenchFlags flags) {
   if (!flags.parallel.empty()) {
     longest = std::max(longest, flags.parallel_prompt + flags.decode_tokens + 1);
     flags.model.load.kv_blocks = -1;  // the whole planned pool: room for every sequence
+    // (and a hybrid model's recurrent state for each, where memory allows)
+    flags.model.load.state_slots = *std::max_element(flags.parallel.begin(), flags.parallel.end());
   }
   if (flags.model.load.max_context == 0)
     flags.model.load.max_context = std::max(longest, 16 + flags.decode_tokens) + 16 + (flags.structured ? 64 : 0);

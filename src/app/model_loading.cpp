@@ -96,10 +96,11 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const model::Lo
     caches.push_back({fmt::format("{} states", draft->kind()), engine::kDraftStateBytes,
                       "the draft's contexts of cached prefixes; least recently used out"});
   }
-  // A server runs many sequences (each with a hybrid model's recurrent state); the other
-  // commands one.
-  loaded->plan = engine::plan_memory(needs, max_memory, options.max_context, gpu, std::move(caches),
-                                     options.kv_blocks < 0 ? engine::kServerStateSlots : 1, options.snapshot_memory);
+  // A server runs many sequences (each with a hybrid model's recurrent state; more where the
+  // caller asks for state_slots, as bench --parallel does); the other commands one.
+  const int sequences = options.kv_blocks < 0 ? std::max(engine::kServerStateSlots, options.state_slots) : 1;
+  loaded->plan = engine::plan_memory(needs, max_memory, options.max_context, gpu, std::move(caches), sequences,
+                                     options.snapshot_memory);
   loaded->plan.kv_type = kernels::kv_type_name(options.kv_type);
   if (!loaded->plan.fits) {
     std::fputs(loaded->plan.table().c_str(), stderr);
@@ -199,16 +200,17 @@ std::shared_ptr<model::ModelDraft> open_model_draft(const std::string& draft_pat
   } else {
     const auto file = gguf::File::open(model_path);
     model::require_supported_architecture(file);
+    // The MTP block runs on the CPU: auto leaves a model the GPU takes there, without it (and
+    // without packing the block's weights only to drop them).
+    const bool on_gpu = options.device == model::Device::Cuda ||
+                        (options.device == model::Device::Auto &&
+                         model::resolve_device(model::Device::Auto, file).device == model::Device::Cuda);
+    if (on_gpu && mode == engine::DraftMode::Auto) return nullptr;
     draft = model::open_own_draft(file, options.threads);
     if (!draft && mode == engine::DraftMode::Model)
       fail("--draft model needs a draft: --draft-model FILE (tools/dflash/train.py makes one), or a model with its own "
            "MTP block (Qwen3.5)");
     if (!draft) return nullptr;
-    // The MTP block runs on the CPU: auto leaves a model the GPU takes there, without it.
-    const bool on_gpu = options.device == model::Device::Cuda ||
-                        (options.device == model::Device::Auto &&
-                         model::resolve_device(model::Device::Auto, file).device == model::Device::Cuda);
-    if (on_gpu && mode == engine::DraftMode::Auto) return nullptr;
     if (options.device == model::Device::Cuda)
       fail("--draft model: the model's MTP block runs with the model on the CPU for now (--device cpu)");
   }

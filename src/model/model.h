@@ -96,7 +96,9 @@ struct LoadOptions {
   // choices), remembered in tuning_cache_dir (empty: not remembered).
   bool tune_kernels = false;
   std::string tuning_cache_dir = {};
-  // Recurrent-state slots of a hybrid model (sequences that can run at once); 0: one.
+  // Recurrent-state slots of a hybrid model (sequences that can run at once); 0: one. For
+  // the app loader's memory plan (as kv_blocks = -1): the fewest a server-sized plan sets
+  // aside where memory allows (engine::kServerStateSlots when fewer).
   int state_slots = 0;
   // Snapshots of those states the model keeps (0: none).
   int state_snapshots = 0;

@@ -565,6 +565,20 @@ def test_qwen35_snapshot_memory_sets_how_many_snapshots_a_server_keeps(splash_bi
     assert "--snapshot-memory expects a size such as 2G, 512M or 0, got 'lots'" in proc.stderr, proc.stderr
 
 
+def test_qwen35_bench_runs_more_sequences_than_a_server_sets_aside(splash_binary, models):
+    """splash bench --parallel sizes the hybrid's recurrent states for its largest batch (a
+    server's plan sets 16 aside): 20 sequences decode together instead of being left out as
+    "no room"; the JSON report carries both batches' rates."""
+    proc = subprocess.run([splash_binary, "bench", "--model", models.path("qwen35", "float"), "--prompt-sizes", "8",
+                           "--decode-tokens", "2", "--repetitions", "1", "--draft", "none", "--parallel", "1,20",
+                           "--parallel-prompt", "8", "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "(no room)" not in proc.stdout, proc.stdout
+    assert re.search(r"^recurrent .* 20 at once", proc.stderr, re.M), proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(report["decode_parallel"]) == {"1", "20"} and min(report["decode_parallel"].values()) > 0, report
+
+
 def test_qwen35_conversations_sharing_a_system_prompt_resume_after_it(models):
     """A snapshot where a prompt's first message ends (a long system prompt, shorter than the
     grid's first point): another conversation with the same system prompt and another
