@@ -18,6 +18,8 @@
 #   tools/gpu_session.sh hybrid-moe-bench  the bench at Qwen3.5-35B-A3B's layer shapes (4 layers)
 #   tools/gpu_session.sh router    the MoE tests, sanitizers over the routing, and the router
 #                                  A/B against .gpu/old on the 35B-A3B layer shapes
+#   tools/gpu_session.sh hybrid-side [S]  both hybrid shapes under splash and llama.cpp (built
+#                                  here in at most S seconds), one lease; hybrid-peer: the peer's half
 #   tools/gpu_session.sh router-ab [REGEX]  that A/B alone, ncu over the kernels REGEX names
 #   tools/gpu_session.sh hybrid-benches  both hybrid benches, then each decode step's profile
 #   tools/gpu_session.sh hybrid-pairs  the hybrid model tests with the MoE pairs grouped, 64
@@ -705,6 +707,36 @@ phase_router_ab() {  # phase_router_ab [REGEX]
   done
 }
 
+# The hybrids beside llama.cpp on the same files, one lease (issue 13's measure): the peer
+# builds (at most S seconds) while both hybrid shapes are made and benched by splash, then
+# the peer runs alone on each (hybrid-peer: that part only, on a warm machine whose build or
+# models an earlier call left).
+phase_hybrid_side() {  # phase_hybrid_side [S]
+  phase_peer_build "${1:-420}" & local build=$!
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/whl/*.whl && export PYTHONPATH=/tmp/site
+  phase_hybrid_dense_bench
+  phase_hybrid_moe_bench
+  wait $build
+  phase_hybrid_peer
+}
+
+phase_hybrid_peer() {
+  local bin=$KEEP/llama model name
+  [ -x "$bin/llama-bench" ] || { row hybrid-peer "skipped: the peer is not built on this machine"; return; }
+  for model in "$KEEP/qwen35-27b-shape-8-layers.gguf" "$KEEP/qwen35moe-35b-a3b-shape-4-layers.gguf"; do
+    [ -f "$model" ] || { row "peer $(basename "$model")" "skipped: not made in this lease"; continue; }
+    name=$(basename "$model" .gguf)
+    LD_LIBRARY_PATH="$bin" timeout 200 "$bin/llama-bench" -m "$model" -ngl 99 -fa 1 -p 512,4096 -n 128 -r 2 -o json \
+      > "$OUT/peer_$name.json" 2> "$OUT/peer_$name.err"
+    row "llama-bench $name pp512/pp4096/tg128" "rc=$? $(python3 -c "
+import json; print('; '.join(f\"{'pp'+str(r['n_prompt']) if r['n_prompt'] else 'tg'+str(r['n_gen'])}: {r['avg_ts']:.1f} tok/s\" for r in json.load(open('$OUT/peer_$name.json'))))" 2>&1)"
+    LD_LIBRARY_PATH="$bin" timeout 200 "$bin/llama-batched-bench" -m "$model" -ngl 99 -fa on -c 12288 -b 2048 -ub 512 \
+      -npp 512 -ntg 128 -npl 1,4,16 > "$OUT/peer_batched_$name.txt" 2> "$OUT/peer_batched_$name.err"
+    row "llama-batched-bench $name 512+128 x 1/4/16" "rc=$? $(grep -E '^\|\s+512' "$OUT/peer_batched_$name.txt" | awk -F'|' '{printf "B=%s S_TG=%s; ", $4, $9}')"
+    tail -n 3 "$OUT/peer_$name.err" "$OUT/peer_batched_$name.err"
+  done
+}
+
 # Where a hybrid's batch-1 decode step goes, step by step (SPLASH_CUDA_PROFILE), at both
 # hybrid bench shapes (made by the benches above in this lease, else skipped).
 phase_hybrid_profile() {
@@ -948,6 +980,8 @@ case "${1:-tests}" in
           phase_sanitize 'CudaExpertsTest.Route*'
           phase_router_ab ;;
   router-ab) phase_router_ab "${2:-route}" ;;
+  hybrid-side) phase_hybrid_side "${2:-420}" ;;
+  hybrid-peer) phase_hybrid_peer ;;
   hybrid-benches) phase_fixtures > /dev/null  # both hybrid benches, then where their decode steps go
     phase_hybrid_dense_bench
     phase_hybrid_moe_bench
