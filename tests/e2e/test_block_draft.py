@@ -12,13 +12,14 @@ activations (as the target model's own matmuls do), so each block row's logits a
 from __future__ import annotations
 
 import json
-import subprocess
 
 import numpy as np
 import pytest
 import requests
 from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
 from gguf.quants import dequantize, quantize
+
+from draft_checks import greedy_reply_in_every_draft_mode, run
 
 TAPS = [1, 10, 18, 27]  # the target layers whose outputs the draft reads
 BLOCK = 8
@@ -155,13 +156,6 @@ def reference_block(draft: dict, taps: np.ndarray, token: int, position: int, wi
     return rms(h, W["output_norm.weight"], eps) @ table.T
 
 
-def run(splash_binary, *args, check=True):
-    proc = subprocess.run([splash_binary, *args], capture_output=True, text=True, timeout=300)
-    if check:
-        assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc
-
-
 @pytest.fixture(scope="module")
 def draft_file(tmp_path_factory, model_path):
     path = tmp_path_factory.mktemp("draft") / "draft.gguf"
@@ -250,15 +244,7 @@ CODE_PROMPT = ("Repeat this function exactly, then write it again with `total` r
 
 def test_output_identical_with_the_block_draft(splash_binary, model_path, draft_file):
     path, _ = draft_file
-    ids = ",".join(str(i) for i in np.random.default_rng(3).integers(2, 49152, 40).tolist())
-    replies = {}
-    for mode in ["none", "lookup", "model", "auto"]:
-        out = run(splash_binary, "eval", "--device", "cpu", "--model", model_path, "--tokens", ids, "--greedy", "64",
-                  "--draft", mode, "--draft-model", str(path)).stdout
-        replies[mode] = json.loads(out.strip().splitlines()[-1])
-    assert replies["model"]["generated"] == replies["none"]["generated"] == replies["auto"]["generated"] \
-        == replies["lookup"]["generated"]
-    assert replies["none"]["drafted"] == 0
+    replies = greedy_reply_in_every_draft_mode(splash_binary, model_path, 64, "--draft-model", str(path))
     # The block draft guesses where lookup has nothing (random weights: refused, never a wrong output; after
     # its first blocks it is only asked now and then, BlockDrafter::kPaysFrom), so it ran, fed with the hidden
     # states of every committed position.

@@ -24,19 +24,14 @@ import numpy as np
 import pytest
 import requests
 
+from draft_checks import greedy_reply_in_every_draft_mode, run
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reference"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import llama_ref  # noqa: E402
 
 STEPS = 8  # the guesses of one proposal (MtpHead::kMostGuesses), each a row of --draft-logits-out
 ROW_REL_MAX = 0.03
-
-
-def run(splash_binary, *args, check=True):
-    proc = subprocess.run([splash_binary, *args], capture_output=True, text=True, timeout=300)
-    if check:
-        assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc
 
 
 @pytest.fixture(scope="module")
@@ -82,15 +77,7 @@ def test_mtp_guesses_match_reference(splash_binary, mtp_models, arch, tmp_path):
 
 @pytest.mark.parametrize("arch", ["qwen35", "qwen35moe"])
 def test_output_identical_with_the_mtp_block(splash_binary, mtp_models, arch):
-    ids = ",".join(str(i) for i in np.random.default_rng(3).integers(2, 49152, 40).tolist())
-    replies = {}
-    for mode in ["none", "lookup", "model", "auto"]:
-        out = run(splash_binary, "eval", "--device", "cpu", "--model", mtp_models[arch], "--tokens", ids,
-                  "--greedy", "48", "--draft", mode).stdout
-        replies[mode] = json.loads(out.strip().splitlines()[-1])
-    assert replies["model"]["generated"] == replies["none"]["generated"] == replies["auto"]["generated"] \
-        == replies["lookup"]["generated"]
-    assert replies["none"]["drafted"] == 0
+    replies = greedy_reply_in_every_draft_mode(splash_binary, mtp_models[arch], 48)
     # The block guesses where lookup has nothing (random weights: refused, never a wrong output;
     # after its first proposals it is only asked now and then), so it ran, fed with the trunk's rows.
     assert replies["model"]["drafted"] > replies["lookup"]["drafted"] + 8, replies
