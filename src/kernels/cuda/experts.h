@@ -41,7 +41,9 @@ struct RoutingScratch {
 };
 // The router and the routing in one launch: logits[t][e] = router[e] . x[t] in float
 // (router: F32, F16 or BF16 [experts][cols]), then route_experts on each token's logits,
-// by the last of the token's thread blocks to finish its logits.
+// by the last of the token's thread blocks to finish its logits. A warp reads a router row in
+// 16-byte loads, so cols must be a multiple of 32 and each x row (x, ldx floats apart) 16-byte
+// aligned: refused otherwise.
 void route_tokens(const DeviceWeight& router, const float* x, int ldx, int n, int used, const RoutingScratch& scratch,
                   int32_t* ids, float* weights, Stream& stream);
 
