@@ -35,7 +35,7 @@ def main():
     weights = rng.standard_normal((ROWS, COLS)).astype(np.float32) * 0.05
     OUT.mkdir(parents=True, exist_ok=True)
     manifest = {"command": "tools/make_quant_golden.py", "rows": ROWS, "cols": COLS, "types": []}
-    for qtype in [T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q4_K, T.Q6_K]:
+    for qtype in [T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q4_K, T.Q6_K, T.Q5_0, T.Q5_1]:
         if qtype == T.Q4_K:
             raw = random_k_blocks(rng, qtype, 144, [0, 2])  # d, dmin
         elif qtype == T.Q6_K:

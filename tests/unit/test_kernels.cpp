@@ -48,6 +48,7 @@ Golden load_golden(const std::string& name, GgmlType type) {
 const std::pair<const char*, GgmlType> kTypes[] = {
     {"F32", GgmlType::F32},   {"F16", GgmlType::F16},   {"BF16", GgmlType::BF16}, {"Q8_0", GgmlType::Q8_0},
     {"Q4_0", GgmlType::Q4_0}, {"Q4_1", GgmlType::Q4_1}, {"Q4_K", GgmlType::Q4_K}, {"Q6_K", GgmlType::Q6_K},
+    {"Q5_0", GgmlType::Q5_0}, {"Q5_1", GgmlType::Q5_1},
 };
 
 class KernelFormat : public ::testing::TestWithParam<std::pair<const char*, GgmlType>> {};
@@ -142,6 +143,62 @@ TEST_P(KernelFormat, MatmulMatchesDoublePrecision) {
           const double tolerance = bound + 1e-5 * magnitude + 1e-6;
           ASSERT_NEAR(y[t * kRows + r], exact, tolerance)
               << kernels->name << " n=" << n << " token " << t << " row " << r;
+        }
+    }
+  }
+}
+
+// Codes at their largest against activations at +-127 everywhere: the kernels' integer sums
+// are then at their largest too (the AVX2 path adds several k-groups' products in 16 bits
+// before widening, which must not wrap or saturate). Every code byte of the golden blocks is
+// set to all ones (Q4_K's 6-bit scales and mins too), their fp16 factors kept.
+TEST_P(KernelFormat, MatmulHoldsAtTheLargestCodes) {
+  auto golden = load_golden(GetParam().first, GetParam().second);
+  if (!is_integer_quantized(golden.type)) GTEST_SKIP() << "float weights";
+  // [first, end) byte ranges of codes within one block, per type (ggml's block layouts).
+  const std::vector<std::pair<int, int>> codes = [&]() -> std::vector<std::pair<int, int>> {
+    switch (golden.type) {
+      case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: return {{2, 0}};
+      case GgmlType::Q4_1: case GgmlType::Q5_1: return {{4, 0}};
+      case GgmlType::Q4_K: return {{4, 0}};
+      case GgmlType::Q6_K: return {{0, 192}};
+      default: return {};
+    }
+  }();
+  ASSERT_FALSE(codes.empty()) << "no code layout for this type";
+  const size_t block_bytes = type_traits(static_cast<uint32_t>(golden.type))->block_bytes;
+  for (size_t block = 0; block < golden.raw.size(); block += block_bytes)
+    for (auto [first, end] : codes)
+      std::memset(golden.raw.data() + block + first, golden.type == GgmlType::Q8_0 ? 0x7F : 0xFF,
+                  (end ? end : block_bytes) - first);
+  const auto packed = pack_weight({golden.type, golden.raw.data(), kRows, kCols});
+  std::vector<float> w(static_cast<size_t>(kRows) * kCols);
+  const size_t row_bytes = golden.raw.size() / kRows;
+  for (int r = 0; r < kRows; ++r) dequantize_row(golden.type, golden.raw.data() + r * row_bytes, &w[r * kCols], kCols);
+  std::vector<const IsaKernels*> paths{&avx2_kernels()};
+  const auto features = detect_cpu_features();
+  if (features.avx512f && features.avx512bw && features.avx512vl && features.avx512dq && features.avx512vnni)
+    paths.push_back(&avx512_kernels());
+  for (float sign : {1.0f, -1.0f}) {
+    constexpr int n = 5;  // a block of 4 tokens and one alone
+    std::vector<float> x(static_cast<size_t>(n) * kCols, sign);
+    std::vector<int8_t> x_codes(x.size());
+    std::vector<float> scales(x.size() / 32), sums(x.size() / 16);
+    for (const IsaKernels* kernels : paths) {
+      kernels->quantize_rows(x.data(), n, kCols, x_codes.data(), scales.data(), sums.data());
+      ASSERT_EQ(std::abs(x_codes[0]), 127);
+      const MatmulInput input{x.data(), x_codes.data(), scales.data(), sums.data(), n, kCols};
+      std::vector<float> y(static_cast<size_t>(n) * kRows, 0.0f);
+      kernels->matmul_tiles(packed, 0, packed.tiles, input, y.data(), kRows);
+      for (int t = 0; t < n; ++t)
+        for (int r = 0; r < kRows; ++r) {
+          double exact = 0.0, magnitude = 0.0;
+          for (int c = 0; c < kCols; ++c) {
+            exact += static_cast<double>(w[r * kCols + c]) * sign;
+            magnitude += std::fabs(w[r * kCols + c]);
+          }
+          ASSERT_NEAR(y[t * kRows + r], exact, 1e-4 * magnitude + 1e-6)
+              << kernels->name << " sign " << sign << " token " << t << " row " << r;
         }
     }
   }

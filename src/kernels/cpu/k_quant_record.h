@@ -10,7 +10,7 @@ namespace splash::kernels {
 
 // Q4_K: 8 sub-blocks of 32 weights. w = d * scale[s] * q - dmin * min[s], q < 16.
 struct Q4KRecord {
-  static constexpr int kSubBlocks = 8, kSub = 32;
+  static constexpr int kSubBlocks = 8, kSub = 32, kMaxCode = 15;
   // Sub-block s: 4 vectors of 64 bytes, vector v holding k-group 2v in the low nibbles and
   // 2v + 1 in the high ones (as U4_F16).
   static constexpr size_t codes(int s) { return 256 * static_cast<size_t>(s); }
@@ -24,7 +24,7 @@ struct Q4KRecord {
 // of low nibbles (vector v: k-groups 2v and 2v + 1, as Q4) and a plane of high 2-bit pairs
 // (vector u: k-groups 4u .. 4u + 3 in bits 0-1, 2-3, 4-5, 6-7 of each byte).
 struct Q6KRecord {
-  static constexpr int kSubBlocks = 16, kSub = 16;
+  static constexpr int kSubBlocks = 16, kSub = 16, kMaxCode = 63;
   static constexpr size_t low(int v) { return 64 * static_cast<size_t>(v); }
   static constexpr size_t high(int u) { return 2048 + 64 * static_cast<size_t>(u); }
   static constexpr size_t scales(int s) { return 3072 + 16 * static_cast<size_t>(s); }  // int8 per lane
