@@ -22,6 +22,7 @@
 #                                  here in at most S seconds), one lease; hybrid-peer: the peer's half
 #   tools/gpu_session.sh router-ab [REGEX]  that A/B alone, ncu over the kernels REGEX names
 #   tools/gpu_session.sh hybrid-benches  both hybrid benches, then each decode step's profile
+#   tools/gpu_session.sh hybrid-profile  that profile alone, on the models a bench made this lease
 #   tools/gpu_session.sh hybrid-pairs  the hybrid model tests with the MoE pairs grouped, 64
 #                                  taken one by one, and as built (which path a mismatch follows)
 #   tools/gpu_session.sh tests-only [F]  the GPU tests (those F names) and nothing else
@@ -982,6 +983,7 @@ case "${1:-tests}" in
   router-ab) phase_router_ab "${2:-route}" ;;
   hybrid-side) phase_hybrid_side "${2:-420}" ;;
   hybrid-peer) phase_hybrid_peer ;;
+  hybrid-profile) phase_hybrid_profile ;;  # (the bench models made earlier in this lease)
   hybrid-benches) phase_fixtures > /dev/null  # both hybrid benches, then where their decode steps go
     phase_hybrid_dense_bench
     phase_hybrid_moe_bench
