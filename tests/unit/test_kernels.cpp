@@ -395,6 +395,31 @@ TEST(KernelVisionOps, GeluTanhMatchesTheFormula) {
   }
 }
 
+// The MLP's SiLU(gate) * up against the double-precision formula (relative 1e-5, as GELU
+// above), over rows whose width leaves a tail after the vector lanes (1003 = 62 * 16 + 11),
+// both tails of the sigmoid, and gates past exp's range.
+TEST(KernelVisionOps, SiluMulMatchesTheFormula) {
+  constexpr int kFfn = 1003, kRows = 3;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uniform(-12.0f, 12.0f);
+  std::vector<float> gate_up(static_cast<size_t>(kRows) * 2 * kFfn);
+  for (float& v : gate_up) v = uniform(rng);
+  gate_up[0] = -100.0f, gate_up[1] = 100.0f, gate_up[2] = 0.0f, gate_up[3] = -0.0f, gate_up[kFfn - 1] = -90.0f;
+  for (const IsaKernels* kernels : available_paths()) {
+    SCOPED_TRACE(kernels->name);
+    std::vector<float> out(static_cast<size_t>(kRows) * kFfn, -1.0f);
+    kernels->silu_mul(gate_up.data(), out.data(), kRows, kFfn);
+    for (int row = 0; row < kRows; ++row)
+      for (int i = 0; i < kFfn; ++i) {
+        const double g = gate_up[static_cast<size_t>(row) * 2 * kFfn + i];
+        const double up = gate_up[static_cast<size_t>(row) * 2 * kFfn + kFfn + i];
+        const double want = g / (1.0 + std::exp(-g)) * up;
+        ASSERT_NEAR(out[static_cast<size_t>(row) * kFfn + i], want, 1e-5 * std::max(1.0, std::fabs(want)))
+            << "row " << row << ", gate " << g;
+      }
+  }
+}
+
 TEST(KernelVisionOps, SoftmaxRowsMatchesTheFormulaAndZeroesPadding) {
   constexpr int kWidth = 1000, kStride = 1024, kRows = 3;
   std::mt19937 rng(5);
