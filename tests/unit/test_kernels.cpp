@@ -398,7 +398,7 @@ TEST(KernelVisionOps, GeluTanhMatchesTheFormula) {
 // The MLP's SiLU(gate) * up against the double-precision formula (relative 1e-5, as GELU
 // above), over rows whose width leaves a tail after the vector lanes (1003 = 62 * 16 + 11),
 // both tails of the sigmoid, and gates past exp's range.
-TEST(KernelVisionOps, SiluMulMatchesTheFormula) {
+TEST(KernelMlpOps, SiluMulMatchesTheFormula) {
   constexpr int kFfn = 1003, kRows = 3;
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> uniform(-12.0f, 12.0f);

@@ -91,7 +91,7 @@ inline LaneF load_lanes(const float* p) {
 inline void store_lanes(float* p, LaneF v) { std::memcpy(p, &v, sizeof(v)); }
 
 // sigmoid(t) = 1 / (1 + exp(-t)), from exp of -|t| (finite for any t): 1 / (1 + e) where
-// t >= 0, else e / (1 + e). The vector form computes the scalar one's values bit for bit.
+// t >= 0, else e / (1 + e); the vector form is the same formula lane by lane.
 inline float sigmoid(float t) {
   const float e = exp_nonpositive(-std::fabs(t));
   return t >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
